@@ -1,0 +1,10 @@
+# Warning and sanitizer flags shared by every ddo target.
+add_library(ddo_compile_options INTERFACE)
+target_compile_options(ddo_compile_options INTERFACE -Wall -Wextra -Wno-unused-parameter)
+if(DDO_FATAL_WARNINGS)
+  target_compile_options(ddo_compile_options INTERFACE -Werror)
+endif()
+if(DDO_SANITIZE)
+  add_compile_options(-fsanitize=address,undefined -fno-omit-frame-pointer)
+  add_link_options(-fsanitize=address,undefined)
+endif()

@@ -1,0 +1,57 @@
+// ddo-host: parse the command line, dispatch to a registered command, map failures to exit codes.
+// Exit codes (README): 0 ok, 2 usage/config, 3 artifact verification, 4 runtime, 130 interrupted.
+#include <spdlog/spdlog.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdlib>
+#include <iostream>
+
+#include "command_registry.hpp"
+#include "ddo/build_info.h"
+#include "ddo/error.hpp"
+
+namespace fs = std::filesystem;
+
+namespace {
+
+fs::path executable_dir() {
+    std::error_code ec;
+    fs::path exe = fs::read_symlink("/proc/self/exe", ec);
+    return ec ? fs::current_path() : exe.parent_path();
+}
+
+}  // namespace
+
+int main(int argc, char ** argv) {
+    using namespace ddo::host;
+    CLI::App app{"ddo-host: runs large diffusion models on one GPU by streaming weights"};
+    app.set_version_flag("--version", std::string(DDO_VERSION_STRING) + " (" + DDO_GIT_REVISION + ")");
+    app.require_subcommand(0, 1);
+
+    HostOptions options;
+    options.builtin_plugin_dir = fs::weakly_canonical(executable_dir() / DDO_DEFAULT_PLUGIN_DIR_REL);
+    options.preset_dir = DDO_DEFAULT_PRESET_DIR;
+    app.add_option("--plugin-dir", options.plugin_dirs,
+                   "extra plugin directory with its own artifacts.toml (repeatable; also DDO_PLUGIN_PATH)");
+    app.add_option("--log-level", options.log_level, "trace|debug|info|warn|error")->capture_default_str();
+
+    auto & installers = CommandRegistry::installers();
+    std::stable_sort(installers.begin(), installers.end(),
+                     [](const auto & a, const auto & b) { return a.first < b.first; });
+    for (auto & [order, install] : installers) install(app, options);
+
+    try {
+        app.parse(argc, argv);
+    } catch (const CLI::ParseError & e) {
+        int rc = app.exit(e);
+        return rc == 0 ? 0 : static_cast<int>(ddo::ExitCode::usage);
+    } catch (const ddo::Error & e) {
+        spdlog::error("{}", e.what());
+        return static_cast<int>(e.code());
+    } catch (const std::exception & e) {
+        spdlog::error("internal error: {}", e.what());
+        return static_cast<int>(ddo::ExitCode::runtime);
+    }
+    return options.exit_code;
+}
