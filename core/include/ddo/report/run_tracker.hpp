@@ -1,0 +1,123 @@
+// ddo::RunTracker: collects one run's report (docs/metrics.md is the field catalog) and writes it
+// atomically. Rules (seeds 003/004, design.md §7): host wall clock and completed CUDA-event time are
+// different fields; nested phases record their parent and are never summed; RSS, USS, absolute GPU
+// usage, baseline-relative GPU delta and torch allocated/reserved are different monitors, each with
+// scope, sampler interval and completeness; anything unavailable is null with a reason, never 0.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <filesystem>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+namespace ddo {
+
+class ResolvedSettings;
+
+enum class RunStatus { running, completed, failed, interrupted };
+const char * to_string(RunStatus s);
+
+// Filled by the model plugin's hook (torch.cuda.memory_allocated / memory_reserved equivalents).
+struct TorchMemory {
+    std::uint64_t allocated_bytes = 0;
+    std::uint64_t reserved_bytes = 0;
+};
+
+struct RunTrackerOptions {
+    std::filesystem::path report_path;        // written by write(); empty = write() needs a path
+    std::filesystem::path proc_root = "/proc";
+    std::filesystem::path sys_root = "/sys";
+    std::filesystem::path etc_root = "/etc";
+    std::chrono::milliseconds sample_interval{100};
+    bool start_sampler = true;                // false: only explicit sample_now() calls (tests)
+    std::string nvml_library = "libnvidia-ml.so.1";  // "" disables NVML (reason recorded)
+    unsigned gpu_index = 0;
+};
+
+class RunTracker {
+public:
+    explicit RunTracker(RunTrackerOptions options = {});
+    ~RunTracker();
+    RunTracker(const RunTracker &) = delete;
+    RunTracker & operator=(const RunTracker &) = delete;
+
+    // RAII phase. Opening a phase while another is open on this tracker makes it a child (its
+    // parent is recorded; children are never summed into totals). Ends on destruction or end().
+    class Phase {
+    public:
+        Phase(Phase && o) noexcept;
+        Phase & operator=(Phase &&) = delete;
+        ~Phase();
+        // Completed CUDA-event duration for this phase (only once the events completed).
+        void set_cuda_event_ms(double ms);
+        void note(const std::string & key, nlohmann::json value);
+        void end();
+        std::size_t index() const { return index_; }
+
+    private:
+        friend class RunTracker;
+        Phase(RunTracker * t, std::size_t i) : tracker_(t), index_(i) {}
+        RunTracker * tracker_;
+        std::size_t index_;
+    };
+    Phase phase(const std::string & name);
+
+    // One denoise step (or any per-step observation) inside `phase`.
+    // host_wall_s: host clock interval; cuda_event_ms: completed CUDA-event duration, if resolved.
+    void step(const std::string & phase, int index, double host_wall_s,
+              std::optional<double> cuda_event_ms = std::nullopt, nlohmann::json extra = nlohmann::json::object());
+
+    // Engine counters for a component (bytes moved, upload/stall time, failures, quarantines,
+    // outstanding owners...). Replaces the previous object for that component.
+    void set_counters(const std::string & component, nlohmann::json counters);
+    void set_route_intended(const std::string & component, const std::string & route, const std::string & source = "");
+    void set_route_executed(const std::string & component, const std::string & route, const std::string & note = "");
+
+    void set_workload(nlohmann::json workload);
+    void set_settings(const ResolvedSettings & settings);   // also records the preset identity
+    void set_plugin(nlohmann::json plugin);                 // name, version, file, sha256, fingerprint
+    void add_artifact(const std::string & role, const std::string & name, const std::filesystem::path & path,
+                      const std::string & sha256);
+    void set_checkpoint(nlohmann::json checkpoint);
+    void add_output(const std::filesystem::path & path, const std::string & kind);  // hashes the file
+    void set_command_line(std::vector<std::string> argv);
+    void set_dry_run(bool dry_run);
+    void note(const std::string & key, nlohmann::json value);  // free-form "notes" object
+
+    using TorchMemoryHook = std::function<std::optional<TorchMemory>()>;
+    void set_torch_memory_hook(TorchMemoryHook hook, std::string torch_version);
+    void set_torch_version(std::string torch_version);
+
+    // Takes one sample of every monitor now (the sampler thread does this every interval).
+    void sample_now();
+
+    void mark_completed();
+    void mark_failed(int exit_code, const std::string & message, const std::string & kind = "error");
+    void mark_interrupted(const std::string & message = "interrupted by SIGINT");
+    RunStatus status() const;
+
+    nlohmann::json to_json() const;
+    // Writes to_json() atomically to `path` (or options.report_path): temp file in the same
+    // directory, fsync, rename, fsync of the directory. Throws RuntimeError on I/O failure.
+    void write(const std::filesystem::path & path = {}) const;
+
+    struct Impl;
+
+private:
+    void end_phase(std::size_t index);
+    void phase_cuda_ms(std::size_t index, double ms);
+    void phase_note(std::size_t index, const std::string & key, nlohmann::json value);
+    std::unique_ptr<Impl> impl_;
+};
+
+// Atomic JSON write (temp file + fsync + rename + directory fsync). Throws RuntimeError.
+void write_json_atomically(const std::filesystem::path & path, const nlohmann::json & j);
+
+}  // namespace ddo
