@@ -1,0 +1,128 @@
+// The offload engine: residents, a slot pool over the allocator, prefetch in the known execution
+// order (also across the step boundary), leases with completion fences, counters.
+//
+// How a model plugin runs forward under the engine (see also execution_group.hpp, planner.hpp):
+//
+//   auto store  = ddo::store::WeightStore::open_component(ctx.model_dir / "transformer");
+//   auto layout = ddo::engine::ModelLayout::build(my_group_decls(config), store, granularity);
+//   auto caps   = ddo::engine::Capacities::observe_host();   // + transport.observe_device()
+//   auto plan   = ddo::engine::plan_residency(layout, engine_config, caps);
+//   auto transport = ddo::torch::make_cuda_transport(0);   // or ddo::engine::make_cpu_transport()
+//   ddo::engine::Engine engine(layout, plan, allocator_vtable, *transport);
+//   engine.begin_phase("denoise");                          // prepares host copies, uploads residents
+//   for (int step = 0; step < steps; ++step)
+//       for (std::size_t g = 0; g < layout.size(); ++g) {
+//           ddo::engine::Lease lease = engine.acquire(g);   // waits (CPU) / orders the stream (CUDA)
+//           auto w = ddo::torch::tensor_views(lease);       // name -> at::Tensor at the slot address
+//           x = block_forward(x, w);                        // enqueue compute reading the slot
+//           lease.release();                                // records the compute fence
+//       }
+//   engine.end_phase();                                     // outstanding owners must be 0
+//   report["engine"] = engine.to_json();
+//   engine.close();                                         // BUSY while a lease/upload is pending
+//
+// Groups must be acquired in execution order for prefetch to hit; any order is correct (a miss
+// uploads on demand). A Lease must not outlive the Engine.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <string_view>
+
+#include <nlohmann/json_fwd.hpp>
+
+#include "ddo/ddo_allocator_plugin.h"
+#include "ddo/engine/engine_counters.hpp"
+#include "ddo/engine/group_layout.hpp"
+#include "ddo/engine/planner.hpp"
+#include "ddo/engine/transport.hpp"
+
+namespace ddo::engine {
+
+struct TensorView {
+    const store::TensorInfo * info = nullptr;
+    void * data = nullptr;  // device address (host address on the CPU transport)
+    std::span<const std::int64_t> shape() const { return info->shape; }
+    store::DType dtype() const { return info->dtype; }
+    std::uint64_t nbytes() const { return info->nbytes; }
+};
+
+class Engine;
+
+class Lease {
+public:
+    Lease() = default;
+    Lease(Lease && o) noexcept;
+    Lease & operator=(Lease && o) noexcept;
+    Lease(const Lease &) = delete;
+    Lease & operator=(const Lease &) = delete;
+    ~Lease();
+
+    std::size_t group() const noexcept { return group_; }
+    const GroupLayout & layout() const;
+    void * data() const noexcept { return data_; }   // start of the group payload
+    int device_ordinal() const noexcept;             // -1: host memory (CPU transport)
+    // Throws UsageError naming the tensor and the group when the tensor is not in this group.
+    TensorView view(std::string_view tensor) const;
+    // Ends the lease: records the compute fence that guards the slot's reuse. Idempotent.
+    void release();
+    explicit operator bool() const noexcept { return engine_ != nullptr; }
+
+private:
+    friend class Engine;
+    Lease(Engine * e, std::size_t group, int slot, void * data) noexcept
+        : engine_(e), group_(group), slot_(slot), data_(data) {}
+    Engine * engine_ = nullptr;
+    std::size_t group_ = 0;
+    int slot_ = -1;  // -1: resident
+    void * data_ = nullptr;
+};
+
+struct EngineOptions {
+    int device = 0;                      // CUDA ordinal (ignored by the CPU transport)
+    std::uint64_t pool_physical_limit = 0;
+    std::string allocator_name = "linear";
+};
+
+class Engine {
+public:
+    // layout, allocator and transport are borrowed and must outlive the engine.
+    // Throws UsageError for a plan that does not match the layout, RuntimeError on allocator failure.
+    Engine(const ModelLayout & layout, Plan plan, const ddo_allocator_vtable * allocator,
+           Transport & transport, EngineOptions options = {});
+    Engine(const Engine &) = delete;
+    Engine & operator=(const Engine &) = delete;
+    // Drains and closes; a refused close is counted and the pool leaked, never freed under a reader.
+    ~Engine();
+
+    // Builds host copies (pinned/pageable) and uploads residents on the first call; `component`
+    // uploads every group here. Idempotent per phase.
+    void begin_phase(std::string_view name);
+    // Lease of group i: resident address, or a slot holding it (prefetched: hit; else upload: miss).
+    // Starts the uploads of the next prefetch_depth streamed groups in execution order (wrapping
+    // into the next step). Throws RuntimeError when the upload failed (naming the group).
+    Lease acquire(std::size_t group);
+    // Drains uploads, frees `component` buffers, records outstanding owners (returned; must be 0).
+    std::uint64_t end_phase();
+    // OK, or DDO_STATUS_BUSY while a lease or upload is pending (counted as a close refusal).
+    ddo_status close() noexcept;
+
+    const Plan & plan() const noexcept;
+    const ModelLayout & layout() const noexcept;
+    Transport & transport() noexcept;
+    EngineCounters counters() const;
+    // {"plan":..., "counters":..., "allocator": stats}
+    nlohmann::json to_json() const;
+    // The groups whose uploads were started, in order (tests check prefetch order).
+    std::vector<std::size_t> upload_log() const;
+
+private:
+    friend class Lease;
+    void release_lease(Lease & l) noexcept;
+    struct Impl;
+    std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace ddo::engine

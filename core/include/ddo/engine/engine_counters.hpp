@@ -1,0 +1,43 @@
+// Engine counters for the run report (docs/metrics.md, "Engine counters"). Unavailable values are
+// nullopt and serialise as null with a "<field>_reason", never as 0.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include <nlohmann/json_fwd.hpp>
+
+namespace ddo::engine {
+
+struct EngineCounters {
+    std::string transport;                     // "cpu" | "cuda"
+    std::uint64_t bytes_resident = 0;          // uploaded once into resident buffers
+    std::uint64_t bytes_from_pinned = 0;       // streamed into slots, per source
+    std::uint64_t bytes_from_pageable = 0;
+    std::uint64_t bytes_from_file = 0;
+    std::uint64_t uploads = 0;                 // copy jobs submitted (resident + streamed)
+    double upload_enqueue_s = 0;               // host time spent submitting copies
+    double upload_copy_s = 0;                  // transport worker time copying (CPU: the copy itself)
+    std::optional<double> upload_event_s;      // CUDA: completed-event time of the uploads
+    std::string upload_event_reason;
+    std::optional<double> stall_s;             // compute waiting for an upload (host-observed)
+    std::string stall_reason;
+    std::uint64_t hits = 0;                    // acquire found the group resident or prefetched
+    std::uint64_t misses = 0;                  // acquire had to start the upload itself
+    std::uint64_t pinned_bytes = 0;            // pinned host memory held for streamed groups
+    std::uint64_t pageable_bytes = 0;          // pageable host copies held for streamed groups
+    std::uint64_t staging_bytes = 0;           // disk route staging buffers
+    std::uint64_t device_bytes = 0;            // residents + slots
+    std::uint64_t failures = 0;                // failed uploads or allocator calls
+    std::uint64_t quarantines = 0;             // buffers withheld after a refused release
+    std::uint64_t close_refusals = 0;
+    std::uint64_t outstanding_owners = 0;      // live leases + uploads in flight, now
+    std::vector<std::pair<std::string, std::uint64_t>> phase_end_owners;  // per phase end; must be 0
+
+    nlohmann::json to_json() const;
+};
+
+}  // namespace ddo::engine

@@ -1,0 +1,61 @@
+// One diffusers component directory (e.g. <model>/transformer): its config.json and its weights,
+// either one *.safetensors file or a sharded set named by *.safetensors.index.json ("weight_map").
+// Every shard is validated; a tensor named twice, a weight_map entry that points to a missing shard or
+// to a shard without that tensor are errors (ddo::RuntimeError naming the files and tensor).
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include <nlohmann/json_fwd.hpp>
+
+#include "ddo/store/read_mode.hpp"
+#include "ddo/store/safetensors_file.hpp"
+#include "ddo/store/tensor_info.hpp"
+
+namespace ddo::store {
+
+// Where group payload bytes come from (a checkpoint, or a synthetic in-memory model).
+class TensorSource {
+public:
+    virtual ~TensorSource() = default;
+    virtual const TensorInfo * find(std::string_view name) const = 0;
+    // Copies the tensor's bytes into dst (dst holds info.nbytes). Thread-safe. Throws RuntimeError.
+    virtual void read_tensor(const TensorInfo & info, void * dst, ReadMode mode) const = 0;
+    // A stable name for errors and reports (the directory or "synthetic").
+    virtual std::string describe() const = 0;
+};
+
+class WeightStore final : public TensorSource {
+public:
+    // dir: a component directory. Looks for, in order: *.safetensors.index.json (sharded),
+    // diffusion_pytorch_model.safetensors, model.safetensors, the only *.safetensors present.
+    static WeightStore open_component(const std::filesystem::path & dir);
+    // A single file (no config.json needed).
+    static WeightStore open_file(const std::filesystem::path & file);
+
+    const std::filesystem::path & directory() const noexcept;
+    const nlohmann::json & config() const;  // config.json (empty object when absent)
+    const std::vector<SafetensorsFile> & files() const noexcept;
+    const std::vector<const TensorInfo *> & tensors() const noexcept;  // every tensor, all shards
+
+    const TensorInfo * find(std::string_view name) const override;
+    const TensorInfo & at(std::string_view name) const;  // throws RuntimeError naming dir and tensor
+    void read_tensor(const TensorInfo & info, void * dst, ReadMode mode) const override;
+    std::string describe() const override;
+
+    WeightStore(WeightStore &&) noexcept;
+    WeightStore & operator=(WeightStore &&) noexcept;
+    ~WeightStore() override;
+
+private:
+    WeightStore();
+    struct Impl;
+    std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace ddo::store
