@@ -82,6 +82,7 @@ struct VaeStrategy {
 struct PresetIdentity {
     std::string requested;              // as given: "auto", "low_ram_safe", "./my.toml"
     std::string effective;              // after `auto`: e.g. "wsl_compat"; empty = defaults only
+    std::string description;            // the requested preset's `description`
     std::string reason;                 // why effective differs (or "as requested")
     std::string platform;               // linux | wsl | other (as detected or injected)
     std::string platform_evidence;      // e.g. "/proc/sys/kernel/osrelease contains 'microsoft'"

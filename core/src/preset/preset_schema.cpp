@@ -1,0 +1,195 @@
+#include "ddo/preset/preset_schema.hpp"
+
+#include <algorithm>
+#include <cctype>
+
+namespace ddo {
+
+const char * to_string(KeyType t) {
+    switch (t) {
+    case KeyType::boolean: return "boolean";
+    case KeyType::integer: return "integer";
+    case KeyType::number: return "number";
+    case KeyType::string: return "string";
+    case KeyType::enumeration: return "string (one of a fixed set)";
+    case KeyType::string_or_list: return "string or array of strings";
+    }
+    return "?";
+}
+
+namespace {
+
+using nlohmann::json;
+
+KeyDef num(std::string key, double lo, double hi, json def, std::string doc, std::string by = "all model plugins") {
+    KeyDef k{std::move(key), KeyType::number, lo, hi, {}, std::move(def), std::move(doc), std::move(by)};
+    return k;
+}
+KeyDef integer(std::string key, double lo, double hi, json def, std::string doc, std::string by = "all model plugins") {
+    KeyDef k{std::move(key), KeyType::integer, lo, hi, {}, std::move(def), std::move(doc), std::move(by)};
+    return k;
+}
+KeyDef choice(std::string key, std::vector<std::string> choices, json def, std::string doc,
+              std::string by = "all model plugins") {
+    KeyDef k{std::move(key), KeyType::enumeration, std::nullopt, std::nullopt, std::move(choices), std::move(def),
+             std::move(doc), std::move(by)};
+    return k;
+}
+KeyDef boolean(std::string key, bool def, std::string doc, std::string by = "all model plugins") {
+    KeyDef k{std::move(key), KeyType::boolean, std::nullopt, std::nullopt, {}, def, std::move(doc), std::move(by)};
+    return k;
+}
+KeyDef str(std::string key, json def, std::string doc, std::string by = "all model plugins") {
+    KeyDef k{std::move(key), KeyType::string, std::nullopt, std::nullopt, {}, std::move(def), std::move(doc), std::move(by)};
+    return k;
+}
+
+const std::vector<std::string> kRoutes = {"resident", "component", "group_block", "group_leaf", "dynamic", "disk"};
+
+}  // namespace
+
+const std::vector<KeyDef> & preset_schema() {
+    static const std::vector<KeyDef> schema = [] {
+        std::vector<KeyDef> s;
+        // Metadata (preset files only; not settable with --set or DDO_*).
+        s.push_back(integer("schema_version", 1, 1, 1, "Preset schema version. Required in every preset file; must be 1."));
+        s.push_back(str("description", nullptr, "One paragraph: the preset's intent and trade-off."));
+        s.push_back(KeyDef{"inherits", KeyType::string_or_list, std::nullopt, std::nullopt, {}, nullptr,
+                           "Parent preset(s) by name or file, resolved next to this file. Later parents beat earlier "
+                           "ones; this file beats all of them. A cycle is an error."});
+        s.push_back(str("auto.linux", nullptr, "`auto` only: preset used on native Linux."));
+        s.push_back(str("auto.wsl", nullptr, "`auto` only: preset used on WSL."));
+        s.push_back(str("auto.other", nullptr, "`auto` only: preset used on any other platform."));
+
+        // Capacities.
+        s.push_back(num("capacities.device_budget_gb", 0, 4096, 0.0,
+                        "GPU memory (GiB) the engine may use for weights, slots and residents. 0 = auto: "
+                        "free device memory at start minus 1 GiB."));
+        s.push_back(num("capacities.resident_budget_gb", 0, 4096, 0.0,
+                        "GiB of weights kept resident on the device by the `dynamic` planner. 0 = auto "
+                        "(balanced against the device budget)."));
+        s.push_back(num("capacities.pinned_host_budget_gb", 0, 65536, 0.0,
+                        "GiB of page-locked host memory for streamed weights. 0 = auto (RAM-aware: pins only "
+                        "what available RAM minus ram_headroom_gb covers)."));
+        s.push_back(num("capacities.ram_headroom_gb", 0, 65536, 6.0,
+                        "GiB of system RAM that pinning and staging must leave available."));
+        s.push_back(integer("capacities.staging_slots", 1, 64, 2,
+                            "Bounded pinned staging slots for `disk` (and pageable `dynamic`) streaming. Each slot "
+                            "must fit a complete execution group."));
+        s.push_back(integer("capacities.prefetch_depth", 0, 16, 1,
+                            "Groups/blocks uploaded ahead of compute. 0 = synchronous upload."));
+        s.push_back(choice("capacities.host_registration", {"full", "bounded", "off"}, "full",
+                           "Host memory registration (page-locking) for streamed sources: `full` registers every "
+                           "source, `bounded` registers up to host_registration_ceiling_gb, `off` uses pageable "
+                           "copies."));
+        s.push_back(num("capacities.host_registration_ceiling_gb", 0, 65536, 0.0,
+                        "Ceiling (GiB) of registered host memory; must be > 0 when host_registration = bounded."));
+        s.push_back(str("capacities.allocator", "auto",
+                        "Allocator plugin name (`ddo-host plugins`). `auto` = the first verified allocator plugin, "
+                        "else the engine's built-in one."));
+        s.push_back(choice("capacities.allocator_backend", {"auto", "host", "cuda"}, "auto",
+                           "Allocator backend: `cuda` device memory, `host` memory standing in for the device "
+                           "(CPU transport, CI), `auto` = cuda when a device is usable."));
+
+        // Planner.
+        s.push_back(choice("planner.selection", {"first", "spread", "largest"}, "spread",
+                           "How the `dynamic` planner picks resident modules under the resident budget: "
+                           "the first ones, spread evenly over depth, or the largest."));
+        s.push_back(integer("planner.small_tensor_threshold_kb", 0, 1048576, 1024,
+                            "Tensors up to this size (KiB) stay resident instead of being streamed."));
+
+        // Runtime lifecycle.
+        s.push_back(boolean("runtime.cache_pinned_weights", false,
+                            "Keep pinned host copies for the life of the process (warm_process)."));
+        s.push_back(integer("runtime.generation_repeats", 1, 100, 1,
+                            "Run the generation this many times in one process (warm comparisons)."));
+        s.push_back(integer("runtime.pre_vae_cleanup_repeats", 0, 10, 1,
+                            "Cleanup passes (release intermediates, trim idle pools) before VAE decode."));
+
+        // VAE.
+        s.push_back(choice("vae.strategy", {"resident", "leaf_offload", "tiled", "temporal_stream", "auto"}, "auto",
+                           "VAE decode strategy. `auto` follows the decision table of docs/presets.md: resident if it "
+                           "fits, else leaf_offload if RAM allows, else tiled (temporal_stream for video)."));
+        s.push_back(integer("vae.tile_size", 64, 8192, 512, "Tile edge in pixels for `tiled` (multiple of 8)."));
+        s.push_back(integer("vae.tile_overlap", 0, 4096, 64, "Tile overlap in pixels for `tiled`; < tile_size."));
+        s.push_back(integer("vae.temporal_frames", 1, 4096, 16, "Frames per window for `temporal_stream`.",
+                            "video model plugins"));
+
+        // Per component.
+        s.push_back(choice("components.*.route", kRoutes, "component",
+                           "How this component's weights reach the device (docs/presets.md, Routes)."));
+        s.push_back(boolean("components.*.use_stream", true,
+                            "group_block/group_leaf: upload on a side stream one group ahead. false = synchronous."));
+        s.push_back(integer("components.*.blocks_per_group", 1, 1024, 1, "group_block: blocks per offload group."));
+        s.push_back(num("components.*.resident_budget_gb", 0, 4096, nullptr,
+                        "Overrides capacities.resident_budget_gb for this component. Unset = the global value."));
+        s.push_back(integer("components.*.staging_slots", 1, 64, nullptr,
+                            "Overrides capacities.staging_slots for this component."));
+        s.push_back(integer("components.*.prefetch_depth", 0, 16, nullptr,
+                            "Overrides capacities.prefetch_depth for this component."));
+        s.push_back(choice("components.*.selection", {"first", "spread", "largest"}, nullptr,
+                           "Overrides planner.selection for this component."));
+
+        // Workload (may also be given as --steps/--width/... on the run command line).
+        s.push_back(integer("workload.steps", 1, 10000, nullptr, "Denoise steps. Unset = the plugin's default."));
+        s.push_back(integer("workload.width", 16, 16384, nullptr, "Output width in pixels. Unset = plugin default."));
+        s.push_back(integer("workload.height", 16, 16384, nullptr, "Output height in pixels. Unset = plugin default."));
+        s.push_back(integer("workload.frames", 1, 100000, nullptr, "Frames (video plugins). Unset = plugin default.",
+                            "video model plugins"));
+        s.push_back(integer("workload.seed", 0, 9007199254740991.0, nullptr, "Random seed. Unset = plugin default."));
+        s.push_back(choice("workload.precision", {"bf16", "fp16", "fp32"}, nullptr,
+                           "Compute precision. Unset = plugin default."));
+        s.push_back(str("workload.prompt", nullptr, "Prompt text. Unset = plugin default (or --prompt-embeds)."));
+        s.push_back(str("workload.negative_prompt", nullptr, "Negative prompt. Unset = none."));
+        s.push_back(num("workload.guidance_scale", 0, 100, nullptr, "Guidance scale. Unset = plugin default."));
+        return s;
+    }();
+    return schema;
+}
+
+const std::vector<std::string> & known_components() {
+    static const std::vector<std::string> c = {"text_encoder", "text_encoder_2", "connectors", "transformer", "vae",
+                                               "audio_vae",    "vocoder",        "image_encoder", "controlnet"};
+    return c;
+}
+
+const KeyDef * find_key(std::string_view key, std::string * component) {
+    constexpr std::string_view kComp = "components.";
+    if (key.starts_with(kComp)) {
+        auto rest = key.substr(kComp.size());
+        auto dot = rest.find('.');
+        if (dot == std::string_view::npos || dot == 0) return nullptr;
+        std::string pattern = "components.*." + std::string(rest.substr(dot + 1));
+        for (const auto & k : preset_schema())
+            if (k.key == pattern) {
+                if (component) *component = std::string(rest.substr(0, dot));
+                return &k;
+            }
+        return nullptr;
+    }
+    for (const auto & k : preset_schema())
+        if (k.key == key) return &k;
+    return nullptr;
+}
+
+std::vector<std::string> concrete_keys(const std::vector<std::string> & components) {
+    std::vector<std::string> out;
+    for (const auto & k : preset_schema()) {
+        if (k.key.starts_with("components.*.")) {
+            for (const auto & c : components) out.push_back("components." + c + k.key.substr(12));
+        } else {
+            out.push_back(k.key);
+        }
+    }
+    return out;
+}
+
+std::string env_name_for(std::string_view key) {
+    std::string k(key);
+    if (k.starts_with("components.")) k = k.substr(11);
+    std::string out = "DDO_";
+    for (char ch : k) out += (ch == '.') ? '_' : static_cast<char>(std::toupper(static_cast<unsigned char>(ch)));
+    return out;
+}
+
+}  // namespace ddo
