@@ -1,0 +1,60 @@
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+
+#include "ddo/error.hpp"
+#include "ddo/report/run_tracker.hpp"
+
+namespace ddo {
+
+namespace fs = std::filesystem;
+
+// Note [Atomic report write]: a reader (or a crash) sees either the previous report or the new one,
+// never a torn file: write a temp file in the same directory, fsync it, rename over the target,
+// then fsync the directory so the rename itself is durable.
+void write_json_atomically(const fs::path & path, const nlohmann::json & j) {
+    auto fail = [&](const std::string & what) {
+        throw RuntimeError("report " + path.string() + ": " + what + ": " + std::strerror(errno) +
+                           "; check that the directory exists and is writable");
+    };
+    fs::path dir = path.parent_path().empty() ? fs::path(".") : path.parent_path();
+    std::error_code ec;
+    fs::create_directories(dir, ec);
+    std::string tmpl = (dir / ("." + path.filename().string() + ".tmp.XXXXXX")).string();
+    int fd = mkstemp(tmpl.data());
+    if (fd < 0) fail("cannot create temp file in " + dir.string());
+    std::string text = j.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) + "\n";
+    const char * p = text.data();
+    size_t left = text.size();
+    while (left > 0) {
+        ssize_t n = ::write(fd, p, left);
+        if (n < 0) {
+            if (errno == EINTR) continue;
+            ::close(fd);
+            ::unlink(tmpl.c_str());
+            fail("write failed");
+        }
+        p += n;
+        left -= static_cast<size_t>(n);
+    }
+    if (::fchmod(fd, 0644) != 0 || ::fsync(fd) != 0) {
+        ::close(fd);
+        ::unlink(tmpl.c_str());
+        fail("fsync failed");
+    }
+    ::close(fd);
+    if (::rename(tmpl.c_str(), path.c_str()) != 0) {
+        ::unlink(tmpl.c_str());
+        fail("rename failed");
+    }
+    int dfd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY);
+    if (dfd >= 0) {
+        ::fsync(dfd);
+        ::close(dfd);
+    }
+}
+
+}  // namespace ddo

@@ -1,0 +1,563 @@
+// RunTracker: the run report (field catalog: docs/metrics.md).
+#include "ddo/report/run_tracker.hpp"
+
+#include <algorithm>
+#include <condition_variable>
+#include <ctime>
+#include <mutex>
+#include <thread>
+
+#include "ddo/error.hpp"
+#include "ddo/preset/resolved_settings.hpp"
+#include "ddo/report/environment_info.hpp"
+#include "ddo/report/file_digest.hpp"
+#include "ddo/report/memory_probes.hpp"
+#include "ddo/util/build_info.hpp"
+
+namespace ddo {
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+using Clock = std::chrono::steady_clock;
+
+const char * to_string(RunStatus s) {
+    switch (s) {
+    case RunStatus::running: return "running";
+    case RunStatus::completed: return "completed";
+    case RunStatus::failed: return "failed";
+    case RunStatus::interrupted: return "interrupted";
+    }
+    return "?";
+}
+
+namespace {
+
+constexpr int kReportSchemaVersion = 1;
+
+std::string iso_utc(std::chrono::system_clock::time_point t) {
+    std::time_t tt = std::chrono::system_clock::to_time_t(t);
+    std::tm tm{};
+    gmtime_r(&tt, &tm);
+    char buf[32];
+    std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ", &tm);
+    return buf;
+}
+
+json opt(const std::optional<std::int64_t> & v) { return v ? json(*v) : json(nullptr); }
+json opt_d(const std::optional<double> & v) { return v ? json(*v) : json(nullptr); }
+
+// One sampled series. A failed reading counts as a failed sample and never as a value.
+struct Series {
+    std::optional<std::int64_t> current, peak, min;
+    std::uint64_t samples = 0, failed = 0;
+    std::string last_failure;
+
+    void add(std::optional<std::int64_t> v, const std::string & why) {
+        if (!v) {
+            ++failed;
+            last_failure = why;
+            current.reset();
+            return;
+        }
+        ++samples;
+        current = v;
+        peak = peak ? std::max(*peak, *v) : *v;
+        min = min ? std::min(*min, *v) : *v;
+    }
+    void add(const report::Reading & r) {
+        add(r.bytes ? std::optional<std::int64_t>(static_cast<std::int64_t>(*r.bytes)) : std::nullopt, r.reason);
+    }
+    bool complete(bool sampler_covered) const { return sampler_covered && samples > 0 && failed == 0; }
+    json to_json(bool sampler_covered, const std::string & incomplete_why) const {
+        json j;
+        j["samples"] = samples;
+        j["failed_samples"] = failed;
+        j["complete"] = complete(sampler_covered);
+        j["current_bytes"] = opt(current);
+        j["peak_bytes"] = opt(peak);
+        j["min_bytes"] = opt(min);
+        if (samples == 0)
+            j["reason"] = last_failure.empty() ? "no sample was taken" : last_failure;
+        else if (failed > 0)
+            j["reason"] = std::to_string(failed) + " sample(s) failed, last: " + last_failure;
+        else if (!sampler_covered)
+            j["reason"] = incomplete_why;
+        else
+            j["reason"] = nullptr;
+        return j;
+    }
+};
+
+struct MonitorSet {
+    Series rss, uss, mem_available, cgroup, gpu_absolute, gpu_delta, torch_allocated, torch_reserved;
+};
+
+struct PhaseRec {
+    std::string name;
+    std::optional<std::size_t> parent;
+    int depth = 0;
+    Clock::time_point start;
+    std::optional<Clock::time_point> end;
+    std::optional<double> cuda_event_ms;
+    json notes = json::object();
+    MonitorSet mem;
+};
+
+}  // namespace
+
+struct RunTracker::Impl {
+    RunTrackerOptions opt;
+    mutable std::mutex mu;
+    Clock::time_point start = Clock::now();
+    std::chrono::system_clock::time_point start_wall = std::chrono::system_clock::now();
+    std::optional<Clock::time_point> finish;
+    std::optional<std::chrono::system_clock::time_point> finish_wall;
+    RunStatus status = RunStatus::running;
+    json error = nullptr;
+    int exit_code = -1;
+
+    std::vector<PhaseRec> phases;
+    std::vector<std::size_t> open;
+    json steps = json::array();
+    json counters = json::object();
+    json routes = json::object();
+    json workload = json::object();
+    json settings = nullptr;
+    json preset_identity = nullptr;
+    json plugin = nullptr;
+    json artifacts = json::array();
+    json checkpoint = nullptr;
+    json outputs = json::array();
+    json command_line = json::array();
+    json notes = json::object();
+    json environment;
+    bool dry_run = false;
+
+    MonitorSet mem;
+    std::optional<std::int64_t> gpu_baseline;
+    std::string gpu_baseline_reason;
+    std::optional<std::uint64_t> rss_hwm;
+    std::string rss_hwm_reason;
+    report::CgroupReading cgroup_last;
+    std::optional<std::int64_t> mem_total;
+    std::string mem_total_reason;
+    std::unique_ptr<report::NvmlProbe> nvml;
+    TorchMemoryHook torch_hook;
+    std::string torch_version;
+
+    std::thread sampler;
+    std::condition_variable cv;
+    bool stop = false;
+    bool sampler_running = false;
+    bool sampler_failed = false;  // the thread could not start or run for the whole scope
+
+    void sample_locked() {
+        auto rss = report::read_rss(opt.proc_root);
+        auto uss = report::read_uss(opt.proc_root);
+        auto avail = report::read_mem_available(opt.proc_root);
+        auto cg = report::read_cgroup(opt.proc_root, opt.sys_root);
+        auto gpu = nvml->used();
+        std::optional<std::int64_t> delta;
+        std::string delta_why = gpu.reason;
+        if (gpu.bytes && gpu_baseline) delta = static_cast<std::int64_t>(*gpu.bytes) - *gpu_baseline;
+        else if (gpu.bytes) delta_why = "no GPU baseline: " + gpu_baseline_reason;
+        std::optional<std::int64_t> ta, tr;
+        std::string torch_why;
+        if (!torch_hook) {
+            torch_why = "no torch memory hook registered (the model plugin did not provide one)";
+        } else if (auto t = torch_hook()) {
+            ta = static_cast<std::int64_t>(t->allocated_bytes);
+            tr = static_cast<std::int64_t>(t->reserved_bytes);
+        } else {
+            torch_why = "torch memory hook returned no value (CUDA not initialised in torch)";
+        }
+        cgroup_last = cg;
+        auto add_all = [&](MonitorSet & m) {
+            m.rss.add(rss);
+            m.uss.add(uss);
+            m.mem_available.add(avail);
+            m.cgroup.add(cg.usage);
+            m.gpu_absolute.add(gpu);
+            m.gpu_delta.add(delta, delta_why);
+            m.torch_allocated.add(ta, torch_why);
+            m.torch_reserved.add(tr, torch_why);
+        };
+        add_all(mem);
+        for (auto i : open) add_all(phases[i].mem);
+    }
+
+    void stop_sampler() {
+        {
+            std::lock_guard lk(mu);
+            stop = true;
+        }
+        cv.notify_all();
+        if (sampler.joinable()) sampler.join();
+        sampler_running = false;
+    }
+
+    json monitor_json(const Series & s, const std::string & metric, const std::string & scope, bool phase_scope) const {
+        bool covered = opt.start_sampler && !sampler_failed;
+        json j = s.to_json(covered, opt.start_sampler ? "the sampler thread did not run for the whole scope"
+                                                       : "sampler disabled: only explicit samples were taken");
+        j["metric"] = metric;
+        j["scope"] = phase_scope ? "phase" : scope;
+        j["unit"] = "bytes";
+        j["interval_ms"] = opt.start_sampler ? json(opt.sample_interval.count()) : json(nullptr);
+        return j;
+    }
+
+    json memory_json(const MonitorSet & m, bool phase_scope) const {
+        json j;
+        j["rss"] = monitor_json(m.rss, "VmRSS of the host process (anonymous + file-backed + shmem resident pages)",
+                                "process, whole run", phase_scope);
+        j["uss"] = monitor_json(m.uss, "USS of the host process: Private_Clean + Private_Dirty of smaps_rollup",
+                                "process, whole run", phase_scope);
+        j["mem_available"] = monitor_json(m.mem_available, "MemAvailable of /proc/meminfo", "system, whole run", phase_scope);
+        j["cgroup"] = monitor_json(m.cgroup, "memory.current of the process's cgroup v2", "cgroup, whole run", phase_scope);
+        j["gpu_absolute"] = monitor_json(m.gpu_absolute, "NVML used memory of the device (all processes and contexts)",
+                                         "device, whole run", phase_scope);
+        j["gpu_delta"] = monitor_json(m.gpu_delta, "NVML used memory minus the baseline taken when the tracker started",
+                                      "device relative to run baseline, whole run", phase_scope);
+        j["torch_allocated"] = monitor_json(m.torch_allocated, "PyTorch caching allocator: allocated bytes",
+                                            "torch allocator of this process, whole run", phase_scope);
+        j["torch_reserved"] = monitor_json(m.torch_reserved, "PyTorch caching allocator: reserved bytes",
+                                           "torch allocator of this process, whole run", phase_scope);
+        return j;
+    }
+};
+
+RunTracker::RunTracker(RunTrackerOptions options) : impl_(std::make_unique<Impl>()) {
+    auto & m = *impl_;
+    m.opt = std::move(options);
+    m.nvml = std::make_unique<report::NvmlProbe>(m.opt.nvml_library, m.opt.gpu_index);
+    auto base = m.nvml->used();
+    if (base.bytes) m.gpu_baseline = static_cast<std::int64_t>(*base.bytes);
+    m.gpu_baseline_reason = base.reason;
+    auto total = report::read_mem_total(m.opt.proc_root);
+    if (total.bytes) m.mem_total = static_cast<std::int64_t>(*total.bytes);
+    m.mem_total_reason = total.reason;
+    m.environment = report::collect_environment(m.opt.proc_root, m.opt.etc_root, *m.nvml);
+    m.torch_version = build_info().torch_version;
+    {
+        std::lock_guard lk(m.mu);
+        m.sample_locked();
+    }
+    if (m.opt.start_sampler) {
+        try {
+            m.sampler_running = true;
+            m.sampler = std::thread([this] {
+                auto & im = *impl_;
+                std::unique_lock lk(im.mu);
+                while (!im.stop) {
+                    if (im.cv.wait_for(lk, im.opt.sample_interval, [&] { return im.stop; })) break;
+                    im.sample_locked();
+                }
+            });
+        } catch (const std::exception &) {
+            m.sampler_running = false;
+            m.sampler_failed = true;
+        }
+    }
+}
+
+RunTracker::~RunTracker() { impl_->stop_sampler(); }
+
+RunTracker::Phase::Phase(Phase && o) noexcept : tracker_(o.tracker_), index_(o.index_) { o.tracker_ = nullptr; }
+RunTracker::Phase::~Phase() { end(); }
+void RunTracker::Phase::end() {
+    if (tracker_) tracker_->end_phase(index_);
+    tracker_ = nullptr;
+}
+void RunTracker::Phase::set_cuda_event_ms(double ms) {
+    if (tracker_) tracker_->phase_cuda_ms(index_, ms);
+}
+void RunTracker::Phase::note(const std::string & key, json value) {
+    if (tracker_) tracker_->phase_note(index_, key, std::move(value));
+}
+
+RunTracker::Phase RunTracker::phase(const std::string & name) {
+    auto & m = *impl_;
+    std::lock_guard lk(m.mu);
+    PhaseRec rec;
+    rec.name = name;
+    if (!m.open.empty()) {
+        rec.parent = m.open.back();
+        rec.depth = m.phases[*rec.parent].depth + 1;
+    }
+    rec.start = Clock::now();
+    m.phases.push_back(std::move(rec));
+    std::size_t idx = m.phases.size() - 1;
+    m.open.push_back(idx);
+    m.sample_locked();
+    return Phase(this, idx);
+}
+
+void RunTracker::end_phase(std::size_t index) {
+    auto & m = *impl_;
+    std::lock_guard lk(m.mu);
+    auto & p = m.phases.at(index);
+    if (p.end) return;
+    m.sample_locked();
+    p.end = Clock::now();
+    m.open.erase(std::remove(m.open.begin(), m.open.end(), index), m.open.end());
+}
+
+void RunTracker::phase_cuda_ms(std::size_t index, double ms) {
+    std::lock_guard lk(impl_->mu);
+    impl_->phases.at(index).cuda_event_ms = ms;
+}
+
+void RunTracker::phase_note(std::size_t index, const std::string & key, json value) {
+    std::lock_guard lk(impl_->mu);
+    impl_->phases.at(index).notes[key] = std::move(value);
+}
+
+void RunTracker::step(const std::string & phase, int index, double host_wall_s, std::optional<double> cuda_event_ms,
+                      json extra) {
+    std::lock_guard lk(impl_->mu);
+    impl_->steps.push_back({{"phase", phase},
+                            {"index", index},
+                            {"host_wall_s", host_wall_s},
+                            {"cuda_event_ms", opt_d(cuda_event_ms)},
+                            {"cuda_event_ms_reason",
+                             cuda_event_ms ? json(nullptr) : json("no completed CUDA-event interval was supplied")},
+                            {"extra", extra.is_null() ? json::object() : std::move(extra)}});
+}
+
+void RunTracker::set_counters(const std::string & component, json counters) {
+    std::lock_guard lk(impl_->mu);
+    impl_->counters[component] = std::move(counters);
+}
+
+namespace {
+json & route_entry(json & routes, const std::string & component) {
+    if (!routes.contains(component))
+        routes[component] = {{"intended", nullptr},
+                             {"intended_source", nullptr},
+                             {"executed", nullptr},
+                             {"executed_note", nullptr},
+                             {"executed_reason", "the plugin did not report an executed route"},
+                             {"matches", nullptr}};
+    return routes[component];
+}
+void update_match(json & e) {
+    e["matches"] = (e["intended"].is_null() || e["executed"].is_null()) ? json(nullptr) : json(e["intended"] == e["executed"]);
+}
+}  // namespace
+
+void RunTracker::set_route_intended(const std::string & component, const std::string & route, const std::string & source) {
+    std::lock_guard lk(impl_->mu);
+    auto & e = route_entry(impl_->routes, component);
+    e["intended"] = route;
+    e["intended_source"] = source.empty() ? json(nullptr) : json(source);
+    update_match(e);
+}
+
+void RunTracker::set_route_executed(const std::string & component, const std::string & route, const std::string & note) {
+    std::lock_guard lk(impl_->mu);
+    auto & e = route_entry(impl_->routes, component);
+    e["executed"] = route;
+    e["executed_note"] = note.empty() ? json(nullptr) : json(note);
+    e["executed_reason"] = nullptr;
+    update_match(e);
+}
+
+void RunTracker::set_workload(json workload) {
+    std::lock_guard lk(impl_->mu);
+    impl_->workload = std::move(workload);
+}
+
+void RunTracker::set_settings(const ResolvedSettings & settings) {
+    json j = settings.to_json();
+    std::lock_guard lk(impl_->mu);
+    impl_->preset_identity = j["preset"];
+    impl_->settings = {{"values", j["values"]},
+                       {"components", j["components"]},
+                       {"effective_components", j["effective_components"]}};
+}
+
+void RunTracker::set_plugin(json plugin) {
+    std::lock_guard lk(impl_->mu);
+    impl_->plugin = std::move(plugin);
+}
+
+void RunTracker::add_artifact(const std::string & role, const std::string & name, const fs::path & path,
+                              const std::string & sha256) {
+    std::lock_guard lk(impl_->mu);
+    impl_->artifacts.push_back({{"role", role}, {"name", name}, {"path", path.string()}, {"sha256", sha256}});
+}
+
+void RunTracker::set_checkpoint(json checkpoint) {
+    std::lock_guard lk(impl_->mu);
+    impl_->checkpoint = std::move(checkpoint);
+}
+
+void RunTracker::add_output(const fs::path & path, const std::string & kind) {
+    std::error_code ec;
+    auto size = fs::file_size(path, ec);
+    auto sha = report::file_sha256(path);
+    std::lock_guard lk(impl_->mu);
+    impl_->outputs.push_back({{"path", path.string()},
+                              {"kind", kind},
+                              {"bytes", ec ? json(nullptr) : json(size)},
+                              {"sha256", sha ? json(*sha) : json(nullptr)},
+                              {"sha256_reason", sha ? json(nullptr) : json("cannot read " + path.string())}});
+}
+
+void RunTracker::set_command_line(std::vector<std::string> argv) {
+    std::lock_guard lk(impl_->mu);
+    impl_->command_line = std::move(argv);
+}
+
+void RunTracker::set_dry_run(bool dry_run) {
+    std::lock_guard lk(impl_->mu);
+    impl_->dry_run = dry_run;
+}
+
+void RunTracker::note(const std::string & key, json value) {
+    std::lock_guard lk(impl_->mu);
+    impl_->notes[key] = std::move(value);
+}
+
+void RunTracker::set_torch_memory_hook(TorchMemoryHook hook, std::string torch_version) {
+    std::lock_guard lk(impl_->mu);
+    impl_->torch_hook = std::move(hook);
+    if (!torch_version.empty()) impl_->torch_version = std::move(torch_version);
+}
+
+void RunTracker::set_torch_version(std::string torch_version) {
+    std::lock_guard lk(impl_->mu);
+    impl_->torch_version = std::move(torch_version);
+}
+
+void RunTracker::sample_now() {
+    std::lock_guard lk(impl_->mu);
+    impl_->sample_locked();
+}
+
+namespace {
+void finish(RunTracker::Impl & m, RunStatus s, int exit_code, json error) {
+    m.stop_sampler();
+    std::lock_guard lk(m.mu);
+    if (m.status != RunStatus::running) return;  // the first terminal status wins
+    m.sample_locked();
+    auto hwm = report::read_rss_hwm(m.opt.proc_root);
+    m.rss_hwm = hwm.bytes;
+    m.rss_hwm_reason = hwm.reason;
+    m.status = s;
+    m.exit_code = exit_code;
+    m.error = std::move(error);
+    m.finish = Clock::now();
+    m.finish_wall = std::chrono::system_clock::now();
+}
+}  // namespace
+
+void RunTracker::mark_completed() { finish(*impl_, RunStatus::completed, 0, nullptr); }
+
+void RunTracker::mark_failed(int exit_code, const std::string & message, const std::string & kind) {
+    finish(*impl_, RunStatus::failed, exit_code, {{"kind", kind}, {"message", message}, {"exit_code", exit_code}});
+}
+
+void RunTracker::mark_interrupted(const std::string & message) {
+    finish(*impl_, RunStatus::interrupted, 130, {{"kind", "interrupted"}, {"message", message}, {"exit_code", 130}});
+}
+
+RunStatus RunTracker::status() const {
+    std::lock_guard lk(impl_->mu);
+    return impl_->status;
+}
+
+json RunTracker::to_json() const {
+    const auto & m = *impl_;
+    std::lock_guard lk(m.mu);
+    auto now = Clock::now();
+    auto secs = [](Clock::duration d) { return std::chrono::duration<double>(d).count(); };
+    const auto & bi = build_info();
+
+    json r;
+    r["schema_version"] = kReportSchemaVersion;
+    r["status"] = to_string(m.status);
+    r["exit_code"] = m.status == RunStatus::running ? json(nullptr) : json(m.exit_code);
+    r["error"] = m.error;
+    r["dry_run"] = m.dry_run;
+
+    json id;
+    id["host"] = {{"version", bi.version},         {"git_revision", bi.git_revision}, {"build_type", bi.build_type},
+                  {"fingerprint", bi.fingerprint}, {"compiler", bi.compiler}};
+    id["command_line"] = m.command_line;
+    id["plugin"] = m.plugin;
+    id["plugin_reason"] = m.plugin.is_null() ? json("no model plugin was loaded") : json(nullptr);
+    id["artifacts"] = m.artifacts;
+    id["preset"] = m.preset_identity;
+    id["preset_reason"] = m.preset_identity.is_null() ? json("settings were not resolved") : json(nullptr);
+    id["checkpoint"] = m.checkpoint;
+    id["checkpoint_reason"] = m.checkpoint.is_null() ? json("no checkpoint identity was recorded") : json(nullptr);
+    r["identity"] = id;
+    r["settings"] = m.settings;
+    r["workload"] = m.workload;
+    json env = m.environment;
+    env["torch_version"] = m.torch_version.empty() || m.torch_version == "none" ? json(nullptr) : json(m.torch_version);
+    env["torch_version_reason"] = env["torch_version"].is_null() ? json("built without LibTorch") : json(nullptr);
+    r["environment"] = env;
+
+    auto end = m.finish.value_or(now);
+    r["timing"] = {{"started_at", iso_utc(m.start_wall)},
+                   {"finished_at", m.finish_wall ? json(iso_utc(*m.finish_wall)) : json(nullptr)},
+                   {"tracked_total_host_s", secs(end - m.start)},
+                   {"clock", "host steady clock; CUDA-event times are separate fields (cuda_event_ms)"}};
+
+    json phases = json::array();
+    for (std::size_t i = 0; i < m.phases.size(); ++i) {
+        const auto & p = m.phases[i];
+        json j;
+        j["index"] = i;
+        j["name"] = p.name;
+        j["parent"] = p.parent ? json(m.phases[*p.parent].name) : json(nullptr);
+        j["parent_index"] = p.parent ? json(*p.parent) : json(nullptr);
+        j["depth"] = p.depth;
+        j["start_offset_s"] = secs(p.start - m.start);
+        j["status"] = p.end ? "ended" : "open";
+        j["host_wall_s"] = p.end ? json(secs(*p.end - p.start)) : json(nullptr);
+        j["host_wall_s_reason"] = p.end ? json(nullptr) : json("phase did not end (run " + std::string(to_string(m.status)) + ")");
+        j["cuda_event_ms"] = opt_d(p.cuda_event_ms);
+        j["cuda_event_ms_reason"] =
+            p.cuda_event_ms ? json(nullptr) : json("no completed CUDA-event interval was supplied for this phase");
+        j["notes"] = p.notes;
+        j["memory"] = m.memory_json(p.mem, true);
+        phases.push_back(std::move(j));
+    }
+    r["phases"] = phases;
+    r["steps"] = m.steps;
+
+    json mem = m.memory_json(m.mem, false);
+    mem["sampler"] = {{"interval_ms", m.opt.start_sampler ? json(m.opt.sample_interval.count()) : json(nullptr)},
+                      {"enabled", m.opt.start_sampler},
+                      {"note", "sampling can miss peaks shorter than the interval"}};
+    mem["rss"]["kernel_hwm_bytes"] = m.rss_hwm ? json(*m.rss_hwm) : json(nullptr);
+    mem["rss"]["kernel_hwm_reason"] =
+        m.rss_hwm ? json(nullptr) : json(m.rss_hwm_reason.empty() ? "read at the end of the run" : m.rss_hwm_reason);
+    mem["mem_available"]["total_bytes"] = opt(m.mem_total);
+    mem["mem_available"]["total_reason"] = m.mem_total ? json(nullptr) : json(m.mem_total_reason);
+    mem["cgroup"]["path"] = m.cgroup_last.path.empty() ? json(nullptr) : json(m.cgroup_last.path);
+    mem["cgroup"]["limit_bytes"] = m.cgroup_last.limit.bytes ? json(*m.cgroup_last.limit.bytes) : json(nullptr);
+    mem["cgroup"]["limit_reason"] = m.cgroup_last.limit.bytes ? json(nullptr) : json(m.cgroup_last.limit.reason);
+    mem["gpu_absolute"]["device_index"] = m.opt.gpu_index;
+    mem["gpu_delta"]["baseline_bytes"] = opt(m.gpu_baseline);
+    mem["gpu_delta"]["baseline_reason"] = m.gpu_baseline ? json(nullptr) : json(m.gpu_baseline_reason);
+    r["memory"] = mem;
+
+    r["routes"] = m.routes;
+    r["counters"] = m.counters;
+    r["outputs"] = m.outputs;
+    r["notes"] = m.notes;
+    return r;
+}
+
+void RunTracker::write(const fs::path & path) const {
+    const fs::path & target = path.empty() ? impl_->opt.report_path : path;
+    if (target.empty()) throw RuntimeError("RunTracker::write: no report path; pass --report FILE");
+    write_json_atomically(target, to_json());
+}
+
+}  // namespace ddo
