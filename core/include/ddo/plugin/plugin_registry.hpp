@@ -17,6 +17,8 @@
 
 namespace ddo {
 
+class PluginHostContext;  // ddo/plugin/plugin_host_api.hpp
+
 // One [[artifact]] of a manifest.
 struct ArtifactEntry {
     std::string name;
@@ -69,6 +71,8 @@ struct LoadedPlugin {
     PluginRecord record;
     const ddo_model_vtable * model = nullptr;          // kind == model
     const ddo_allocator_vtable * allocator = nullptr;  // kind == allocator
+    // The host services this plugin was given (process lifetime): its last set_error message.
+    PluginHostContext * host = nullptr;
 };
 
 class PluginRegistry {
@@ -79,6 +83,9 @@ public:
     static PluginRegistry discover(const std::vector<std::filesystem::path> & dirs);
 
     const std::vector<PluginRecord> & records() const;
+
+    // The directories discover() was given, in order (missing ones included).
+    const std::vector<std::filesystem::path> & dirs() const;
 
     // Hashes every listed artifact without loading any; returns true when all verify.
     bool verify_all();

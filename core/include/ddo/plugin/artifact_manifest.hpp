@@ -1,0 +1,28 @@
+// The artifact manifest (artifacts.toml) of one plugin directory. Written by the build
+// (cmake/write_manifest.cmake) or shipped with a drop-in plugin and reviewed by a maintainer.
+// Format and rationale: docs/architecture.md, Note [Artifact manifest].
+#pragma once
+
+#include <filesystem>
+#include <vector>
+
+#include "ddo/plugin/plugin_registry.hpp"
+
+namespace ddo {
+
+inline constexpr int kArtifactManifestSchemaVersion = 1;
+inline constexpr const char * kArtifactManifestFileName = "artifacts.toml";
+
+struct ArtifactManifest {
+    std::filesystem::path file;  // the artifacts.toml that was read
+    int schema_version = 0;
+    std::vector<ArtifactEntry> artifacts;  // in file order; manifest and path filled
+};
+
+// Parses and validates one manifest: schema_version must be 1, every [[artifact]] has exactly the
+// keys name, kind, file, size, sha256, platform, fingerprint; kind is model|allocator; sha256 is
+// 64 hex digits; file is relative and stays inside the manifest's directory.
+// Throws VerificationError naming file:line:column, what was expected and found, and the next step.
+ArtifactManifest read_artifact_manifest(const std::filesystem::path & manifest_file);
+
+}  // namespace ddo

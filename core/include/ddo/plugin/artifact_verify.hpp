@@ -1,0 +1,33 @@
+// Verification of one artifact before anything loads it, TOCTOU-safe: the file is opened once,
+// without following links, checked and hashed through that descriptor; the loader then maps the
+// same descriptor (/proc/self/fd/N). Order: docs/architecture.md, "Artifact manifest, verification
+// and loading order".
+#pragma once
+
+#include <string>
+
+#include "ddo/plugin/file_digest.hpp"
+#include "ddo/plugin/plugin_registry.hpp"
+#include "ddo/plugin/unique_fd.hpp"
+
+namespace ddo {
+
+struct ArtifactVerdict {
+    RefusalKind refusal = RefusalKind::none;
+    std::string reason;  // full message when refused: file, expected vs found, next step
+    FileDigest digest;   // filled once hashing ran (also for a digest mismatch)
+    UniqueFd fd;         // the verified, open descriptor (only when refusal == none)
+
+    bool ok() const noexcept { return refusal == RefusalKind::none; }
+};
+
+// Opens artifact.path beneath its manifest directory (O_NOFOLLOW|O_CLOEXEC; openat2 with
+// RESOLVE_BENEATH|RESOLVE_NO_SYMLINKS where the kernel has it), requires a regular file owned by
+// us or root without group/world write bits, hashes it from the descriptor and compares size,
+// SHA-256, platform and build fingerprint with the manifest entry. Never throws for a refusal.
+ArtifactVerdict verify_artifact(const ArtifactEntry & artifact);
+
+// "linux-<machine>", the platform string the build writes into manifests.
+std::string host_platform();
+
+}  // namespace ddo

@@ -1,0 +1,25 @@
+// FileDigest: SHA-256 (trust, OpenSSL EVP) and XXH3-128 (fast content identity for reports and
+// caches) of one file, computed in a single pass from an open descriptor.
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <string>
+#include <string_view>
+
+namespace ddo {
+
+struct FileDigest {
+    std::string sha256;    // lowercase hex, 64 chars
+    std::string xxh3_128;  // lowercase hex of the canonical (big-endian) form, 32 chars
+    std::uint64_t size = 0;
+};
+
+// Reads the whole file behind fd from offset 0 with pread (the descriptor's offset is untouched).
+// Throws ddo::RuntimeError naming path_for_messages when a read fails.
+FileDigest digest_fd(int fd /* borrowed */, const std::filesystem::path & path_for_messages);
+
+// The first 12 hex digits, for listings ("sha256 3f2a9c0d1e4b").
+std::string short_digest(std::string_view hex);
+
+}  // namespace ddo

@@ -1,0 +1,128 @@
+#include "ddo/plugin/artifact_manifest.hpp"
+
+#include <toml++/toml.h>
+
+#include <algorithm>
+#include <array>
+#include <sstream>
+#include <string_view>
+
+#include "ddo/error.hpp"
+
+namespace ddo {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+constexpr std::array<std::string_view, 7> kArtifactKeys = {"name", "kind", "file", "size", "sha256", "platform",
+                                                           "fingerprint"};
+constexpr std::string_view kNextStep =
+    "rebuild (tools/ddo build) to rewrite a build manifest, or fix this drop-in manifest "
+    "(format: docs/architecture.md, Note [Artifact manifest])";
+
+std::string where(const fs::path & file, const toml::source_region & region) {
+    std::ostringstream out;
+    out << file.string();
+    if (region.begin.line != 0) out << ':' << region.begin.line << ':' << region.begin.column;
+    return out.str();
+}
+
+[[noreturn]] void refuse(const fs::path & file, const toml::source_region & region, const std::string & what) {
+    throw VerificationError("artifact manifest " + where(file, region) + ": " + what + "; " + std::string(kNextStep));
+}
+
+std::string required_string(const fs::path & file, const toml::table & artifact, std::string_view key) {
+    const toml::node * node = artifact.get(key);
+    if (node == nullptr) refuse(file, artifact.source(), "[[artifact]] has no '" + std::string(key) + "' key");
+    if (!node->is_string()) {
+        std::ostringstream found;
+        found << node->type();
+        refuse(file, node->source(), "'" + std::string(key) + "' must be a string, found " + found.str());
+    }
+    return node->as_string()->get();
+}
+
+bool is_lower_hex(std::string_view s) {
+    return std::all_of(s.begin(), s.end(), [](char c) { return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f'); });
+}
+
+}  // namespace
+
+ArtifactManifest read_artifact_manifest(const fs::path & manifest_file) {
+    toml::table root;
+    try {
+        root = toml::parse_file(manifest_file.string());
+    } catch (const toml::parse_error & e) {
+        refuse(manifest_file, e.source(), "not valid TOML: " + std::string(e.description()));
+    }
+
+    ArtifactManifest manifest;
+    manifest.file = manifest_file;
+    const fs::path dir = manifest_file.parent_path();
+
+    for (const auto & [key, node] : root) {
+        if (key != "schema_version" && key != "artifact")
+            refuse(manifest_file, node.source(),
+                   "unknown top-level key '" + std::string(key.str()) + "' (expected schema_version and [[artifact]])");
+    }
+    const toml::node * version = root.get("schema_version");
+    if (version == nullptr) refuse(manifest_file, root.source(), "missing 'schema_version = 1'");
+    if (!version->is_integer() || version->as_integer()->get() != kArtifactManifestSchemaVersion) {
+        std::ostringstream found;
+        if (version->is_integer())
+            found << version->as_integer()->get();
+        else
+            found << "a " << version->type();
+        refuse(manifest_file, version->source(), "schema_version must be 1, found " + found.str());
+    }
+    manifest.schema_version = kArtifactManifestSchemaVersion;
+
+    const toml::node * list = root.get("artifact");
+    if (list == nullptr) return manifest;  // a directory with nothing to offer is valid
+    const toml::array * artifacts = list->as_array();
+    if (artifacts == nullptr) refuse(manifest_file, list->source(), "'artifact' must be an array of tables ([[artifact]])");
+
+    for (const toml::node & item : *artifacts) {
+        const toml::table * table = item.as_table();
+        if (table == nullptr) refuse(manifest_file, item.source(), "each [[artifact]] must be a table");
+        for (const auto & [key, node] : *table) {
+            if (std::find(kArtifactKeys.begin(), kArtifactKeys.end(), key.str()) == kArtifactKeys.end())
+                refuse(manifest_file, node.source(),
+                       "unknown [[artifact]] key '" + std::string(key.str()) +
+                           "' (expected name, kind, file, size, sha256, platform, fingerprint)");
+        }
+        ArtifactEntry entry;
+        entry.manifest = manifest_file;
+        entry.name = required_string(manifest_file, *table, "name");
+        entry.kind = required_string(manifest_file, *table, "kind");
+        entry.file = required_string(manifest_file, *table, "file");
+        entry.sha256 = required_string(manifest_file, *table, "sha256");
+        entry.platform = required_string(manifest_file, *table, "platform");
+        entry.fingerprint = required_string(manifest_file, *table, "fingerprint");
+        const toml::node * size = table->get("size");
+        if (size == nullptr) refuse(manifest_file, table->source(), "[[artifact]] has no 'size' key");
+        if (!size->is_integer() || size->as_integer()->get() < 0)
+            refuse(manifest_file, size->source(), "'size' must be a non-negative integer (bytes)");
+        entry.size = static_cast<std::uint64_t>(size->as_integer()->get());
+
+        if (entry.name.empty()) refuse(manifest_file, table->source(), "'name' must not be empty");
+        if (entry.kind != "model" && entry.kind != "allocator")
+            refuse(manifest_file, table->get("kind")->source(),
+                   "'kind' must be \"model\" or \"allocator\", found \"" + entry.kind + "\"");
+        if (entry.sha256.size() != 64 || !is_lower_hex(entry.sha256))
+            refuse(manifest_file, table->get("sha256")->source(),
+                   "'sha256' must be 64 lowercase hex digits, found \"" + entry.sha256 + "\"");
+        const fs::path rel(entry.file);
+        const bool escapes = std::any_of(rel.begin(), rel.end(), [](const fs::path & part) { return part == ".."; });
+        if (entry.file.empty() || rel.is_absolute() || escapes)
+            refuse(manifest_file, table->get("file")->source(),
+                   "'file' must be a path relative to the manifest's directory without '..', found \"" + entry.file +
+                       "\"");
+        entry.path = (dir / rel).lexically_normal();
+        manifest.artifacts.push_back(std::move(entry));
+    }
+    return manifest;
+}
+
+}  // namespace ddo

@@ -1,0 +1,161 @@
+#include "ddo/plugin/artifact_verify.hpp"
+
+#include <fcntl.h>
+#include <linux/openat2.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <sys/utsname.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+
+#include "ddo/error.hpp"
+#include "ddo/util/build_info.hpp"
+
+namespace ddo {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+constexpr const char * kRebuildStep =
+    "rebuild it (tools/ddo build), or for a drop-in plugin re-review the file and update its artifacts.toml entry";
+
+std::string mode_string(mode_t mode) {
+    char buf[8];
+    std::snprintf(buf, sizeof buf, "%04o", static_cast<unsigned>(mode & 07777));
+    return buf;
+}
+
+std::string file_type(mode_t mode) {
+    if (S_ISDIR(mode)) return "a directory";
+    if (S_ISLNK(mode)) return "a symbolic link";
+    if (S_ISFIFO(mode)) return "a FIFO";
+    if (S_ISSOCK(mode)) return "a socket";
+    if (S_ISCHR(mode) || S_ISBLK(mode)) return "a device";
+    return "not a regular file";
+}
+
+// openat2 confines the walk to dir_fd and refuses every symlink on the way; kernels without it
+// (or sandboxes that filter it) get openat + O_NOFOLLOW, which still refuses a symlinked file.
+int open_beneath(int dir_fd, const fs::path & rel) {
+    open_how how{};
+    how.flags = O_RDONLY | O_CLOEXEC | O_NOFOLLOW;
+    how.resolve = RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS;
+    long fd = ::syscall(SYS_openat2, dir_fd, rel.c_str(), &how, sizeof how);
+    if (fd >= 0 || (errno != ENOSYS && errno != EPERM && errno != E2BIG)) return static_cast<int>(fd);
+    return ::openat(dir_fd, rel.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+}
+
+}  // namespace
+
+std::string host_platform() {
+    utsname u{};
+    if (::uname(&u) != 0) return "linux-unknown";
+    return std::string("linux-") + u.machine;
+}
+
+ArtifactVerdict verify_artifact(const ArtifactEntry & artifact) {
+    ArtifactVerdict verdict;
+    const std::string file = artifact.path.string();
+    auto refuse = [&verdict](RefusalKind kind, std::string reason) {
+        verdict.refusal = kind;
+        verdict.reason = std::move(reason);
+        verdict.fd.reset();
+        return std::move(verdict);
+    };
+
+    // 1. The manifest's directory is the root nothing may escape from.
+    const fs::path dir = artifact.manifest.empty() ? artifact.path.parent_path() : artifact.manifest.parent_path();
+    const fs::path rel = artifact.path.lexically_relative(dir);
+    if (rel.empty() || *rel.begin() == "..")
+        return refuse(RefusalKind::unsafe_file, "artifact '" + file + "' lies outside its manifest directory '" +
+                                                    dir.string() + "'; list only files beneath the manifest");
+    UniqueFd dir_fd(::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+    if (!dir_fd)
+        return refuse(RefusalKind::open_failed, "cannot open plugin directory '" + dir.string() + "': " +
+                                                    std::strerror(errno) + "; check the path and its permissions");
+    struct stat dir_st{};
+    if (::fstat(dir_fd.get(), &dir_st) == 0 && (dir_st.st_mode & (S_IWGRP | S_IWOTH)) != 0 &&
+        (dir_st.st_mode & S_ISVTX) == 0)
+        return refuse(RefusalKind::unsafe_file,
+                      "plugin directory '" + dir.string() + "' is group/world-writable (mode " +
+                          mode_string(dir_st.st_mode) + "), so others could swap '" + file +
+                          "'; run 'chmod go-w " + dir.string() + "' and verify again");
+
+    // 2. Open once, without following links. Everything below uses this descriptor.
+    UniqueFd fd(open_beneath(dir_fd.get(), rel));
+    if (!fd) {
+        const int err = errno;
+        if (err == ELOOP)
+            return refuse(RefusalKind::unsafe_file,
+                          "artifact '" + file + "' is (or passes through) a symbolic link; refused because the bytes "
+                          "hashed must be the bytes loaded. Copy the real file into the plugin directory instead");
+        if (err == EXDEV)
+            return refuse(RefusalKind::unsafe_file, "artifact '" + file + "' resolves outside '" + dir.string() +
+                                                        "'; list only files beneath the manifest");
+        if (err == ENOENT)
+            return refuse(RefusalKind::open_failed, "artifact '" + file + "' listed in '" + artifact.manifest.string() +
+                                                        "' does not exist; " + kRebuildStep);
+        return refuse(RefusalKind::open_failed,
+                      "cannot open artifact '" + file + "': " + std::strerror(err) + "; check its permissions");
+    }
+
+    // 3. What we opened must be a regular file only we (or root) can change.
+    struct stat st{};
+    if (::fstat(fd.get(), &st) != 0)
+        return refuse(RefusalKind::open_failed, "cannot stat artifact '" + file + "': " + std::strerror(errno));
+    if (!S_ISREG(st.st_mode))
+        return refuse(RefusalKind::unsafe_file, "artifact '" + file + "' is " + file_type(st.st_mode) +
+                                                    ", expected a regular file; " + kRebuildStep);
+    if ((st.st_mode & (S_IWGRP | S_IWOTH)) != 0)
+        return refuse(RefusalKind::unsafe_file, "artifact '" + file + "' is group/world-writable (mode " +
+                                                    mode_string(st.st_mode) + ", expected no write bit for group " +
+                                                    "and others); run 'chmod go-w " + file + "' and verify again");
+    if (st.st_uid != ::geteuid() && st.st_uid != 0)
+        return refuse(RefusalKind::unsafe_file, "artifact '" + file + "' is owned by uid " + std::to_string(st.st_uid) +
+                                                    ", expected uid " + std::to_string(::geteuid()) +
+                                                    " or root; reinstall it as this user");
+
+    // 4. Hash from the descriptor, SHA-256 and XXH3-128 in one pass.
+    try {
+        verdict.digest = digest_fd(fd.get(), artifact.path);
+    } catch (const Error & e) {
+        return refuse(RefusalKind::open_failed, e.what());
+    }
+    if (verdict.digest.sha256 != artifact.sha256) {
+        std::string size_note;
+        if (verdict.digest.size != artifact.size)
+            size_note = "; size expected " + std::to_string(artifact.size) + " bytes, found " +
+                        std::to_string(verdict.digest.size);
+        return refuse(RefusalKind::digest_mismatch,
+                      "artifact '" + file + "': sha256 mismatch (expected " + artifact.sha256 + " from '" +
+                          artifact.manifest.string() + "', found " + verdict.digest.sha256 + size_note + "); " +
+                          kRebuildStep);
+    }
+    if (verdict.digest.size != artifact.size)
+        return refuse(RefusalKind::digest_mismatch, "artifact '" + file + "': size mismatch (expected " +
+                                                        std::to_string(artifact.size) + " bytes from '" +
+                                                        artifact.manifest.string() + "', found " +
+                                                        std::to_string(verdict.digest.size) + "); " + kRebuildStep);
+
+    // 5. Built for this machine and this exact build (Note [Artifact manifest]).
+    const std::string platform = host_platform();
+    if (artifact.platform != platform)
+        return refuse(RefusalKind::platform_mismatch, "artifact '" + file + "' is built for platform '" +
+                                                          artifact.platform + "', this host is '" + platform +
+                                                          "'; use a build of the plugin for " + platform);
+    const std::string & fingerprint = build_info().fingerprint;
+    if (artifact.fingerprint != fingerprint)
+        return refuse(RefusalKind::fingerprint_mismatch,
+                      "artifact '" + file + "': build fingerprint mismatch (expected '" + fingerprint +
+                          "' of this ddo-host, manifest '" + artifact.manifest.string() + "' says '" +
+                          artifact.fingerprint + "'); rebuild the plugin together with the host (tools/ddo build)");
+
+    verdict.fd = std::move(fd);
+    return verdict;
+}
+
+}  // namespace ddo
