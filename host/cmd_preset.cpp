@@ -1,0 +1,149 @@
+// ddo-host preset show | diff | check: review tooling for presets (docs/presets.md).
+#include <cstdio>
+#include <iostream>
+#include <set>
+
+#include "command_registry.hpp"
+#include "ddo/preset/preset_resolver.hpp"
+
+namespace ddo::host {
+
+namespace {
+
+namespace fs = std::filesystem;
+
+std::optional<PlatformInfo> platform_from_flag(const std::string & flag) {
+    if (flag.empty()) return std::nullopt;
+    if (flag == "linux") return PlatformInfo{Platform::linux_native, "--platform linux"};
+    if (flag == "wsl") return PlatformInfo{Platform::wsl, "--platform wsl"};
+    if (flag == "other") return PlatformInfo{Platform::other, "--platform other"};
+    throw UsageError("--platform '" + flag + "': expected linux | wsl | other");
+}
+
+std::string value_text(const nlohmann::json & v) {
+    if (v.is_null()) return "(unset)";
+    if (v.is_string()) return v.get<std::string>();
+    return v.dump();
+}
+
+void print_settings(const ResolvedSettings & s) {
+    const auto & p = s.preset();
+    std::cout << "preset: requested " << (p.requested.empty() ? "(none)" : p.requested) << ", effective "
+              << (p.effective.empty() ? "(none)" : p.effective) << " (" << p.reason << ")\n";
+    std::cout << "platform: " << p.platform << " (" << p.platform_evidence << ")\n";
+    if (!p.file.empty()) std::cout << "file: " << p.file << "  sha256 " << p.file_sha256 << "\n";
+    for (std::size_t i = 1; i < p.chain.size(); ++i) std::cout << "  inherits: " << p.chain[i] << "\n";
+    if (!p.description.empty()) std::cout << "description: " << p.description << "\n";
+    std::cout << "\n";
+    std::printf("%-44s %-18s %s\n", "KEY", "VALUE", "SOURCE");
+    for (const auto & [k, v] : s.values())
+        std::printf("%-44s %-18s %s\n", k.c_str(), value_text(v.value).c_str(), v.provenance.to_string().c_str());
+}
+
+ResolvedSettings resolve_for_review(const HostOptions & o, const std::string & preset, const std::vector<std::string> & sets,
+                                    const std::string & platform, bool use_env) {
+    ResolveRequest rq;
+    rq.preset = preset;
+    rq.preset_dirs = {o.preset_dir};
+    rq.sets = sets;
+    if (use_env) rq.environment = current_environment();
+    rq.platform = platform_from_flag(platform);
+    return resolve_settings(rq);
+}
+
+void install(CLI::App & app, HostOptions & options) {
+    auto * preset = app.add_subcommand("preset", "show, compare and lint presets");
+    preset->require_subcommand(1);
+
+    struct ShowArgs {
+        std::string name, platform;
+        std::vector<std::string> sets;
+        bool json = false, no_env = false;
+    };
+    auto show_args = std::make_shared<ShowArgs>();
+    auto * show = preset->add_subcommand("show", "resolved values with provenance (defaults < preset < DDO_* < --set)");
+    show->add_option("preset", show_args->name, "preset name or file")->required();
+    show->add_option("--set", show_args->sets, "key=value (repeatable)");
+    show->add_flag("--json", show_args->json, "print JSON");
+    show->add_option("--platform", show_args->platform, "pretend the platform is linux | wsl | other (for auto)");
+    show->add_flag("--no-env", show_args->no_env, "ignore DDO_* environment variables");
+    show->callback([show_args, &options] {
+        auto s = resolve_for_review(options, show_args->name, show_args->sets, show_args->platform, !show_args->no_env);
+        if (show_args->json)
+            std::cout << s.to_json().dump(2) << "\n";
+        else
+            print_settings(s);
+    });
+
+    struct DiffArgs {
+        std::string a, b, platform;
+        bool json = false;
+    };
+    auto diff_args = std::make_shared<DiffArgs>();
+    auto * diff = preset->add_subcommand("diff", "resolved differences between two presets (environment ignored)");
+    diff->add_option("a", diff_args->a, "first preset")->required();
+    diff->add_option("b", diff_args->b, "second preset")->required();
+    diff->add_option("--platform", diff_args->platform, "pretend the platform is linux | wsl | other");
+    diff->add_flag("--json", diff_args->json, "print JSON");
+    diff->callback([diff_args, &options] {
+        auto a = resolve_for_review(options, diff_args->a, {}, diff_args->platform, false);
+        auto b = resolve_for_review(options, diff_args->b, {}, diff_args->platform, false);
+        std::set<std::string> keys;
+        for (const auto & [k, _] : a.values()) keys.insert(k);
+        for (const auto & [k, _] : b.values()) keys.insert(k);
+        nlohmann::json out = nlohmann::json::array();
+        for (const auto & k : keys) {
+            nlohmann::json va = a.has(k) ? a.at(k).value : nlohmann::json("(absent)");
+            nlohmann::json vb = b.has(k) ? b.at(k).value : nlohmann::json("(absent)");
+            if (va == vb) continue;
+            out.push_back({{"key", k},
+                           {"a", va},
+                           {"a_source", a.has(k) ? a.at(k).provenance.to_string() : ""},
+                           {"b", vb},
+                           {"b_source", b.has(k) ? b.at(k).provenance.to_string() : ""}});
+        }
+        if (diff_args->json) {
+            std::cout << out.dump(2) << "\n";
+            return;
+        }
+        std::cout << "A: " << a.preset().requested << " (effective " << a.preset().effective << ")\n"
+                  << "B: " << b.preset().requested << " (effective " << b.preset().effective << ")\n\n";
+        if (out.empty()) {
+            std::cout << "no differences in resolved values\n";
+            return;
+        }
+        std::printf("%-44s %-16s %-16s\n", "KEY", "A", "B");
+        for (const auto & d : out)
+            std::printf("%-44s %-16s %-16s\n", d["key"].get<std::string>().c_str(), value_text(d["a"]).c_str(),
+                        value_text(d["b"]).c_str());
+    });
+
+    auto files = std::make_shared<std::vector<std::string>>();
+    auto * check = preset->add_subcommand("check", "lint preset files: syntax, keys, types, ranges, inherits (exit 2 on any error)");
+    check->add_option("files", *files, "preset files")->required();
+    check->callback([files, &options] {
+        int errors = 0;
+        for (const auto & f : *files) {
+            try {
+                ResolveRequest rq;
+                rq.preset = fs::path(f).has_parent_path() || fs::exists(f) ? fs::absolute(f).string() : f;
+                rq.preset_dirs = {options.preset_dir};
+                (void)resolve_settings(rq);
+                std::cout << "ok      " << f << "\n";
+            } catch (const UsageError & e) {
+                ++errors;
+                std::cout << "error   " << e.what() << "\n";
+            }
+        }
+        if (errors) {
+            std::cout << errors << " of " << files->size() << " preset file(s) have errors\n";
+            options.exit_code = static_cast<int>(ExitCode::usage);
+        }
+    });
+}
+
+const RegisterCommand reg{30, install};
+
+}  // namespace
+
+}  // namespace ddo::host

@@ -1,0 +1,181 @@
+// ddo-host report summarize | diff: read run reports (docs/metrics.md).
+#include <cstdio>
+#include <fstream>
+#include <iostream>
+#include <map>
+#include <set>
+
+#include "command_registry.hpp"
+#include "ddo/error.hpp"
+#include <nlohmann/json.hpp>
+
+namespace ddo::host {
+
+namespace {
+
+using nlohmann::json;
+
+json load_report(const std::string & path) {
+    std::ifstream in(path);
+    if (!in) throw UsageError("report " + path + ": cannot open; pass the JSON written by --report");
+    try {
+        return json::parse(in);
+    } catch (const json::exception & e) {
+        throw UsageError("report " + path + ": not valid JSON (" + e.what() + "); was the file truncated?");
+    }
+}
+
+const json & at_path(const json & j, const std::string & dotted) {
+    static const json null_json;
+    const json * cur = &j;
+    std::size_t pos = 0;
+    while (pos <= dotted.size()) {
+        auto dot = dotted.find('.', pos);
+        auto part = dotted.substr(pos, dot == std::string::npos ? std::string::npos : dot - pos);
+        if (!cur->is_object() || !cur->contains(part)) return null_json;
+        cur = &(*cur)[part];
+        if (dot == std::string::npos) break;
+        pos = dot + 1;
+    }
+    return *cur;
+}
+
+std::string gib(const json & v) {
+    if (!v.is_number()) return "null";
+    char b[32];
+    std::snprintf(b, sizeof b, "%.3f GiB", v.get<double>() / 1073741824.0);
+    return b;
+}
+
+std::string secs(const json & v) {
+    if (!v.is_number()) return "null";
+    char b[32];
+    std::snprintf(b, sizeof b, "%.3f s", v.get<double>());
+    return b;
+}
+
+std::string text(const json & v) {
+    if (v.is_null()) return "null";
+    if (v.is_string()) return v.get<std::string>();
+    return v.dump();
+}
+
+const char * kMonitors[] = {"rss", "uss", "mem_available", "cgroup", "gpu_absolute", "gpu_delta", "torch_allocated",
+                            "torch_reserved"};
+
+void summarize(const json & r) {
+    std::cout << "status: " << text(r["status"]) << "  exit_code: " << text(r["exit_code"]);
+    if (r.contains("error") && !r["error"].is_null()) std::cout << "  error: " << text(r["error"]["message"]);
+    std::cout << "\n";
+    std::cout << "plugin: " << text(at_path(r, "identity.plugin.name")) << "  preset: requested "
+              << text(at_path(r, "identity.preset.requested")) << ", effective " << text(at_path(r, "identity.preset.effective"))
+              << "\n";
+    std::cout << "host: " << text(at_path(r, "identity.host.version")) << " (" << text(at_path(r, "identity.host.git_revision"))
+              << ")  dry_run: " << text(r["dry_run"]) << "\n";
+    std::cout << "tracked total (host clock): " << secs(at_path(r, "timing.tracked_total_host_s")) << "\n\n";
+
+    std::cout << "PHASES (host wall clock; CUDA-event time separate; nested phases are not summed)\n";
+    std::printf("  %-36s %-12s %-12s %-14s %-14s\n", "PHASE", "HOST WALL", "CUDA EVENT", "PEAK RSS", "PEAK GPU ABS");
+    for (const auto & p : r.value("phases", json::array())) {
+        std::string name = std::string(2 * p.value("depth", 0), ' ') + text(p["name"]);
+        std::string cuda = p["cuda_event_ms"].is_number() ? text(p["cuda_event_ms"]) + " ms" : "null";
+        std::printf("  %-36s %-12s %-12s %-14s %-14s\n", name.c_str(), secs(p["host_wall_s"]).c_str(), cuda.c_str(),
+                    gib(at_path(p, "memory.rss.peak_bytes")).c_str(), gib(at_path(p, "memory.gpu_absolute.peak_bytes")).c_str());
+    }
+    std::cout << "\nMEMORY (whole run)\n";
+    std::printf("  %-16s %-14s %-10s %-9s %s\n", "MONITOR", "PEAK", "SAMPLES", "COMPLETE", "SCOPE / REASON");
+    for (const char * m : kMonitors) {
+        const json & mon = at_path(r, std::string("memory.") + m);
+        std::string why = mon.contains("reason") && !mon["reason"].is_null() ? text(mon["reason"]) : text(mon["scope"]);
+        std::printf("  %-16s %-14s %-10s %-9s %s\n", m, gib(mon["peak_bytes"]).c_str(), text(mon["samples"]).c_str(),
+                    text(mon["complete"]).c_str(), why.c_str());
+    }
+    std::cout << "\nROUTES (intended vs executed)\n";
+    for (const auto & [c, e] : r.value("routes", json::object()).items())
+        std::printf("  %-16s intended %-12s executed %-12s %s\n", c.c_str(), text(e["intended"]).c_str(),
+                    text(e["executed"]).c_str(), e["executed"].is_null() ? text(e["executed_reason"]).c_str() : "");
+    std::cout << "\nCOUNTERS\n";
+    for (const auto & [c, e] : r.value("counters", json::object()).items())
+        for (const auto & [k, v] : e.items()) std::printf("  %-16s %-32s %s\n", c.c_str(), k.c_str(), text(v).c_str());
+}
+
+// Fields that must be equal for two runs to be a matched comparison (seed 003).
+std::vector<std::string> identity_differences(const json & a, const json & b) {
+    std::vector<std::string> diffs;
+    auto cmp = [&](const std::string & path) {
+        if (at_path(a, path) != at_path(b, path)) diffs.push_back(path);
+    };
+    for (const auto & [k, _] : a.value("workload", json::object()).items()) cmp("workload." + k);
+    for (const auto & [k, _] : b.value("workload", json::object()).items())
+        if (!a.value("workload", json::object()).contains(k)) cmp("workload." + k);
+    for (const char * p : {"identity.plugin.name", "identity.plugin.version", "identity.plugin.sha256", "identity.checkpoint",
+                           "identity.host.git_revision", "identity.host.build_type", "environment.os", "environment.kernel",
+                           "environment.gpu_name", "environment.driver_version", "environment.cuda_driver_version",
+                           "environment.torch_version", "environment.ram_total_bytes", "dry_run"})
+        cmp(p);
+    return diffs;
+}
+
+void diff(const json & a, const json & b, const std::string & na, const std::string & nb) {
+    auto diffs = identity_differences(a, b);
+    if (diffs.empty()) {
+        std::cout << "matched comparison: workload and identity fields are equal\n";
+    } else {
+        std::cout << "NOT a matched comparison: these workload/identity fields differ:\n";
+        for (const auto & d : diffs)
+            std::cout << "  " << d << ": " << text(at_path(a, d)) << "  vs  " << text(at_path(b, d)) << "\n";
+    }
+    std::cout << "\n";
+    std::printf("%-40s %-24s %-24s\n", "", na.substr(0, 24).c_str(), nb.substr(0, 24).c_str());
+    auto row = [](const std::string & k, const std::string & x, const std::string & y) {
+        std::printf("%-40s %-24s %-24s\n", k.c_str(), x.c_str(), y.c_str());
+    };
+    row("status", text(a["status"]), text(b["status"]));
+    row("preset (effective)", text(at_path(a, "identity.preset.effective")), text(at_path(b, "identity.preset.effective")));
+    row("tracked total (host)", secs(at_path(a, "timing.tracked_total_host_s")), secs(at_path(b, "timing.tracked_total_host_s")));
+    auto phase_map = [](const json & r) {
+        std::map<std::string, json> m;
+        for (const auto & p : r.value("phases", json::array())) m[text(p["name"])] = p;
+        return m;
+    };
+    auto pa = phase_map(a), pb = phase_map(b);
+    std::set<std::string> names;
+    for (auto & [k, _] : pa) names.insert(k);
+    for (auto & [k, _] : pb) names.insert(k);
+    for (const auto & n : names) {
+        row("phase " + n + " host wall", pa.count(n) ? secs(pa[n]["host_wall_s"]) : "absent",
+            pb.count(n) ? secs(pb[n]["host_wall_s"]) : "absent");
+        row("phase " + n + " cuda event ms", pa.count(n) ? text(pa[n]["cuda_event_ms"]) : "absent",
+            pb.count(n) ? text(pb[n]["cuda_event_ms"]) : "absent");
+    }
+    for (const char * m : kMonitors)
+        row(std::string("peak ") + m, gib(at_path(a, std::string("memory.") + m + ".peak_bytes")),
+            gib(at_path(b, std::string("memory.") + m + ".peak_bytes")));
+    std::set<std::string> comps;
+    for (const auto & [c, _] : a.value("routes", json::object()).items()) comps.insert(c);
+    for (const auto & [c, _] : b.value("routes", json::object()).items()) comps.insert(c);
+    for (const auto & c : comps)
+        row("route " + c + " executed", text(at_path(a, "routes." + c + ".executed")), text(at_path(b, "routes." + c + ".executed")));
+}
+
+void install(CLI::App & app, HostOptions & options) {
+    auto * report = app.add_subcommand("report", "read run reports");
+    report->require_subcommand(1);
+    auto file = std::make_shared<std::string>();
+    auto * sum = report->add_subcommand("summarize", "phases, peaks, routes and counters of one report");
+    sum->add_option("file", *file, "report JSON")->required();
+    sum->callback([file] { summarize(load_report(*file)); });
+
+    auto ab = std::make_shared<std::pair<std::string, std::string>>();
+    auto * d = report->add_subcommand("diff", "two reports side by side; says whether they are a matched comparison");
+    d->add_option("a", ab->first, "first report")->required();
+    d->add_option("b", ab->second, "second report")->required();
+    d->callback([ab] { diff(load_report(ab->first), load_report(ab->second), ab->first, ab->second); });
+    (void)options;
+}
+
+const RegisterCommand reg{40, install};
+
+}  // namespace
+
+}  // namespace ddo::host

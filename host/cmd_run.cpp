@@ -1,0 +1,236 @@
+// The run form: ddo-host --plugin NAME --preset FILE_OR_NAME [--set k=v]... [--dry-run] ...
+// Resolves the preset, loads the verified model plugin, fills a RunContext, calls vtable->run and
+// always writes the report (also on failure and SIGINT). Exit codes: 0 ok, 2 usage/config,
+// 3 verification, 4 runtime, 130 interrupted (README, "Exit codes").
+#include <spdlog/spdlog.h>
+
+#include <atomic>
+#include <csignal>
+#include <fstream>
+#include <iostream>
+
+#include "command_registry.hpp"
+#include "ddo/error.hpp"
+#include "ddo/plugin/plugin_registry.hpp"
+#include "ddo/plugin/plugin_search_path.hpp"
+#include "ddo/preset/preset_resolver.hpp"
+#include "ddo/preset/preset_schema.hpp"
+#include "ddo/report/run_tracker.hpp"
+#include "ddo/run_context.hpp"
+
+namespace ddo::host {
+
+namespace {
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+std::atomic<bool> g_interrupted{false};
+
+extern "C" void on_sigint(int) { g_interrupted.store(true); }
+
+// Installs the SIGINT handler for the life of the run, restoring the previous one afterwards.
+class SigintScope {
+public:
+    SigintScope() {
+        struct sigaction sa {};
+        sa.sa_handler = on_sigint;
+        sigemptyset(&sa.sa_mask);
+        sigaction(SIGINT, &sa, &old_);
+    }
+    ~SigintScope() { sigaction(SIGINT, &old_, nullptr); }
+
+private:
+    struct sigaction old_ {};
+};
+
+struct RunArgs {
+    std::string plugin, preset;
+    std::vector<std::string> sets;
+    std::string model, prompt_embeds, output, report;
+    std::optional<long long> steps, width, height, seed;
+    bool dry_run = false;
+};
+
+const char * status_name(ddo_status s) {
+    switch (s) {
+    case DDO_STATUS_OK: return "OK";
+    case DDO_STATUS_INVALID_ARGUMENT: return "INVALID_ARGUMENT";
+    case DDO_STATUS_OUT_OF_MEMORY: return "OUT_OF_MEMORY";
+    case DDO_STATUS_UNSUPPORTED: return "UNSUPPORTED";
+    case DDO_STATUS_BUSY: return "BUSY";
+    case DDO_STATUS_UNAVAILABLE: return "UNAVAILABLE";
+    case DDO_STATUS_INTERNAL: return "INTERNAL";
+    case DDO_STATUS_INTERRUPTED: return "INTERRUPTED";
+    }
+    return "UNKNOWN";
+}
+
+std::vector<std::string> c_list(const char * const * list) {
+    std::vector<std::string> out;
+    for (; list && *list; ++list) out.emplace_back(*list);
+    return out;
+}
+
+// --steps N etc. are shorthand for --set workload.steps=N (so they carry provenance "--set").
+std::vector<std::string> all_sets(const RunArgs & a) {
+    std::vector<std::string> sets = a.sets;
+    if (a.steps) sets.push_back("workload.steps=" + std::to_string(*a.steps));
+    if (a.width) sets.push_back("workload.width=" + std::to_string(*a.width));
+    if (a.height) sets.push_back("workload.height=" + std::to_string(*a.height));
+    if (a.seed) sets.push_back("workload.seed=" + std::to_string(*a.seed));
+    return sets;
+}
+
+json workload_of(const ResolvedSettings & s) {
+    json w = json::object();
+    for (const auto & [k, v] : s.values())
+        if (k.starts_with("workload.")) w[k.substr(9)] = v.value;
+    return w;
+}
+
+int run_once(const RunArgs & a, const HostOptions & options, const std::vector<std::string> & argv) {
+    fs::path report_path = !a.report.empty() ? fs::path(a.report)
+                           : !a.output.empty() ? fs::path(a.output) / "ddo_report.json"
+                                               : fs::path("ddo_report.json");
+    RunTrackerOptions topt;
+    topt.report_path = report_path;
+    RunTracker tracker(topt);
+    tracker.set_command_line(argv);
+    tracker.set_dry_run(a.dry_run);
+    g_interrupted.store(false);
+    SigintScope sigint;
+
+    int code = 0;
+    try {
+        auto setup = tracker.phase("setup");
+        ResolveRequest rq;
+        rq.preset = a.preset;
+        rq.preset_dirs = {options.preset_dir};
+        rq.sets = all_sets(a);
+        rq.environment = current_environment();
+        // First without the plugin: preset errors are exit 2 before any artifact is touched.
+        ResolvedSettings settings = resolve_settings(rq);
+        tracker.set_settings(settings);
+        tracker.set_workload(workload_of(settings));
+
+        auto dirs = plugin_search_dirs(options.builtin_plugin_dir, options.plugin_dirs);
+        auto registry = PluginRegistry::discover(dirs);
+        const LoadedPlugin & plugin = registry.load(a.plugin, "model");
+        const auto & rec = plugin.record;
+        tracker.set_plugin({{"name", rec.name},
+                            {"version", rec.version},
+                            {"file", rec.artifact.path.string()},
+                            {"sha256", rec.actual_sha256},
+                            {"xxh3_128", rec.xxh3_128},
+                            {"fingerprint", rec.fingerprint},
+                            {"abi", std::to_string(rec.abi_major) + "." + std::to_string(rec.abi_minor)}});
+        tracker.add_artifact("model_plugin", rec.name, rec.artifact.path, rec.actual_sha256);
+        if (!plugin.model) throw RuntimeError("plugin '" + a.plugin + "' returned no model vtable");
+
+        // Again with the plugin: its components and supported_options (plugin-specific keys).
+        rq.plugin_name = rec.name;
+        rq.plugin_components = c_list(plugin.model->components);
+        rq.supported_options = c_list(plugin.model->supported_options);
+        settings = resolve_settings(rq);
+        tracker.set_settings(settings);
+        tracker.set_workload(workload_of(settings));
+        for (const auto & c : settings.components()) {
+            const auto & rv = settings.at("components." + c + ".route");
+            tracker.set_route_intended(c, rv.value.get<std::string>(), rv.provenance.to_string());
+        }
+        if (!a.model.empty()) tracker.set_checkpoint({{"path", fs::absolute(a.model).string()}});
+        setup.end();
+
+        if (g_interrupted.load()) throw Error(ExitCode::interrupted, "interrupted by SIGINT before the run started");
+
+        RunContext ctx;
+        ctx.settings = &settings;
+        ctx.tracker = &tracker;
+        ctx.model_dir = a.model;
+        ctx.output_dir = a.output.empty() ? fs::current_path() : fs::path(a.output);
+        ctx.prompt_embeds = a.prompt_embeds;
+        ctx.interrupted = &g_interrupted;
+        ctx.dry_run = a.dry_run;
+        ddo_status st;
+        {
+            auto run_phase = tracker.phase(a.dry_run ? "plugin_run (dry run)" : "plugin_run");
+            st = plugin.model->run(ctx.to_c());
+        }
+        if (st == DDO_STATUS_INTERRUPTED || (g_interrupted.load() && st != DDO_STATUS_OK))
+            throw Error(ExitCode::interrupted, "interrupted by SIGINT during the run");
+        if (st == DDO_STATUS_INVALID_ARGUMENT || st == DDO_STATUS_UNSUPPORTED)
+            throw UsageError("plugin '" + rec.name + "' refused the run: " + status_name(st) +
+                             " (its message is in the log above); check the preset and options");
+        if (st != DDO_STATUS_OK)
+            throw RuntimeError("plugin '" + rec.name + "' run failed: " + status_name(st) +
+                               " (its message is in the log above)");
+        if (g_interrupted.load()) throw Error(ExitCode::interrupted, "interrupted by SIGINT");
+        tracker.mark_completed();
+    } catch (const Error & e) {
+        code = static_cast<int>(e.code());
+        if (e.code() == ExitCode::interrupted)
+            tracker.mark_interrupted(e.what());
+        else
+            tracker.mark_failed(code, e.what(), e.code() == ExitCode::usage          ? "usage"
+                                                : e.code() == ExitCode::verification ? "verification"
+                                                                                     : "runtime");
+        spdlog::error("{}", e.what());
+    } catch (const std::exception & e) {
+        code = static_cast<int>(ExitCode::runtime);
+        tracker.mark_failed(code, std::string("internal error: ") + e.what(), "internal");
+        spdlog::error("internal error: {}", e.what());
+    }
+    try {
+        tracker.write();
+        spdlog::info("report: {}", report_path.string());
+    } catch (const std::exception & e) {
+        spdlog::error("{}", e.what());
+        if (code == 0) code = static_cast<int>(ExitCode::runtime);
+    }
+    return code;
+}
+
+void install(CLI::App & app, HostOptions & options) {
+    auto a = std::make_shared<RunArgs>();
+    auto argv = std::make_shared<std::vector<std::string>>();
+    const char * g = "Run";
+    app.add_option("--plugin", a->plugin, "model plugin: name or unique alias (ddo-host plugins)")->group(g);
+    app.add_option("--preset", a->preset, "preset name or file (looked up in the presets directory); default: DDO_PRESET, else auto")
+        ->group(g);
+    app.add_option("--set", a->sets, "key=value override of a preset key (repeatable; docs/presets.md)")->group(g);
+    app.add_option("--model", a->model, "checkpoint directory (diffusers layout)")->group(g);
+    app.add_option("--prompt-embeds", a->prompt_embeds, "precomputed prompt embeddings file")->group(g);
+    app.add_option("--output", a->output, "output directory")->group(g);
+    app.add_option("--report", a->report, "report JSON path (default: <output>/ddo_report.json, else ./ddo_report.json)")
+        ->group(g);
+    app.add_option("--steps", a->steps, "shorthand for --set workload.steps=N")->group(g);
+    app.add_option("--width", a->width, "shorthand for --set workload.width=W")->group(g);
+    app.add_option("--height", a->height, "shorthand for --set workload.height=H")->group(g);
+    app.add_option("--seed", a->seed, "shorthand for --set workload.seed=S")->group(g);
+    app.add_flag("--dry-run", a->dry_run, "resolve, load and record; the plugin computes nothing")->group(g);
+    app.final_callback([&app, a, &options] {
+        if (!app.get_subcommands().empty()) return;
+        if (a->plugin.empty()) {
+            if (!a->preset.empty() || !a->sets.empty() || a->dry_run || !a->model.empty())
+                throw UsageError("--plugin NAME is required to run (list them with: ddo-host plugins)");
+            std::cout << app.help();
+            return;
+        }
+        if (a->preset.empty()) {
+            const char * env = std::getenv("DDO_PRESET");
+            a->preset = env && *env ? env : "auto";
+        }
+        std::vector<std::string> argv;
+        for (const auto & o : app.get_options())
+            if (o->count() > 0)
+                for (const auto & r : o->results()) argv.push_back(o->get_name() + "=" + r);
+        options.exit_code = run_once(*a, options, argv);
+    });
+}
+
+const RegisterCommand reg{90, install};
+
+}  // namespace
+
+}  // namespace ddo::host
