@@ -1,0 +1,7 @@
+# vmm allocator contract on the host backend (label contract); the same source runs on CUDA under
+# tests/cuda/vmm_tests.cmake.
+ddo_add_gtest(vmm_contract_tests LABELS contract
+  SOURCES ${CMAKE_CURRENT_LIST_DIR}/vmm_contract_test.cpp
+  LIBS ddo_xxhash ${CMAKE_DL_LIBS})
+target_include_directories(vmm_contract_tests PRIVATE ${CMAKE_SOURCE_DIR}/core/include)
+add_dependencies(vmm_contract_tests vmm)

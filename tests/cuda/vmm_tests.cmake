@@ -1,0 +1,11 @@
+# The vmm allocator contract on the CUDA backend (label cuda). Without a usable device every test
+# is skipped with the reason ("no CUDA device: ..."), never passed.
+ddo_add_gtest(vmm_cuda_tests LABELS cuda
+  SOURCES ${CMAKE_SOURCE_DIR}/tests/contract/vmm_contract_test.cpp
+  LIBS ddo_core ddo_xxhash ${CMAKE_DL_LIBS})
+target_compile_definitions(vmm_cuda_tests PRIVATE DDO_VMM_TEST_CUDA=1)
+if(CUDAToolkit_FOUND)
+  target_include_directories(vmm_cuda_tests PRIVATE ${CUDAToolkit_INCLUDE_DIRS})
+  target_compile_definitions(vmm_cuda_tests PRIVATE DDO_HAVE_CUDA_HEADERS=1)
+endif()
+add_dependencies(vmm_cuda_tests vmm)
