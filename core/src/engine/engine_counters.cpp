@@ -1,0 +1,34 @@
+#include "ddo/engine/engine_counters.hpp"
+
+#include <nlohmann/json.hpp>
+
+namespace ddo::engine {
+
+nlohmann::json EngineCounters::to_json() const {
+    nlohmann::json j;
+    j["transport"] = transport;
+    j["bytes_moved"] = {{"resident", bytes_resident}, {"pinned", bytes_from_pinned},
+                        {"pageable", bytes_from_pageable}, {"file", bytes_from_file}};
+    j["uploads"] = uploads;
+    j["upload_enqueue_s"] = upload_enqueue_s;
+    j["upload_copy_s"] = upload_copy_s;
+    if (upload_event_s) j["upload_event_s"] = *upload_event_s;
+    else { j["upload_event_s"] = nullptr; j["upload_event_s_reason"] = upload_event_reason; }
+    if (stall_s) j["stall_s"] = *stall_s;
+    else { j["stall_s"] = nullptr; j["stall_s_reason"] = stall_reason; }
+    j["hits"] = hits;
+    j["misses"] = misses;
+    j["pinned_bytes"] = pinned_bytes;
+    j["pageable_bytes"] = pageable_bytes;
+    j["staging_bytes"] = staging_bytes;
+    j["device_bytes"] = device_bytes;
+    j["failures"] = failures;
+    j["quarantines"] = quarantines;
+    j["close_refusals"] = close_refusals;
+    j["outstanding_owners"] = outstanding_owners;
+    auto & pe = j["phase_end_owners"] = nlohmann::json::array();
+    for (const auto & [phase, n] : phase_end_owners) pe.push_back({{"phase", phase}, {"outstanding_owners", n}});
+    return j;
+}
+
+}  // namespace ddo::engine
