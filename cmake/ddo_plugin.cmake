@@ -21,7 +21,8 @@ endfunction()
 ddo_plugin_group(main DIR ${DDO_PLUGIN_OUTPUT_DIR})
 
 function(ddo_add_plugin name)
-  cmake_parse_arguments(P "NO_MANIFEST" "KIND;GROUP;OUTPUT_NAME" "SOURCES;LIBS" ${ARGN})
+  # NO_VERSION_SCRIPT: test fixtures only (a plugin missing an entry point must still link).
+  cmake_parse_arguments(P "NO_MANIFEST;NO_VERSION_SCRIPT" "KIND;GROUP;OUTPUT_NAME" "SOURCES;LIBS" ${ARGN})
   if(NOT P_KIND MATCHES "^(model|allocator)$")
     message(FATAL_ERROR "ddo_add_plugin(${name}): KIND must be model or allocator, got '${P_KIND}'")
   endif()
@@ -38,8 +39,12 @@ function(ddo_add_plugin name)
     LIBRARY_OUTPUT_DIRECTORY ${dir}
     C_VISIBILITY_PRESET hidden CXX_VISIBILITY_PRESET hidden VISIBILITY_INLINES_HIDDEN ON
     BUILD_RPATH "$ORIGIN/../..;$ORIGIN/../../..;${TORCH_INSTALL_PREFIX}/lib")
-  target_link_options(${name} PRIVATE
-    -Wl,--version-script=${CMAKE_SOURCE_DIR}/cmake/plugin_exports.map -Wl,-z,defs)
+  if(P_NO_VERSION_SCRIPT)
+    target_link_options(${name} PRIVATE -Wl,-z,defs)
+  else()
+    target_link_options(${name} PRIVATE
+      -Wl,--version-script=${CMAKE_SOURCE_DIR}/cmake/plugin_exports.map -Wl,-z,defs)
+  endif()
   target_include_directories(${name} PRIVATE ${CMAKE_SOURCE_DIR}/core/include ${CMAKE_BINARY_DIR}/generated)
   target_link_libraries(${name} PRIVATE ddo_compile_options ${P_LIBS})
   if(NOT P_NO_MANIFEST)
