@@ -273,9 +273,11 @@ void walk(const Context & ctx, const fs::path & file, const toml::table & t, con
     for (const auto & [k, node] : t) {
         std::string key = prefix.empty() ? std::string(k.str()) : prefix + "." + std::string(k.str());
         Loc loc = loc_of(file, node);
+        const auto & kb = k.source().begin;
+        Loc key_loc = kb.line > 0 ? Loc{file.string(), static_cast<int>(kb.line), static_cast<int>(kb.column)} : loc;
         if (node.is_table()) {
-            if (!is_known_prefix(key)) fail(loc, "unknown table '[" + key + "]'", did_you_mean(key, hint_keys(ctx)));
-            if (key.starts_with("components.")) check_component(ctx, key.substr(11), key, loc);
+            if (!is_known_prefix(key)) fail(key_loc, "unknown table '[" + key + "]'", did_you_mean(key, hint_keys(ctx)));
+            if (key.starts_with("components.")) check_component(ctx, key.substr(11), key, key_loc);
             if (key == "plugin" || key.starts_with("plugin.")) {
                 // plugin.<name> must be a table; its leaves are options.
             }
@@ -285,14 +287,14 @@ void walk(const Context & ctx, const fs::path & file, const toml::table & t, con
         if (key.starts_with("plugin.")) {
             if (std::count(key.begin(), key.end(), '.') < 2)
                 fail(loc, "'" + key + "' must be a table of options", "write [plugin.<name>] then option = value");
-            check_plugin_option(ctx, key, loc);
+            check_plugin_option(ctx, key, key_loc);
             out.values.push_back({key, plugin_node_to_json(node, key, loc), loc});
             continue;
         }
         std::string component;
         const KeyDef * def = find_key(key, &component);
-        if (!def) fail(loc, "unknown key '" + key + "'", did_you_mean(key, hint_keys(ctx)));
-        if (!component.empty()) check_component(ctx, component, key, loc);
+        if (!def) fail(key_loc, "unknown key '" + key + "'", did_you_mean(key, hint_keys(ctx)));
+        if (!component.empty()) check_component(ctx, component, key, key_loc);
         json v = convert_node(node, *def, key, loc);
         if (key == "schema_version") continue;
         if (key == "description") {
