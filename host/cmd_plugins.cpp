@@ -63,7 +63,7 @@ nlohmann::json to_json(const PluginRecord & r) {
     j["abi"] = r.abi_major == 0 ? "" : std::to_string(r.abi_major) + "." + std::to_string(r.abi_minor);
     j["fingerprint"] = r.fingerprint.empty() ? r.artifact.fingerprint : r.fingerprint;
     j["status"] = r.status == PluginStatus::refused ? "refused" : "verified";
-    j["refusal"] = r.status == PluginStatus::refused ? to_string(r.refusal) : nullptr;
+    j["refusal"] = r.status == PluginStatus::refused ? nlohmann::json(to_string(r.refusal)) : nlohmann::json(nullptr);
     j["reason"] = r.status == PluginStatus::refused ? nlohmann::json(r.refusal_reason) : nlohmann::json(nullptr);
     return j;
 }
