@@ -8,5 +8,5 @@ ddo_add_gtest(plugin_cli_tests LABELS unit e2e
   SOURCES ${_dir}/plugin_cli_test.cpp
   LIBS ddo_core)
 # The tests read the fixture group's plugins and manifest, and drive the built ddo-host.
-add_dependencies(plugin_unit_tests ${DDO_FIXTURE_PLUGIN_TARGETS} ddo_manifest_fixtures)
-add_dependencies(plugin_cli_tests ddo-host ${DDO_FIXTURE_PLUGIN_TARGETS} ddo_manifest_fixtures)
+add_dependencies(plugin_unit_tests ddo_manifest_fixtures)
+add_dependencies(plugin_cli_tests ddo-host ddo_manifest_fixtures)
