@@ -76,7 +76,7 @@ Catalog read_catalog() {
 
 // Objects whose keys are data (components, setting keys): their children are written as "*".
 const std::set<std::string> kDynamicMaps = {"settings.values", "settings.effective_components", "routes", "counters",
-                                            "workload"};
+                                            "workload", "memory", "phases[].memory"};
 // Values whose inside belongs to someone else (plugin, engine, user): not descended into.
 const std::set<std::string> kOpaque = {"settings.values.*.value", "counters.*", "notes", "phases[].notes", "steps[].extra",
                                        "workload.*", "identity.checkpoint", "error.exit_code_detail"};
@@ -270,7 +270,7 @@ TEST_F(HostTest, DryRunReportFieldsMatchMetricsCatalog) {
         std::ifstream in(e.path());
         std::string text((std::istreambuf_iterator<char>(in)), {});
         std::smatch m;
-        if (std::regex_search(text, m, std::regex(R"(name\s*=\s*"([^"]*good[^"]*)")")) &&
+        if (std::regex_search(text, m, std::regex(R"re(name\s*=\s*"([^"]*good[^"]*)")re")) &&
             text.find("\"model\"") != std::string::npos) {
             plugin_dir = e.path().parent_path().string();
             plugin_name = m[1].str();

@@ -531,7 +531,7 @@ json RunTracker::to_json() const {
     r["steps"] = m.steps;
 
     json mem = m.memory_json(m.mem, false);
-    mem["sampler"] = {{"interval_ms", m.opt.start_sampler ? json(m.opt.sample_interval.count()) : json(nullptr)},
+    r["sampler"] = {{"interval_ms", m.opt.start_sampler ? json(m.opt.sample_interval.count()) : json(nullptr)},
                       {"enabled", m.opt.start_sampler},
                       {"note", "sampling can miss peaks shorter than the interval"}};
     mem["rss"]["kernel_hwm_bytes"] = m.rss_hwm ? json(*m.rss_hwm) : json(nullptr);
