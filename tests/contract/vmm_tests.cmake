@@ -5,3 +5,7 @@ ddo_add_gtest(vmm_contract_tests LABELS contract
   LIBS ddo_xxhash ${CMAKE_DL_LIBS})
 target_include_directories(vmm_contract_tests PRIVATE ${CMAKE_SOURCE_DIR}/core/include)
 add_dependencies(vmm_contract_tests vmm)
+
+# The seed's gate as the probe prints it (exit 0 only when every check passed).
+add_test(NAME vmm_probe_gate_host COMMAND ddo-vmm-probe --backend host)
+set_tests_properties(vmm_probe_gate_host PROPERTIES LABELS contract TIMEOUT 120)

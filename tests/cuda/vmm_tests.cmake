@@ -9,3 +9,7 @@ if(CUDAToolkit_FOUND)
   target_compile_definitions(vmm_cuda_tests PRIVATE DDO_HAVE_CUDA_HEADERS=1)
 endif()
 add_dependencies(vmm_cuda_tests vmm)
+
+# The gate on the CUDA backend; exit 4 (backend unavailable: no driver or device) is a skip.
+add_test(NAME vmm_probe_gate_cuda COMMAND ddo-vmm-probe --backend cuda)
+set_tests_properties(vmm_probe_gate_cuda PROPERTIES LABELS cuda TIMEOUT 120 SKIP_RETURN_CODE 4)
