@@ -3,6 +3,7 @@
 // Order of checks: docs/architecture.md, "Artifact manifest, verification and loading order".
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
 #include <iomanip>
 #include <iostream>
 #include <memory>
@@ -78,15 +79,21 @@ void print_table(const PluginRegistry & registry) {
         std::cout << "no plugins found (build them with tools/ddo build, or add --plugin-dir DIR)\n";
         return;
     }
+    std::size_t name_w = 4, alias_w = 7;
+    for (const PluginRecord & r : registry.records()) {
+        name_w = std::max(name_w, r.name.size());
+        alias_w = std::max(alias_w, join(r.aliases, ",").size());
+    }
+    const auto w = [](std::size_t n) { return static_cast<int>(n + 2); };
     std::cout << "\n"
-              << std::left << std::setw(24) << "NAME" << std::setw(11) << "KIND" << std::setw(10) << "VERSION"
-              << std::setw(24) << "ALIASES" << std::setw(14) << "SHA256" << "STATUS\n";
+              << std::left << std::setw(w(name_w)) << "NAME" << std::setw(11) << "KIND" << std::setw(10) << "VERSION"
+              << std::setw(w(alias_w)) << "ALIASES" << std::setw(14) << "SHA256" << "STATUS\n";
     for (const PluginRecord & r : registry.records()) {
         const std::string aliases = r.aliases.empty() ? "-" : join(r.aliases, ",");
         const std::string sha = r.actual_sha256.empty() ? "-" : short_digest(r.actual_sha256);
-        std::cout << std::left << std::setw(24) << r.name << ' ' << std::setw(10) << (r.kind.empty() ? "?" : r.kind)
-                  << ' ' << std::setw(9) << (r.version.empty() ? "-" : r.version) << ' ' << std::setw(23) << aliases
-                  << ' ' << std::setw(13) << sha << ' ' << status_text(r) << "\n"
+        std::cout << std::left << std::setw(w(name_w)) << r.name << std::setw(11) << (r.kind.empty() ? "?" : r.kind)
+                  << std::setw(10) << (r.version.empty() ? "-" : r.version) << std::setw(w(alias_w)) << aliases
+                  << std::setw(14) << sha << status_text(r) << "\n"
                   << "    file: " << r.artifact.path.string() << "\n";
         if (r.status == PluginStatus::refused) std::cout << "    reason: " << r.refusal_reason << "\n";
     }
