@@ -91,11 +91,13 @@ void summarize(const json & r) {
                     text(mon["complete"]).c_str(), why.c_str());
     }
     std::cout << "\nROUTES (intended vs executed)\n";
-    for (const auto & [c, e] : r.value("routes", json::object()).items())
+    const json routes = r.value("routes", json::object());
+    for (const auto & [c, e] : routes.items())
         std::printf("  %-16s intended %-12s executed %-12s %s\n", c.c_str(), text(e["intended"]).c_str(),
                     text(e["executed"]).c_str(), e["executed"].is_null() ? text(e["executed_reason"]).c_str() : "");
     std::cout << "\nCOUNTERS\n";
-    for (const auto & [c, e] : r.value("counters", json::object()).items())
+    const json counters = r.value("counters", json::object());
+    for (const auto & [c, e] : counters.items())
         for (const auto & [k, v] : e.items()) std::printf("  %-16s %-32s %s\n", c.c_str(), k.c_str(), text(v).c_str());
 }
 
@@ -105,9 +107,10 @@ std::vector<std::string> identity_differences(const json & a, const json & b) {
     auto cmp = [&](const std::string & path) {
         if (at_path(a, path) != at_path(b, path)) diffs.push_back(path);
     };
-    for (const auto & [k, _] : a.value("workload", json::object()).items()) cmp("workload." + k);
-    for (const auto & [k, _] : b.value("workload", json::object()).items())
-        if (!a.value("workload", json::object()).contains(k)) cmp("workload." + k);
+    const json wa = a.value("workload", json::object()), wb = b.value("workload", json::object());
+    for (const auto & [k, _] : wa.items()) cmp("workload." + k);
+    for (const auto & [k, _] : wb.items())
+        if (!wa.contains(k)) cmp("workload." + k);
     for (const char * p : {"identity.plugin.name", "identity.plugin.version", "identity.plugin.sha256", "identity.checkpoint",
                            "identity.host.git_revision", "identity.host.build_type", "environment.os", "environment.kernel",
                            "environment.gpu_name", "environment.driver_version", "environment.cuda_driver_version",
@@ -152,8 +155,9 @@ void diff(const json & a, const json & b, const std::string & na, const std::str
         row(std::string("peak ") + m, gib(at_path(a, std::string("memory.") + m + ".peak_bytes")),
             gib(at_path(b, std::string("memory.") + m + ".peak_bytes")));
     std::set<std::string> comps;
-    for (const auto & [c, _] : a.value("routes", json::object()).items()) comps.insert(c);
-    for (const auto & [c, _] : b.value("routes", json::object()).items()) comps.insert(c);
+    const json ra = a.value("routes", json::object()), rb = b.value("routes", json::object());
+    for (const auto & [c, _] : ra.items()) comps.insert(c);
+    for (const auto & [c, _] : rb.items()) comps.insert(c);
     for (const auto & c : comps)
         row("route " + c + " executed", text(at_path(a, "routes." + c + ".executed")), text(at_path(b, "routes." + c + ".executed")));
 }
