@@ -64,9 +64,12 @@ Catalog read_catalog() {
     std::string line;
     std::regex row(R"(^\|\s*`([^`]+)`)");
     std::regex placeholder(R"(<[^>]+>)");
+    bool inside = false;
     while (std::getline(in, line)) {
+        if (line.find("<!-- report-fields:begin -->") != std::string::npos) inside = true;
+        if (line.find("<!-- report-fields:end -->") != std::string::npos) inside = false;
         std::smatch m;
-        if (!std::regex_search(line, m, row)) continue;
+        if (!inside || !std::regex_search(line, m, row)) continue;
         std::string path = std::regex_replace(m[1].str(), placeholder, "*");
         c.all.insert(path);
         if (line.find("conditional") != std::string::npos) c.conditional.insert(path);
