@@ -11,6 +11,7 @@
 
 #include "command_registry.hpp"
 #include "ddo/error.hpp"
+#include "ddo/plugin/plugin_host_api.hpp"
 #include "ddo/plugin/plugin_registry.hpp"
 #include "ddo/plugin/plugin_search_path.hpp"
 #include "ddo/preset/preset_resolver.hpp"
@@ -153,18 +154,21 @@ int run_once(const RunArgs & a, const HostOptions & options, const std::vector<s
         ctx.interrupted = &g_interrupted;
         ctx.dry_run = a.dry_run;
         ddo_status st;
+        if (plugin.host) plugin.host->clear_error();
         {
             auto run_phase = tracker.phase(a.dry_run ? "plugin_run (dry run)" : "plugin_run");
             st = plugin.model->run(ctx.to_c());
         }
         if (st == DDO_STATUS_INTERRUPTED || (g_interrupted.load() && st != DDO_STATUS_OK))
             throw Error(ExitCode::interrupted, "interrupted by SIGINT during the run");
+        // The plugin's own words (host->set_error) name the file/tensor and the next step.
+        const std::string detail = plugin.host ? plugin.host->last_error() : std::string();
+        const std::string said = detail.empty() ? " (the plugin gave no message; see the log above)" : ": " + detail;
         if (st == DDO_STATUS_INVALID_ARGUMENT || st == DDO_STATUS_UNSUPPORTED)
-            throw UsageError("plugin '" + rec.name + "' refused the run: " + status_name(st) +
-                             " (its message is in the log above); check the preset and options");
+            throw UsageError("plugin '" + rec.name + "' refused the run (" + status_name(st) + ")" + said +
+                             "; check the preset and options");
         if (st != DDO_STATUS_OK)
-            throw RuntimeError("plugin '" + rec.name + "' run failed: " + status_name(st) +
-                               " (its message is in the log above)");
+            throw RuntimeError("plugin '" + rec.name + "' run failed (" + status_name(st) + ")" + said);
         if (g_interrupted.load()) throw Error(ExitCode::interrupted, "interrupted by SIGINT");
         tracker.mark_completed();
     } catch (const Error & e) {
