@@ -5,7 +5,7 @@
 #include "ddo/engine/engine_counters.hpp"
 #include "ddo/engine/group_layout.hpp"
 #include "ddo/error.hpp"
-#include "engine/fake_source.hpp"
+#include "unit/engine/fake_source.hpp"
 
 using namespace ddo::engine;
 
