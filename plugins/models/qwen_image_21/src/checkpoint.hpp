@@ -1,0 +1,58 @@
+// Reading a qwen_image_21 checkpoint component (diffusers layout): one safetensors file or shards listed by
+// diffusion_pytorch_model.safetensors.index.json. Tensors are read on demand (pread), so a component can be
+// kept resident (read once) or streamed block by block from disk. Every error names the file and the tensor.
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <ATen/ATen.h>
+
+namespace ddo::qwen_image_21 {
+
+class TensorFile {
+public:
+    // A component directory: <dir>/diffusion_pytorch_model.safetensors or its sharded index.
+    static TensorFile open_component(const std::filesystem::path & dir);
+    // One safetensors file (fixtures, prompt embeddings).
+    static TensorFile open_file(const std::filesystem::path & path);
+
+    bool contains(const std::string & name) const;
+    std::vector<std::string> names() const;
+    const std::map<std::string, std::string> & metadata() const { return metadata_; }
+    // The file holding `name` (for messages); throws when absent.
+    const std::filesystem::path & file_of(const std::string & name) const;
+    std::vector<int64_t> shape_of(const std::string & name) const;
+    at::ScalarType dtype_of(const std::string & name) const;
+    uint64_t nbytes_of(const std::string & name) const;
+    // Reads the tensor as stored (CPU, fresh memory). Throws RuntimeError naming tensor and file.
+    at::Tensor read(const std::string & name) const;
+    // Reads a weight and checks it: present, the expected shape, a floating dtype; returns it cast to `dtype`.
+    at::Tensor weight(const std::string & name, at::IntArrayRef shape, at::ScalarType dtype) const;
+    // The safetensors file(s) read, comma-separated (for messages).
+    std::string describe_files() const;
+    // Description for messages: the directory or file.
+    const std::filesystem::path & origin() const { return origin_; }
+
+private:
+    struct Entry {
+        size_t file = 0;
+        at::ScalarType dtype = at::kFloat;
+        std::string dtype_name;
+        std::vector<int64_t> shape;
+        uint64_t begin = 0, end = 0;  // absolute file offsets
+    };
+    void add_file(const std::filesystem::path & path, const std::vector<std::string> * only);
+    const Entry & entry(const std::string & name) const;
+
+    std::filesystem::path origin_;
+    std::vector<std::filesystem::path> files_;
+    std::map<std::string, Entry> entries_;
+    std::map<std::string, std::string> metadata_;
+};
+
+}  // namespace ddo::qwen_image_21

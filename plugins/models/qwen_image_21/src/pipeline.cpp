@@ -1,0 +1,155 @@
+#include "pipeline.hpp"
+
+#include <ATen/CPUGeneratorImpl.h>
+
+#include <fstream>
+
+#include <nlohmann/json.hpp>
+
+#include "ddo/error.hpp"
+
+namespace ddo::qwen_image_21 {
+namespace {
+
+nlohmann::json read_json(const std::filesystem::path & p) {
+    std::ifstream in(p);
+    if (!in) throw RuntimeError(p.string() + ": missing; point --model at a diffusers-layout Qwen-Image 2.1 checkpoint");
+    try {
+        return nlohmann::json::parse(in);
+    } catch (const std::exception & e) {
+        throw RuntimeError(p.string() + ": not valid JSON (" + e.what() + ")");
+    }
+}
+
+std::optional<at::Tensor> mask_or_none(const TensorFile & f, const std::string & name, const at::Tensor & embeds) {
+    if (!f.contains(name)) return std::nullopt;
+    auto m = f.read(name);
+    if (m.dim() != 2 || m.size(0) != embeds.size(0) || m.size(1) != embeds.size(1))
+        throw RuntimeError(f.file_of(name).string() + ": tensor '" + name + "' must have shape [B, L] of its embeddings");
+    m = m.to(at::kBool);
+    if (m.all().item<bool>()) return std::nullopt;  // encode_prompt drops an all-valid mask
+    return m;
+}
+
+at::Tensor run_transformer(const Transformer & tr, BlockSource & blocks, const TransformerInputs & in, KvMode mode,
+                           std::vector<KvLayerCache> * caches) {
+    auto st = tr.prepare(in, mode);
+    for (int64_t i = 0; i < tr.config().num_layers; ++i) {
+        const auto & w = blocks.acquire(i);
+        st.x = run_block(tr.config(), w, st.x, st.ctx, caches ? &(*caches)[size_t(i)] : nullptr);
+        blocks.release(i);
+    }
+    return tr.finish(st);
+}
+
+}  // namespace
+
+PromptEmbeds load_prompt_embeds(const std::filesystem::path & path, int64_t context_in_dim) {
+    auto f = TensorFile::open_file(path);
+    PromptEmbeds e;
+    auto embeds = [&](const std::string & name) {
+        auto t = f.read(name);
+        if (!at::isFloatingType(t.scalar_type()) || t.dim() != 3 || t.size(2) != context_in_dim)
+            throw RuntimeError(path.string() + ": tensor '" + name + "' must be floating [B, L, " +
+                               std::to_string(context_in_dim) + "] (the transformer's context_in_dim)");
+        return t;
+    };
+    if (!f.contains("prompt_embeds"))
+        throw RuntimeError(path.string() + ": tensor 'prompt_embeds' is missing; write it with "
+                                           "tools/reference/qwen_image_21_fixtures.py or the pipeline's encode_prompt");
+    e.embeds = embeds("prompt_embeds");
+    e.mask = mask_or_none(f, "prompt_embeds_mask", e.embeds);
+    if (f.contains("negative_prompt_embeds")) {
+        e.neg_embeds = embeds("negative_prompt_embeds");
+        e.neg_mask = mask_or_none(f, "negative_prompt_embeds_mask", *e.neg_embeds);
+    }
+    return e;
+}
+
+ModelFiles ModelFiles::open(const std::filesystem::path & dir) {
+    const auto tcfg = dir / "transformer" / "config.json";
+    const auto vcfg = dir / "vae" / "config.json";
+    const auto scfg = dir / "scheduler" / "scheduler_config.json";
+    ModelFiles m{TransformerConfig::from_json(read_json(tcfg), tcfg), VaeConfig::from_json(read_json(vcfg), vcfg),
+                 SchedulerConfig::from_json(read_json(scfg), scfg), TensorFile::open_component(dir / "transformer"),
+                 TensorFile::open_component(dir / "vae")};
+    validate_transformer_checkpoint(m.transformer, m.transformer_config);
+    if (m.transformer_config.in_channels != m.vae_config.z_dim)
+        throw RuntimeError(tcfg.string() + ": in_channels " + std::to_string(m.transformer_config.in_channels) +
+                           " contradicts z_dim " + std::to_string(m.vae_config.z_dim) + " in " + vcfg.string());
+    return m;
+}
+
+at::Tensor denoise(const ModelFiles & m, const Transformer & transformer, BlockSource & blocks,
+                   const PromptEmbeds & e, const PipelineOptions & o, const PipelineCallbacks & cb) {
+    const auto & tc = m.transformer_config;
+    const int64_t vsf = 16, multiple = vsf * 2;
+    const int64_t width = o.width / multiple * multiple, height = o.height / multiple * multiple;
+    if (width <= 0 || height <= 0)
+        throw UsageError("qwen_image_21: width and height must be at least " + std::to_string(multiple));
+    const int64_t h = 2 * (height / multiple), w = 2 * (width / multiple);
+    const int64_t B = e.embeds.size(0), C = tc.in_channels;
+    const bool cfg = o.true_cfg_scale > 1.0 && e.neg_embeds.has_value();
+
+    // prepare_latents: one randn((B, 1, C, h, w)) from a CPU generator seeded like torch.Generator().manual_seed.
+    auto gen = at::make_generator<at::CPUGeneratorImpl>(o.seed);
+    auto noise = at::randn({B, 1, C, h, w}, gen, at::TensorOptions().dtype(o.dtype));
+    auto latents = noise.view({B, C, h * w}).transpose(1, 2).to(o.device);
+
+    const double mu = calculate_shift(double(h * w), m.scheduler_config);
+    const auto sched = make_schedule(m.scheduler_config, o.steps, mu);
+
+    auto opts = at::TensorOptions().device(o.device);
+    auto pos = e.embeds.to(opts.dtype(o.dtype));
+    auto target_slots = at::ones({B, h * w / 4}, opts.dtype(at::kBool));
+    auto pos_img_mask = at::cat({at::zeros({B, pos.size(1)}, opts.dtype(at::kBool)), target_slots}, 1);
+    std::optional<at::Tensor> pos_mask = e.mask ? std::optional<at::Tensor>(e.mask->to(o.device)) : std::nullopt;
+    at::Tensor neg, neg_img_mask;
+    std::optional<at::Tensor> neg_mask;
+    if (cfg) {
+        neg = e.neg_embeds->to(opts.dtype(o.dtype));
+        neg_img_mask = at::cat({at::zeros({B, neg.size(1)}, opts.dtype(at::kBool)), target_slots}, 1);
+        if (e.neg_mask) neg_mask = e.neg_mask->to(o.device);
+    }
+    const bool cache_on = o.use_kv_cache && tc.causal_condition;
+    std::vector<KvLayerCache> pos_cache(size_t(tc.num_layers)), neg_cache(size_t(tc.num_layers));
+    const std::vector<ImageShape> shapes{{1, h, w}};
+
+    for (int i = 0; i < o.steps; ++i) {
+        if (cb.interrupted && cb.interrupted->load())
+            throw Error(ExitCode::interrupted, "qwen_image_21: interrupted at step " + std::to_string(i));
+        const KvMode mode = cache_on ? (i == 0 ? KvMode::extract : KvMode::cached) : KvMode::off;
+        auto timestep = (at::full({B}, double(sched.timesteps[size_t(i)]), opts.dtype(at::kFloat)).to(o.dtype)) / 1000;
+        TransformerInputs in{latents, pos, timestep, shapes, pos_img_mask, pos_mask};
+        auto noise_pred = run_transformer(transformer, blocks, in, mode, cache_on ? &pos_cache : nullptr);
+        noise_pred = noise_pred.slice(1, noise_pred.size(1) - latents.size(1));
+        if (cfg) {
+            TransformerInputs nin{latents, neg, timestep, shapes, neg_img_mask, neg_mask};
+            auto neg_pred = run_transformer(transformer, blocks, nin, mode, cache_on ? &neg_cache : nullptr);
+            neg_pred = neg_pred.slice(1, neg_pred.size(1) - latents.size(1));
+            noise_pred = neg_pred + o.true_cfg_scale * (noise_pred - neg_pred);
+        }
+        // FlowMatchEulerDiscreteScheduler.step: fp32 sample + (sigma_next - sigma) * v, back to v's dtype.
+        const float dt = sched.sigmas[size_t(i) + 1] - sched.sigmas[size_t(i)];
+        latents = (latents.to(at::kFloat) + at::scalar_tensor(dt, opts.dtype(at::kFloat)) * noise_pred)
+                      .to(noise_pred.scalar_type());
+        if (cb.on_step) cb.on_step(i + 1, o.steps);
+    }
+    return latents;
+}
+
+at::Tensor decode_latents(const ModelFiles & m, const VaeDecoder & vae, const at::Tensor & latents,
+                          const PipelineOptions & o) {
+    const auto & vc = m.vae_config;
+    const int64_t multiple = 32;
+    const int64_t h = 2 * (o.height / multiple), w = 2 * (o.width / multiple);
+    const int64_t B = latents.size(0), C = latents.size(2);
+    auto z = latents.transpose(1, 2).reshape({B, C, 1, h, w}).to(vae.dtype());
+    auto mean = at::tensor(vc.latents_mean, at::kFloat).view({1, vc.z_dim, 1, 1, 1}).to(z.options());
+    auto std = at::tensor(vc.latents_std, at::kFloat).view({1, vc.z_dim, 1, 1, 1}).to(z.options());
+    z = z * std + mean;
+    auto image = vae.decode(z).select(2, 0);
+    return (image / 2 + 0.5).clamp(0, 1);
+}
+
+}  // namespace ddo::qwen_image_21

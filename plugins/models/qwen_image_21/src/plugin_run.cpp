@@ -1,0 +1,168 @@
+#include "plugin_run.hpp"
+
+#include <ATen/ATen.h>
+
+#include <chrono>
+#include <vector>
+
+#include "ddo/error.hpp"
+#include "ddo/preset/resolved_settings.hpp"
+#include "ddo/report/run_tracker.hpp"
+#include "pipeline.hpp"
+#include "png_writer.hpp"
+
+namespace ddo::qwen_image_21 {
+namespace {
+
+template <class T>
+T option(const std::map<std::string, ResolvedValue> & opts, const std::string & key, T fallback) {
+    auto it = opts.find(key);
+    if (it == opts.end() || it->second.value.is_null()) return fallback;
+    try {
+        return it->second.value.get<T>();
+    } catch (const std::exception & e) {
+        throw UsageError("plugin.qwen_image_21." + key + " (" + it->second.provenance.to_string() +
+                         "): wrong type: " + e.what());
+    }
+}
+
+std::unique_ptr<BlockSource> make_blocks(Route route, const Capacities & caps, const ModelFiles & m, at::ScalarType dt,
+                                         at::Device dev) {
+    switch (route) {
+    case Route::resident:
+        return make_resident_blocks(m.transformer, m.transformer_config, dt, dev);
+    case Route::disk:
+        return make_disk_blocks(m.transformer, m.transformer_config, dt, dev);
+    case Route::dynamic:
+        return make_dynamic_blocks(m.transformer, m.transformer_config, dt, dev,
+                                   Capacities::gib_to_bytes(caps.resident_budget_gb), caps.staging_slots);
+    default:
+        throw UsageError(std::string("qwen_image_21: transformer route '") + to_string(route) +
+                         "' is not available in this build of the plugin (resident, disk and dynamic are); choose one with "
+                         "--set components.transformer.route=disk");
+    }
+}
+
+}  // namespace
+
+void run_plugin(RunContext & ctx, const LogFn & log) {
+    if (!ctx.settings) throw UsageError("qwen_image_21: run without resolved settings");
+    const auto & s = *ctx.settings;
+    const auto opts = s.plugin_options("qwen_image_21");
+    PipelineOptions o;
+    // --steps/--width/--height/--seed are workload.* keys; plugin.qwen_image_21.* may set them too.
+    auto workload = [&](const char * key, auto fallback) {
+        using T = decltype(fallback);
+        if (auto v = s.get_optional<T>(std::string("workload.") + key)) return *v;
+        return option<T>(opts, key, fallback);
+    };
+    o.steps = workload("steps", 40);
+    o.width = workload("width", int64_t(1024));
+    o.height = workload("height", int64_t(1024));
+    o.seed = workload("seed", uint64_t(0));
+    o.true_cfg_scale = s.get_optional<double>("workload.guidance_scale").value_or(option<double>(opts, "true_cfg_scale", 1.0));
+    o.use_kv_cache = option<bool>(opts, "use_kv_cache", true);
+    const bool cuda = at::hasCUDA();
+    o.device = cuda ? at::Device(at::kCUDA, 0) : at::Device(at::kCPU);
+    // workload.precision (bf16 | fp16 | fp32); unset = bf16 on CUDA, fp32 on the CPU.
+    const auto precision = s.get_optional<std::string>("workload.precision").value_or(cuda ? "bf16" : "fp32");
+    if (precision == "fp32") o.dtype = at::kFloat;
+    else if (precision == "bf16") o.dtype = at::kBFloat16;
+    else if (precision == "fp16") o.dtype = at::kHalf;
+    else throw UsageError("workload.precision must be bf16, fp16 or fp32 (got '" + precision + "')");
+    if (ctx.prompt_embeds.empty())
+        throw UsageError("qwen_image_21: --prompt-embeds is required (the Qwen3-VL text encoder is not built yet); "
+                         "write one with tools/reference/qwen_image_21_fixtures.py");
+
+    const Route route = s.route("transformer");
+    const auto vs = s.vae_strategy();
+    VaeStrategy vae_strategy = VaeStrategy::resident;
+    VaeTiling tiling;
+    switch (vs.kind) {
+    case VaeStrategyKind::resident: vae_strategy = VaeStrategy::resident; break;
+    case VaeStrategyKind::leaf_offload: vae_strategy = VaeStrategy::leaf_offload; break;
+    case VaeStrategyKind::tiled:
+        vae_strategy = VaeStrategy::tiled;
+        tiling = {vs.tile_size, vs.tile_size, vs.tile_size - vs.tile_overlap, vs.tile_size - vs.tile_overlap};
+        break;
+    case VaeStrategyKind::automatic:
+        // Tiles only pay off above the reference's 256 px tile; small images decode in one piece.
+        vae_strategy = (o.width > 512 || o.height > 512) ? VaeStrategy::tiled : VaeStrategy::resident;
+        break;
+    case VaeStrategyKind::temporal_stream:
+        throw UsageError("qwen_image_21: vae strategy temporal_stream is for video models; use resident, tiled or "
+                         "leaf_offload");
+    }
+    const char * vae_names[] = {"resident", "leaf_offload", "tiled"};
+
+    RunTracker * tr = ctx.tracker;
+    if (tr) {
+        tr->set_route_intended("transformer", to_string(route), s.at("components.transformer.route").provenance.to_string());
+        tr->set_workload({{"model", "qwen_image_21"}, {"width", o.width}, {"height", o.height}, {"steps", o.steps},
+                          {"seed", o.seed}, {"true_cfg_scale", o.true_cfg_scale}, {"use_kv_cache", o.use_kv_cache},
+                          {"dtype", c10::toString(o.dtype)}, {"device", o.device.str()},
+                          {"prompt_embeddings", "supplied (" + ctx.prompt_embeds.string() + ")"},
+                          {"text_encoder", nullptr}});
+    }
+    std::optional<RunTracker::Phase> phase;
+    auto begin = [&](const char * name) {
+        if (phase) phase->end();
+        phase.reset();
+        if (tr) phase.emplace(tr->phase(name));
+    };
+
+    begin("load");
+    auto m = ModelFiles::open(ctx.model_dir);
+    auto embeds = load_prompt_embeds(ctx.prompt_embeds, m.transformer_config.context_in_dim);
+    Transformer transformer(m.transformer_config, load_transformer_globals(m.transformer, m.transformer_config, o.dtype));
+    auto blocks = make_blocks(route, s.capacities("transformer"), m, o.dtype, o.device);
+    if (tr) {
+        tr->set_checkpoint({{"path", ctx.model_dir.string()}, {"transformer_blocks", m.transformer_config.num_layers},
+                            {"block_payload_bytes", block_payload_bytes(m.transformer, m.transformer_config, 0)}});
+        tr->set_route_executed("transformer", blocks->route());
+    }
+    if (ctx.dry_run) {
+        log(2, "dry run: checkpoint and embeddings validated; nothing computed");
+        if (phase) phase->end();
+        return;
+    }
+
+    begin("denoise");
+    PipelineCallbacks cb;
+    cb.interrupted = ctx.interrupted;
+    auto t0 = std::chrono::steady_clock::now();
+    cb.on_step = [&](int step, int total) {
+        auto t1 = std::chrono::steady_clock::now();
+        if (tr) tr->step("denoise", step - 1, std::chrono::duration<double>(t1 - t0).count());
+        t0 = t1;
+        log(2, "step " + std::to_string(step) + "/" + std::to_string(total));
+    };
+    auto latents = denoise(m, transformer, *blocks, embeds, o, cb);
+    if (tr)
+        tr->set_counters("transformer", {{"route", blocks->route()}, {"bytes_streamed", blocks->bytes_streamed()},
+                                         {"execution_groups", m.transformer_config.num_layers}});
+
+    begin("decode");
+    VaeDecoder vae(m.vae, m.vae_config, o.dtype, o.device, vae_strategy, tiling);
+    auto image = decode_latents(m, vae, latents, o);
+    if (tr) {
+        tr->set_route_intended("vae", vae_names[int(vae_strategy)]);
+        tr->set_route_executed("vae", vae_names[int(vae_strategy)]);
+        tr->set_counters("vae", {{"strategy", vae_names[int(vae_strategy)]}, {"weight_bytes", vae.weight_bytes()},
+                                 {"leaf_uploads", vae.uploads()}});
+    }
+
+    begin("write_output");
+    std::filesystem::create_directories(ctx.output_dir);
+    auto pixels = (image.to(at::kCPU).to(at::kFloat) * 255).round().to(at::kByte);  // numpy_to_pil rounding
+    for (int64_t b = 0; b < pixels.size(0); ++b) {
+        auto hwc = pixels[b].permute({1, 2, 0}).contiguous();
+        auto path = ctx.output_dir / (pixels.size(0) == 1 ? "image.png" : "image_" + std::to_string(b) + ".png");
+        write_png_rgba(path, hwc.data_ptr<uint8_t>(), uint32_t(hwc.size(1)), uint32_t(hwc.size(0)));
+        if (tr) tr->add_output(path, "image/png");
+        log(2, "wrote " + path.string());
+    }
+    if (phase) phase->end();
+}
+
+}  // namespace ddo::qwen_image_21

@@ -1,0 +1,105 @@
+// QwenImage21Transformer2DModel in LibTorch (models.md §4; diffusers transformer_qwenimage21.py is the reference).
+// The forward is split so that each block can run as one engine execution group: prepare() builds the joint
+// sequence, RoPE table, modulation and attention structure; run_block() applies one block with weights the
+// caller supplies (resident, streamed or read from disk); finish() applies the output norm and projection.
+#pragma once
+
+#include <array>
+#include <functional>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include <ATen/ATen.h>
+
+#include "checkpoint.hpp"
+#include "config.hpp"
+
+namespace ddo::qwen_image_21 {
+
+using ImageShape = std::array<int64_t, 3>;  // (frame, height, width) in latent tokens
+
+struct TransformerGlobals {
+    at::Tensor img_in, txt_norm, txt_in_layer, txt_out_layer, time_linear_1, time_linear_2, modulation, norm_out,
+        proj_out;
+};
+
+struct TransformerBlockWeights {
+    at::Tensor to_q, to_k, to_v, to_out, norm_q, norm_k, mlp_proj, mlp_gate, mlp_out;
+};
+
+// (name, shape) of every tensor, in checkpoint naming. Block tensors carry the "transformer_blocks.<i>." prefix.
+std::vector<std::pair<std::string, std::vector<int64_t>>> global_tensor_specs(const TransformerConfig & c);
+std::vector<std::pair<std::string, std::vector<int64_t>>> block_tensor_specs(const TransformerConfig & c, int64_t i);
+// Checks that the checkpoint holds exactly the tensors the config implies (names, shapes, floating dtypes).
+void validate_transformer_checkpoint(const TensorFile & f, const TransformerConfig & c);
+TransformerGlobals load_transformer_globals(const TensorFile & f, const TransformerConfig & c, at::ScalarType dtype);
+TransformerBlockWeights load_transformer_block(const TensorFile & f, const TransformerConfig & c, int64_t i,
+                                               at::ScalarType dtype);
+// Builds block weights from tensors named as in block_tensor_specs (e.g. leased from the engine).
+TransformerBlockWeights block_weights_from(const std::function<at::Tensor(const std::string &)> & get,
+                                           const TransformerConfig & c, int64_t i);
+
+// 3-axis RoPE table (complex64 [S, head_dim/2]) with the 2.1 position rules (QwenImage21Rope.forward).
+at::Tensor rope_table(const TransformerConfig & c, const std::vector<ImageShape> & img_shapes,
+                      const at::Tensor & image_pad_mask);
+
+enum class KvMode { off, extract, cached };
+
+struct KvLayerCache {
+    at::Tensor k, v;  // [B, prefix, H, Dh], post-norm, post-RoPE
+};
+
+struct Segment {
+    int64_t start, end;
+    bool is_text;
+};
+
+struct TransformerInputs {
+    at::Tensor hidden_states;          // [B, N_img, C]: condition images first, target last
+    at::Tensor encoder_hidden_states;  // [B, L, context_in_dim]
+    at::Tensor timestep;               // [B], in [0, 1]
+    std::vector<ImageShape> img_shapes;
+    at::Tensor img_mask;                    // [B, L + target/4] bool: VLM image slots (+ appended target slots)
+    std::optional<at::Tensor> text_mask;    // [B, L] bool: valid text tokens (padded keys masked)
+};
+
+// What every block needs besides its weights.
+struct BlockContext {
+    at::Tensor modulation;                 // [B(+1), 4D]
+    at::Tensor rotary;                     // complex [S_q, Dh/2]
+    std::optional<at::Tensor> mod_mask;    // [S_q] bool: target tokens (causal_condition)
+    std::optional<at::Tensor> key_valid;   // [B, S_kv] bool
+    std::vector<Segment> segments;         // prefill structure (empty in cached mode)
+    int64_t prefix_len = 0;
+    KvMode kv_mode = KvMode::off;
+};
+
+struct TransformerState {
+    at::Tensor x;     // [B, S_q, D]
+    at::Tensor temb;  // [B(+1), D]
+    BlockContext ctx;
+};
+
+class Transformer {
+public:
+    Transformer(TransformerConfig config, TransformerGlobals globals);
+    const TransformerConfig & config() const { return config_; }
+    TransformerState prepare(const TransformerInputs & in, KvMode mode) const;
+    at::Tensor finish(const TransformerState & s) const;  // [B, S_q, out_channels]
+
+    // Convenience: prepare, every block through `block`, finish.
+    using BlockFn = std::function<at::Tensor(int64_t index, const at::Tensor & x, const BlockContext & ctx)>;
+    at::Tensor forward(const TransformerInputs & in, KvMode mode, const BlockFn & block) const;
+
+private:
+    TransformerConfig config_;
+    TransformerGlobals g_;
+};
+
+// One QwenImage21TransformerBlock. cache: read (cached) or written (extract) when kv_mode says so.
+at::Tensor run_block(const TransformerConfig & c, const TransformerBlockWeights & w, const at::Tensor & x,
+                     const BlockContext & ctx, KvLayerCache * cache);
+
+}  // namespace ddo::qwen_image_21

@@ -1,0 +1,321 @@
+// qwen_image_21 parity ladder against diffusers fixtures (tools/reference/qwen_image_21_fixtures.py):
+// scheduler -> RoPE -> one block -> whole transformer (with/without KV cache) -> VAE decode (plain, tiled)
+// -> full pipeline from prompt embeddings to pixels; plus route equality and checkpoint error messages.
+// Tolerances (fp32): scheduler/RoPE 1e-6, transformer outputs 1e-4, VAE pixels 1e-4, pipeline pixels 1/255.
+#include <gtest/gtest.h>
+
+#include <ATen/ATen.h>
+
+#include <cstdio>
+#include <fstream>
+#include <iostream>
+
+#include <nlohmann/json.hpp>
+
+#include "block_source.hpp"
+#include "checkpoint.hpp"
+#include "config.hpp"
+#include "ddo/error.hpp"
+#include "pipeline.hpp"
+#include "scheduler.hpp"
+#include "transformer.hpp"
+#include "vae_decoder.hpp"
+
+namespace qi = ddo::qwen_image_21;
+namespace fs = std::filesystem;
+
+namespace {
+
+const fs::path kDir = QI21_FIXTURE_DIR;
+
+const nlohmann::json & reference() {
+    static nlohmann::json j = [] {
+        std::ifstream in(kDir / "reference.json");
+        if (!in) throw std::runtime_error((kDir / "reference.json").string() +
+                                          " missing: build target qwen_image_21_fixtures (tools/ddo build)");
+        return nlohmann::json::parse(in);
+    }();
+    return j;
+}
+
+class Qi21Parity : public ::testing::Test {
+protected:
+    void SetUp() override {
+        const auto & r = reference();
+        const std::string who = r.at("reference").get<std::string>() + " " +
+                                r.at("reference_version").get<std::string>() + " (torch " +
+                                r.at("torch_version").get<std::string>() + ", seed " +
+                                std::to_string(r.at("seed").get<int>()) + ")";
+        std::cout << "[ reference ] " << who << "\n";
+        RecordProperty("reference", who);
+    }
+};
+
+qi::TensorFile fixture(const std::string & name) { return qi::TensorFile::open_file(kDir / name); }
+
+double max_abs(const at::Tensor & a, const at::Tensor & b) {
+    EXPECT_EQ(a.sizes(), b.sizes());
+    if (a.sizes() != b.sizes()) return 1e30;
+    return (a.to(at::kDouble) - b.to(at::kDouble)).abs().max().item<double>();
+}
+
+void expect_close(const std::string & what, const at::Tensor & got, const at::Tensor & want, double tol) {
+    const double e = max_abs(got, want);
+    std::cout << "[ parity    ] " << what << ": max abs error " << e << " (tolerance " << tol << ")\n";
+    EXPECT_LE(e, tol) << what;
+}
+
+at::Tensor complex_of(const at::Tensor & real) { return at::view_as_complex(real.contiguous()); }
+
+struct Tiny {
+    qi::ModelFiles m = qi::ModelFiles::open(kDir / "checkpoint");
+    qi::Transformer transformer{m.transformer_config,
+                                qi::load_transformer_globals(m.transformer, m.transformer_config, at::kFloat)};
+};
+
+at::Tensor run_all(const Tiny & t, qi::BlockSource & src, const qi::TransformerInputs & in, qi::KvMode mode,
+                   std::vector<qi::KvLayerCache> * caches) {
+    return t.transformer.forward(in, mode, [&](int64_t i, const at::Tensor & x, const qi::BlockContext & ctx) {
+        auto out = qi::run_block(t.m.transformer_config, src.acquire(i), x, ctx, caches ? &(*caches)[i] : nullptr);
+        src.release(i);
+        return out;
+    });
+}
+
+std::vector<qi::ImageShape> shapes_of(const nlohmann::json & j) {
+    std::vector<qi::ImageShape> s;
+    for (auto & e : j) s.push_back({e[0].get<int64_t>(), e[1].get<int64_t>(), e[2].get<int64_t>()});
+    return s;
+}
+
+}  // namespace
+
+TEST_F(Qi21Parity, Scheduler) {
+    auto f = fixture("scheduler.safetensors");
+    const auto & cases = reference().at("scheduler_cases");
+    for (size_t i = 0; i < cases.size(); ++i) {
+        const auto & c = cases[i];
+        auto cfg = qi::SchedulerConfig::from_json(c.at("config"), "reference.json");
+        std::optional<double> mu;
+        if (!c.at("mu").is_null()) mu = c.at("mu").get<double>();
+        auto s = qi::make_schedule(cfg, c.at("steps").get<int>(), mu);
+        const std::string p = "case" + std::to_string(i);
+        expect_close(p + ".sigmas", at::tensor(s.sigmas), f.read(p + ".sigmas"), 1e-6);
+        expect_close(p + ".timesteps", at::tensor(s.timesteps), f.read(p + ".timesteps"), 1e-4);
+    }
+    // calculate_shift of the pipeline case (16 tokens) equals the value the reference used.
+    auto cfg = qi::SchedulerConfig::from_json(reference().at("scheduler_config"), "reference.json");
+    EXPECT_NEAR(qi::calculate_shift(16, cfg), cases[1].at("mu").get<double>(), 1e-12);
+}
+
+TEST_F(Qi21Parity, Rope) {
+    auto f = fixture("rope.safetensors");
+    Tiny t;
+    const auto & cases = reference().at("rope_cases");
+    for (size_t i = 0; i < cases.size(); ++i) {
+        const std::string p = "case" + std::to_string(i);
+        auto table = qi::rope_table(t.m.transformer_config, shapes_of(cases[i].at("img_shapes")),
+                                    f.read(p + ".image_pad_mask").to(at::kBool));
+        expect_close(p + ".rope", at::view_as_real(table), f.read(p + ".table"), 1e-6);
+    }
+}
+
+TEST_F(Qi21Parity, OneBlock) {
+    auto f = fixture("block.safetensors");
+    Tiny t;
+    auto w = qi::load_transformer_block(t.m.transformer, t.m.transformer_config, 0, at::kFloat);
+    qi::BlockContext ctx;
+    ctx.modulation = f.read("modulation");
+    ctx.rotary = complex_of(f.read("rotary_emb"));
+    auto mask = f.read("target_token_mask").to(at::kBool);
+    ctx.mod_mask = mask;
+    ctx.key_valid = f.read("key_valid").to(at::kBool);
+    auto seg = f.read("segments");
+    for (int64_t i = 0; i < seg.size(0); ++i)
+        ctx.segments.push_back({seg[i][0].item<int64_t>(), seg[i][1].item<int64_t>(), seg[i][2].item<int64_t>() != 0});
+    ctx.prefix_len = mask.size(0) - mask.sum().item<int64_t>();
+    auto out = qi::run_block(t.m.transformer_config, w, f.read("hidden_states"), ctx, nullptr);
+    expect_close("transformer_blocks.0", out, f.read("out"), 1e-4);
+}
+
+TEST_F(Qi21Parity, TransformerWithAndWithoutKvCache) {
+    auto f = fixture("transformer.safetensors");
+    Tiny t;
+    auto src = qi::make_resident_blocks(t.m.transformer, t.m.transformer_config, at::kFloat, at::kCPU);
+    const auto & cases = reference().at("transformer_cases");
+    {
+        qi::TransformerInputs in{f.read("t2i.hidden_states"), f.read("t2i.encoder_hidden_states"),
+                                 f.read("t2i.timestep"), shapes_of(cases.at("t2i").at("img_shapes")),
+                                 f.read("t2i.img_mask").to(at::kBool),
+                                 f.read("t2i.encoder_hidden_states_mask").to(at::kBool)};
+        expect_close("transformer t2i (batch 2, padded keys)", run_all(t, *src, in, qi::KvMode::off, nullptr),
+                     f.read("t2i.out"), 1e-4);
+    }
+    {
+        qi::TransformerInputs in{f.read("cond.hidden_states"), f.read("cond.encoder_hidden_states"),
+                                 f.read("cond.timestep"), shapes_of(cases.at("cond").at("img_shapes")),
+                                 f.read("cond.img_mask").to(at::kBool), std::nullopt};
+        expect_close("transformer with condition image", run_all(t, *src, in, qi::KvMode::off, nullptr),
+                     f.read("cond.out"), 1e-4);
+    }
+    {
+        auto shapes = shapes_of(cases.at("kv").at("img_shapes"));
+        auto text = f.read("kv.encoder_hidden_states");
+        auto img_mask = f.read("kv.img_mask").to(at::kBool);
+        auto mask = f.read("kv.encoder_hidden_states_mask").to(at::kBool);
+        std::vector<qi::KvLayerCache> cache(size_t(t.m.transformer_config.num_layers));
+        qi::TransformerInputs in0{f.read("kv.hidden_states0"), text, f.read("kv.timestep0"), shapes, img_mask, mask};
+        expect_close("transformer kv extract", run_all(t, *src, in0, qi::KvMode::extract, &cache),
+                     f.read("kv.extract_out"), 1e-4);
+        expect_close("kv cache layer 0 keys", cache[0].k, f.read("kv.cache0.k"), 1e-4);
+        expect_close("kv cache layer 0 values", cache[0].v, f.read("kv.cache0.v"), 1e-4);
+        qi::TransformerInputs in1{f.read("kv.hidden_states1"), text, f.read("kv.timestep1"), shapes, img_mask, mask};
+        expect_close("transformer kv cached", run_all(t, *src, in1, qi::KvMode::cached, &cache),
+                     f.read("kv.cached_out"), 1e-4);
+        expect_close("transformer uncached (same step)", run_all(t, *src, in1, qi::KvMode::off, nullptr),
+                     f.read("kv.uncached_out"), 1e-4);
+    }
+}
+
+TEST_F(Qi21Parity, VaeDecodePlainTiledLeafOffload) {
+    auto f = fixture("vae.safetensors");
+    Tiny t;
+    auto z = f.read("z");
+    const auto & tj = reference().at("vae_tiling");
+    qi::VaeTiling tiling{tj.at("tile_sample_min_height").get<int64_t>(), tj.at("tile_sample_min_width").get<int64_t>(),
+                         tj.at("tile_sample_stride_height").get<int64_t>(),
+                         tj.at("tile_sample_stride_width").get<int64_t>()};
+    qi::VaeDecoder resident(t.m.vae, t.m.vae_config, at::kFloat, at::kCPU, qi::VaeStrategy::resident);
+    expect_close("vae decode (resident)", resident.decode(z), f.read("decode"), 1e-4);
+    qi::VaeDecoder leaf(t.m.vae, t.m.vae_config, at::kFloat, at::kCPU, qi::VaeStrategy::leaf_offload);
+    auto leaf_out = leaf.decode(z);
+    expect_close("vae decode (leaf_offload)", leaf_out, f.read("decode"), 1e-4);
+    EXPECT_GT(leaf.uploads(), 0u);
+    EXPECT_TRUE(at::equal(leaf_out, resident.decode(z))) << "leaf_offload must equal resident bitwise";
+    qi::VaeDecoder tiled(t.m.vae, t.m.vae_config, at::kFloat, at::kCPU, qi::VaeStrategy::tiled, tiling);
+    expect_close("vae decode (tiled)", tiled.decode(z), f.read("decode_tiled"), 1e-4);
+}
+
+TEST_F(Qi21Parity, PipelineEmbeddingsToPixels) {
+    auto f = fixture("pipeline.safetensors");
+    Tiny t;
+    auto embeds = qi::load_prompt_embeds(kDir / "prompt_embeds.safetensors", t.m.transformer_config.context_in_dim);
+    qi::VaeDecoder vae(t.m.vae, t.m.vae_config, at::kFloat, at::kCPU, qi::VaeStrategy::resident);
+    auto src = qi::make_resident_blocks(t.m.transformer, t.m.transformer_config, at::kFloat, at::kCPU);
+    for (auto & [name, run] : reference().at("pipeline_runs").items()) {
+        qi::PipelineOptions o;
+        o.width = run.at("width").get<int64_t>();
+        o.height = run.at("height").get<int64_t>();
+        o.steps = run.at("steps").get<int>();
+        o.seed = run.at("seed").get<uint64_t>();
+        o.true_cfg_scale = run.at("true_cfg_scale").get<double>();
+        o.use_kv_cache = run.at("use_kv_cache").get<bool>();
+        auto latents = qi::denoise(t.m, t.transformer, *src, embeds, o);
+        expect_close("pipeline " + name + " latents", latents, f.read(name + ".latents"), 1e-4);
+        auto image = qi::decode_latents(t.m, vae, latents, o);
+        expect_close("pipeline " + name + " pixels", image, f.read(name + ".image"), 1.0 / 255.0);
+    }
+}
+
+TEST_F(Qi21Parity, RoutesGiveBitwiseEqualLatents) {
+    Tiny t;
+    auto embeds = qi::load_prompt_embeds(kDir / "prompt_embeds.safetensors", t.m.transformer_config.context_in_dim);
+    qi::PipelineOptions o;
+    o.width = o.height = 64;
+    o.steps = 2;
+    o.true_cfg_scale = 3.0;
+    auto resident = qi::make_resident_blocks(t.m.transformer, t.m.transformer_config, at::kFloat, at::kCPU);
+    auto disk = qi::make_disk_blocks(t.m.transformer, t.m.transformer_config, at::kFloat, at::kCPU);
+    auto a = qi::denoise(t.m, t.transformer, *resident, embeds, o);
+    auto b = qi::denoise(t.m, t.transformer, *disk, embeds, o);
+    EXPECT_TRUE(at::equal(a, b)) << "disk route differs from resident";
+    EXPECT_GT(disk->bytes_streamed(), 0u);
+    // dynamic with 2 slots and a budget for one block: one block resident, the other streamed through slots.
+    const uint64_t one_block = qi::block_payload_bytes(t.m.transformer, t.m.transformer_config, 0);
+    auto dynamic = qi::make_dynamic_blocks(t.m.transformer, t.m.transformer_config, at::kFloat, at::kCPU, one_block, 2);
+    auto c = qi::denoise(t.m, t.transformer, *dynamic, embeds, o);
+    EXPECT_TRUE(at::equal(a, c)) << "dynamic route differs from resident";
+    EXPECT_GT(dynamic->bytes_streamed(), 0u);
+    std::cout << "[ routes    ] resident == disk == dynamic(2 slots) bitwise; streamed bytes: disk "
+              << disk->bytes_streamed() << ", dynamic " << dynamic->bytes_streamed() << "\n";
+}
+
+namespace {
+
+fs::path copy_checkpoint(const std::string & tag) {
+    auto dst = fs::temp_directory_path() / ("qi21_bad_" + tag + "_" + std::to_string(::getpid()));
+    fs::remove_all(dst);
+    fs::copy(kDir / "checkpoint", dst, fs::copy_options::recursive);
+    return dst;
+}
+
+void edit_config(const fs::path & file, const std::string & key, const nlohmann::json & value) {
+    nlohmann::json j;
+    {
+        std::ifstream in(file);
+        j = nlohmann::json::parse(in);
+    }
+    j[key] = value;
+    std::ofstream(file) << j.dump(2);
+}
+
+std::string open_error(const fs::path & dir) {
+    try {
+        qi::ModelFiles::open(dir);
+    } catch (const ddo::RuntimeError & e) {
+        return e.what();
+    }
+    return "";
+}
+
+}  // namespace
+
+TEST_F(Qi21Parity, CheckpointErrorsNameTensorAndFile) {
+    {  // config asks for more blocks than the weights hold -> missing tensor
+        auto d = copy_checkpoint("missing");
+        edit_config(d / "transformer/config.json", "num_layers", 3);
+        auto msg = open_error(d);
+        std::cout << "  missing: " << msg << "\n";
+        EXPECT_NE(msg.find("transformer_blocks.2.attn.to_q.weight"), std::string::npos) << msg;
+        EXPECT_NE(msg.find(d.string()), std::string::npos) << msg;
+        fs::remove_all(d);
+    }
+    {  // fewer blocks than the weights -> unexpected tensor: config contradicts weights
+        auto d = copy_checkpoint("extra");
+        edit_config(d / "transformer/config.json", "num_layers", 1);
+        auto msg = open_error(d);
+        std::cout << "  contradiction: " << msg << "\n";
+        EXPECT_NE(msg.find("transformer_blocks.1."), std::string::npos) << msg;
+        EXPECT_NE(msg.find("diffusion_pytorch_model.safetensors"), std::string::npos) << msg;
+        fs::remove_all(d);
+    }
+    {  // wrong shape
+        auto d = copy_checkpoint("shape");
+        edit_config(d / "transformer/config.json", "context_in_dim", 24);
+        auto msg = open_error(d);
+        std::cout << "  shape: " << msg << "\n";
+        EXPECT_NE(msg.find("txt_in."), std::string::npos) << msg;
+        EXPECT_NE(msg.find("shape"), std::string::npos) << msg;
+        fs::remove_all(d);
+    }
+    {  // wrong dtype: rewrite one header entry F32 -> I32 (same size, same offsets)
+        auto d = copy_checkpoint("dtype");
+        auto file = d / "transformer/diffusion_pytorch_model.safetensors";
+        std::string bytes;
+        {
+            std::ifstream in(file, std::ios::binary);
+            bytes.assign(std::istreambuf_iterator<char>(in), {});
+        }
+        const std::string key = "\"proj_out.weight\":{\"dtype\":\"F32\"";
+        auto pos = bytes.find(key);
+        ASSERT_NE(pos, std::string::npos) << "fixture header layout changed";
+        bytes.replace(pos + key.size() - 4, 3, "I32");
+        std::ofstream(file, std::ios::binary) << bytes;
+        auto msg = open_error(d);
+        std::cout << "  dtype: " << msg << "\n";
+        EXPECT_NE(msg.find("proj_out.weight"), std::string::npos) << msg;
+        EXPECT_NE(msg.find("I32"), std::string::npos) << msg;
+        EXPECT_NE(msg.find(file.string()), std::string::npos) << msg;
+        fs::remove_all(d);
+    }
+}
