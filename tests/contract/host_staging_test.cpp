@@ -200,10 +200,12 @@ TEST_P(Staging, AdmissionRefusalStopsPinnedGrowthWithItsReason) {
     std::filesystem::remove_all(root);
 }
 
+std::string backend_name(const ::testing::TestParamInfo<StagingBackend> & info) { return to_string(info.param); }
+
 #if DDO_STAGING_TEST_CUDA
-INSTANTIATE_TEST_SUITE_P(Cuda, Staging, ::testing::Values(StagingBackend::cuda));
+INSTANTIATE_TEST_SUITE_P(Cuda, Staging, ::testing::Values(StagingBackend::cuda), backend_name);
 #else
-INSTANTIATE_TEST_SUITE_P(Host, Staging, ::testing::Values(StagingBackend::host));
+INSTANTIATE_TEST_SUITE_P(Host, Staging, ::testing::Values(StagingBackend::host), backend_name);
 
 // RLIMIT_MEMLOCK is respected by our own check even where the kernel would let root exceed it.
 TEST(HostStagingMemlock, BothRoutesRespectRlimitMemlock) {

@@ -415,10 +415,14 @@ TEST_P(VmmContract, CheckedCloseLeavesNoOwnersBehind) {
     pool = nullptr;
 }
 
+std::string backend_name(const ::testing::TestParamInfo<ddo_alloc_backend> & info) {
+    return info.param == DDO_ALLOC_BACKEND_CUDA ? "cuda" : "host";
+}
+
 #if DDO_VMM_TEST_CUDA
-INSTANTIATE_TEST_SUITE_P(Cuda, VmmContract, ::testing::Values(DDO_ALLOC_BACKEND_CUDA));
+INSTANTIATE_TEST_SUITE_P(Cuda, VmmContract, ::testing::Values(DDO_ALLOC_BACKEND_CUDA), backend_name);
 #else
-INSTANTIATE_TEST_SUITE_P(Host, VmmContract, ::testing::Values(DDO_ALLOC_BACKEND_HOST));
+INSTANTIATE_TEST_SUITE_P(Host, VmmContract, ::testing::Values(DDO_ALLOC_BACKEND_HOST), backend_name);
 
 // Host-only observations of the kernel: the backing really is returned.
 
@@ -445,7 +449,7 @@ std::uint64_t memfd_allocated_bytes() {
 }
 
 using VmmHostBackend = VmmContract;
-INSTANTIATE_TEST_SUITE_P(Host, VmmHostBackend, ::testing::Values(DDO_ALLOC_BACKEND_HOST));
+INSTANTIATE_TEST_SUITE_P(Host, VmmHostBackend, ::testing::Values(DDO_ALLOC_BACKEND_HOST), backend_name);
 
 TEST_P(VmmHostBackend, HolePunchingReturnsPagesToTheKernel) {
     const std::uint64_t before = memfd_allocated_bytes();

@@ -102,8 +102,9 @@ skipped=$(grep -cE '\*\*\*Skipped' "$OUT/ctest-cuda.log")
 failed=$(grep -cE '\*\*\*Failed|\*\*\*Exception|\*\*\*Timeout|Not Run' "$OUT/ctest-cuda.log")
 passed=$((total - skipped - failed))
 say "cuda tests: $total total, $passed passed, $skipped skipped, $failed failed (ctest exit $ctest_rc)"
-if [ "$skipped" -gt 0 ]; then
-  grep -m1 -A1 -E 'Skipped$|no CUDA device' "$OUT/ctest-cuda.log" | head -2 | sed 's/^/  first skip: /' | tee -a "$SUMMARY"
+if [ "$skipped" -gt 0 ] && [ -x "$BUILD/tests/bin/vmm_cuda_tests" ]; then
+  reason="$("$BUILD/tests/bin/vmm_cuda_tests" --gtest_filter='*Negotiates*' 2>&1 | grep -m1 'no CUDA device')"
+  say "  skip reason: ${reason:-none printed}"
 fi
 
 say "ddo-vmm-probe --backend cuda"
@@ -112,7 +113,12 @@ probe_rc=$?
 "$BUILD/bin/ddo-vmm-probe" --backend host >"$OUT/probe-host.json" 2>"$OUT/probe-host.stderr"
 host_rc=$?
 say "probe: cuda exit $probe_rc, host exit $host_rc (0 = every check passed; 4 = backend unavailable)"
-grep -E '"ok": false' -B2 "$OUT/probe-cuda.json" | grep '"detail"' | head -3 | sed 's/^ */  failed check: /' | tee -a "$SUMMARY"
+if [ "$probe_rc" -ne 0 ]; then
+  # The registry does not pass the plugin's reasons on; --library (direct dlopen) does.
+  "$BUILD/bin/ddo-vmm-probe" --backend cuda --library "$BUILD/lib/ddo/plugins/libddo_allocator_vmm.so" \
+    >"$OUT/probe-cuda-reasons.json" 2>&1
+  grep -E '"ok": false' -B2 "$OUT/probe-cuda-reasons.json" | grep '"detail"' | head -3 | sed 's/^ */  failed check: /' | tee -a "$SUMMARY"
+fi
 
 status=0
 [ "$ctest_rc" -eq 0 ] && [ "$failed" -eq 0 ] || status=1
