@@ -164,6 +164,9 @@ struct Engine::Impl {
             for (std::uint32_t i = 0; i < plan.slots; ++i) {
                 Slot s;
                 s.buf = pool->reserve(plan.slot_bytes, kGroupAlignment);
+                // Host "device" memory: fault the pages in now, so the first uploads into each slot do
+                // not pay them inside the step (and in upload_copy_s).
+                if (tr.device_is_host()) std::memset(s.buf.data(), 0, static_cast<std::size_t>(s.buf.bytes()));
                 c.device_bytes += s.buf.bytes();
                 s.readers = ready_fence();
                 slots.push_back(std::move(s));
