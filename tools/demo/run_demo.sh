@@ -1,0 +1,50 @@
+#!/usr/bin/env bash
+# tools/ddo demo: the embedded default. Creates once (under the build tree) a small random Qwen-Image 2.1
+# checkpoint and prompt embeddings with the diffusers reference harness, then runs
+#   ddo-host --plugin qwen_image --preset low_ram_safe.toml --steps 4 --width 256 --height 256
+# on them with a progress bar over the denoising steps, and prints where the PNG and the report are plus a
+# one-screen summary of the report.
+# Usage: tools/demo/run_demo.sh BUILD_DIR VENV
+set -euo pipefail
+BUILD="$(cd "${1:?usage: run_demo.sh BUILD_DIR VENV}" && pwd)"
+VENV="${2:?usage: run_demo.sh BUILD_DIR VENV}"
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
+DEMO="$BUILD/demo/qwen_image_21"
+HOST="$BUILD/bin/ddo-host"
+STEPS=4
+
+say() { printf '\033[1mddo demo:\033[0m %s\n' "$*"; }
+[ -x "$HOST" ] || { echo "ddo demo: $HOST is missing; run tools/ddo build" >&2; exit 1; }
+
+if [ ! -f "$DEMO/inputs/reference.json" ]; then
+  say "creating a small qwen_image_21 checkpoint + prompt embeddings with diffusers (once) in $DEMO/inputs"
+  "$VENV/bin/python" "$ROOT/tools/reference/qwen_image_21_fixtures.py" "$DEMO/inputs" >/dev/null
+fi
+
+OUT="$DEMO/output"
+mkdir -p "$OUT"
+say "ddo-host --plugin qwen_image --preset low_ram_safe.toml --steps $STEPS --width 256 --height 256"
+# The plugin logs "step i/N" after every denoising step; draw a bar from those lines, pass the rest through.
+set +e
+"$HOST" --plugin qwen_image --preset low_ram_safe.toml \
+  --model "$DEMO/inputs/checkpoint" --prompt-embeds "$DEMO/inputs/prompt_embeds.safetensors" \
+  --steps "$STEPS" --width 256 --height 256 --output "$OUT" --report "$OUT/ddo_report.json" 2>&1 |
+  while IFS= read -r line; do
+    if [[ "$line" =~ step\ ([0-9]+)/([0-9]+) ]]; then
+      i=${BASH_REMATCH[1]}; n=${BASH_REMATCH[2]}; w=30; f=$(( i * w / n ))
+      printf '\r  denoise [%-*s] %d/%d' "$w" "$(printf '%*s' "$f" '' | tr ' ' '#')" "$i" "$n"
+      [ "$i" = "$n" ] && printf '\n'
+    else
+      printf '  %s\n' "$line"
+    fi
+  done
+rc=${PIPESTATUS[0]}
+set -e
+echo
+if [ "$rc" -ne 0 ]; then
+  say "ddo-host exited with $rc; the report (status failed) is $OUT/ddo_report.json"
+  exit "$rc"
+fi
+say "image:  $OUT/image.png"
+say "report: $OUT/ddo_report.json"
+"$HOST" report summarize "$OUT/ddo_report.json"
