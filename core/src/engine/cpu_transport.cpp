@@ -8,6 +8,7 @@
 #include <exception>
 #include <mutex>
 #include <thread>
+#include <time.h>
 
 #include "ddo/error.hpp"
 
@@ -16,6 +17,12 @@ namespace ddo::engine {
 namespace {
 
 using Clock = std::chrono::steady_clock;
+
+double thread_cpu_s() {
+    timespec ts{};
+    ::clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+    return static_cast<double>(ts.tv_sec) + static_cast<double>(ts.tv_nsec) * 1e-9;
+}
 
 class CpuFence final : public Fence {
 public:
@@ -125,6 +132,7 @@ private:
             std::exception_ptr err;
             double fill_s = 0;
             auto t0 = Clock::now();
+            const double cpu0 = thread_cpu_s();
             try {
                 if (job.slot_free) job.slot_free->host_wait();
                 if (job.fill) {
@@ -142,9 +150,11 @@ private:
                 err = std::make_exception_ptr(RuntimeError("upload of group '" + job.group_name + "' failed"));
             }
             const double dt = std::chrono::duration<double>(Clock::now() - t0).count();
+            const double cpu = thread_cpu_s() - cpu0;
             {
                 std::lock_guard lk(m_);
                 stats_.copy_s += dt;
+                stats_.copy_cpu_s += cpu;
                 stats_.fill_s += fill_s;
                 ++stats_.jobs;
                 if (err) ++stats_.failures;

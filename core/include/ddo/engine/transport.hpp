@@ -37,6 +37,8 @@ struct CopyJob {
 struct TransportStats {
     double copy_s = 0;                   // worker wall time spent copying (and filling staging)
     double fill_s = 0;                   // of which: reading from the file into staging
+    double copy_cpu_s = 0;               // the worker thread's CPU time over the same spans (CPU
+                                         // transport): copy_s - copy_cpu_s ~ time preempted
     std::optional<double> event_s;       // CUDA: sum of completed upload event durations
     std::string event_reason;            // why event_s is null
     std::uint64_t jobs = 0, failures = 0;
