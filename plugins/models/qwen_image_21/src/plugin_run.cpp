@@ -147,7 +147,9 @@ void run_plugin(RunContext & ctx, const LogFn & log) {
     auto image = decode_latents(m, vae, latents, o);
     if (tr) {
         tr->set_route_intended("vae", vae_names[int(vae_strategy)]);
-        tr->set_route_executed("vae", vae_names[int(vae_strategy)]);
+        const bool fell_back = vae_strategy == VaeStrategy::tiled && !vae.last_decode_tiled();
+        tr->set_route_executed("vae", fell_back ? "resident" : vae_names[int(vae_strategy)],
+                               fell_back ? "the image fits in one tile: decoded in one piece" : "");
         tr->set_counters("vae", {{"strategy", vae_names[int(vae_strategy)]}, {"weight_bytes", vae.weight_bytes()},
                                  {"leaf_uploads", vae.uploads()}});
     }

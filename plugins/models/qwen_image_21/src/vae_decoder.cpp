@@ -211,8 +211,12 @@ at::Tensor VaeDecoder::decode(const at::Tensor & z) const {
     if (strategy_ == VaeStrategy::tiled) {
         const int64_t r = config_.scale_factor_spatial;
         if (z.size(4) > tiling_.tile_sample_min_width / r || z.size(3) > tiling_.tile_sample_min_height / r)
+        {
+            last_tiled_ = true;
             return decode_tiled(z);
+        }
     }
+    last_tiled_ = false;
     return decode_plain(z);
 }
 

@@ -39,6 +39,8 @@ public:
     uint64_t weight_bytes() const;
     // Leaf-module weight uploads performed so far (leaf_offload).
     uint64_t uploads() const { return uploads_; }
+    // Whether the last decode() went through tiles (tiled falls back to one piece when the image fits a tile).
+    bool last_decode_tiled() const { return last_tiled_; }
 
 private:
     at::Tensor w(const std::string & name) const;
@@ -55,6 +57,7 @@ private:
     at::Device device_;
     std::map<std::string, at::Tensor> weights_;  // on device (resident/tiled) or in host memory (leaf_offload)
     mutable uint64_t uploads_ = 0;
+    mutable bool last_tiled_ = false;
     struct UpBlock {
         int64_t in_dim, out_dim;
         bool up_flag, temporal;
