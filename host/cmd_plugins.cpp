@@ -11,7 +11,7 @@
 
 #include "command_registry.hpp"
 #include "ddo/error.hpp"
-#include "ddo/plugin/file_digest.hpp"
+#include "ddo/util/file_digest.hpp"
 #include "ddo/plugin/plugin_registry.hpp"
 #include "ddo/plugin/plugin_search_path.hpp"
 

@@ -7,8 +7,8 @@
 
 #include <fcntl.h>
 
-#include "ddo/plugin/file_digest.hpp"
-#include "ddo/plugin/unique_fd.hpp"
+#include "ddo/util/file_digest.hpp"
+#include "ddo/util/unique_fd.hpp"
 #include "plugin_test_support.hpp"
 
 namespace ddo::test {

@@ -7,7 +7,7 @@
 #include <sstream>
 
 #include "ddo/error.hpp"
-#include "ddo/plugin/file_digest.hpp"
+#include "ddo/util/file_digest.hpp"
 #include "ddo/plugin/plugin_host_api.hpp"
 #include "ddo/plugin/plugin_registry.hpp"
 #include "plugin_test_support.hpp"

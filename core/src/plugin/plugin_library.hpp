@@ -8,7 +8,7 @@
 
 #include "ddo/ddo_plugin_abi.h"
 #include "ddo/plugin/plugin_registry.hpp"
-#include "ddo/plugin/unique_fd.hpp"
+#include "ddo/util/unique_fd.hpp"
 
 namespace ddo::detail {
 

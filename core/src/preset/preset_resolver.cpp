@@ -10,7 +10,7 @@
 #include <set>
 
 #include "ddo/preset/preset_schema.hpp"
-#include "ddo/report/file_digest.hpp"
+#include "ddo/util/file_digest.hpp"
 
 extern char ** environ;
 
@@ -327,7 +327,7 @@ PresetFile parse_preset_file(const Context & ctx, const fs::path & path) {
     auto sv = tbl["schema_version"];
     if (!sv) fail(Loc{path.string(), 1, 1}, "missing 'schema_version'", "add 'schema_version = 1' as the first line");
     walk(ctx, path, tbl, "", pf);
-    pf.sha256 = report::file_sha256(path).value_or("");
+    pf.sha256 = file_sha256(path).value_or("");
     return pf;
 }
 

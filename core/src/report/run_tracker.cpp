@@ -10,7 +10,7 @@
 #include "ddo/error.hpp"
 #include "ddo/preset/resolved_settings.hpp"
 #include "ddo/report/environment_info.hpp"
-#include "ddo/report/file_digest.hpp"
+#include "ddo/util/file_digest.hpp"
 #include "ddo/report/memory_probes.hpp"
 #include "ddo/util/build_info.hpp"
 
@@ -396,7 +396,7 @@ void RunTracker::set_checkpoint(json checkpoint) {
 void RunTracker::add_output(const fs::path & path, const std::string & kind) {
     std::error_code ec;
     auto size = fs::file_size(path, ec);
-    auto sha = report::file_sha256(path);
+    auto sha = file_sha256(path);
     std::lock_guard lk(impl_->mu);
     impl_->outputs.push_back({{"path", path.string()},
                               {"kind", kind},

@@ -8,7 +8,7 @@
 #include <utility>
 
 #include "ddo/error.hpp"
-#include "ddo/store/unique_fd.hpp"
+#include "ddo/util/unique_fd.hpp"
 
 namespace ddo::store {
 

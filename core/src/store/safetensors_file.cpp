@@ -16,7 +16,7 @@
 
 #include "ddo/error.hpp"
 #include "ddo/store/mapped_file.hpp"
-#include "ddo/store/unique_fd.hpp"
+#include "ddo/util/unique_fd.hpp"
 
 namespace ddo::store {
 

@@ -6,9 +6,9 @@
 
 #include <string>
 
-#include "ddo/plugin/file_digest.hpp"
+#include "ddo/util/file_digest.hpp"
 #include "ddo/plugin/plugin_registry.hpp"
-#include "ddo/plugin/unique_fd.hpp"
+#include "ddo/util/unique_fd.hpp"
 
 namespace ddo {
 

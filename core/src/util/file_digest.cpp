@@ -1,4 +1,4 @@
-#include "ddo/plugin/file_digest.hpp"
+#include "ddo/util/file_digest.hpp"
 
 #include <openssl/evp.h>
 #include <unistd.h>
@@ -7,10 +7,12 @@
 #include <array>
 #include <cerrno>
 #include <cstring>
+#include <fcntl.h>
 #include <memory>
 #include <vector>
 
 #include "ddo/error.hpp"
+#include "ddo/util/unique_fd.hpp"
 
 namespace ddo {
 
@@ -83,5 +85,19 @@ FileDigest digest_fd(int fd, const std::filesystem::path & path_for_messages) {
 }
 
 std::string short_digest(std::string_view hex) { return std::string(hex.substr(0, 12)); }
+
+}  // namespace ddo
+
+namespace ddo {
+
+std::optional<std::string> file_sha256(const std::filesystem::path & path) {
+    UniqueFd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
+    if (!fd) return std::nullopt;
+    try {
+        return digest_fd(fd.get(), path).sha256;
+    } catch (const std::exception &) {
+        return std::nullopt;
+    }
+}
 
 }  // namespace ddo

@@ -4,6 +4,7 @@
 
 #include <cstdint>
 #include <filesystem>
+#include <optional>
 #include <string>
 #include <string_view>
 
@@ -21,5 +22,14 @@ FileDigest digest_fd(int fd /* borrowed */, const std::filesystem::path & path_f
 
 // The first 12 hex digits, for listings ("sha256 3f2a9c0d1e4b").
 std::string short_digest(std::string_view hex);
+
+}  // namespace ddo
+
+namespace ddo {
+
+// SHA-256 of a named file for report identity (preset files, outputs): opens it read-only and
+// digests it like digest_fd. nullopt when the file cannot be opened or read. Artifacts are never
+// hashed this way: the plugin registry hashes the verified descriptor it then loads.
+std::optional<std::string> file_sha256(const std::filesystem::path & path);
 
 }  // namespace ddo
