@@ -18,6 +18,7 @@
 #include "ddo/preset/preset_schema.hpp"
 #include "ddo/report/run_tracker.hpp"
 #include "ddo/run_context.hpp"
+#include "ddo/util/status_name.hpp"
 
 namespace ddo::host {
 
@@ -52,20 +53,6 @@ struct RunArgs {
     std::optional<long long> steps, width, height, seed;
     bool dry_run = false;
 };
-
-const char * status_name(ddo_status s) {
-    switch (s) {
-    case DDO_STATUS_OK: return "OK";
-    case DDO_STATUS_INVALID_ARGUMENT: return "INVALID_ARGUMENT";
-    case DDO_STATUS_OUT_OF_MEMORY: return "OUT_OF_MEMORY";
-    case DDO_STATUS_UNSUPPORTED: return "UNSUPPORTED";
-    case DDO_STATUS_BUSY: return "BUSY";
-    case DDO_STATUS_UNAVAILABLE: return "UNAVAILABLE";
-    case DDO_STATUS_INTERNAL: return "INTERNAL";
-    case DDO_STATUS_INTERRUPTED: return "INTERRUPTED";
-    }
-    return "UNKNOWN";
-}
 
 std::vector<std::string> c_list(const char * const * list) {
     std::vector<std::string> out;
@@ -153,6 +140,22 @@ int run_once(const RunArgs & a, const HostOptions & options, const std::vector<s
         ctx.prompt_embeds = a.prompt_embeds;
         ctx.interrupted = &g_interrupted;
         ctx.dry_run = a.dry_run;
+        {  // The allocator the offload engine runs on: capacities.allocator ("auto" = linear), verified and recorded.
+            std::string name = settings.capacities("transformer").allocator;
+            if (name.empty() || name == "auto") name = "linear";
+            ctx.allocator_name = name;
+            try {
+                const LoadedPlugin & alloc = registry.load(name, "allocator");
+                ctx.allocator_vtable = alloc.allocator;
+                ctx.allocator_name = alloc.record.name;
+                tracker.add_artifact("allocator_plugin", alloc.record.name, alloc.record.artifact.path,
+                                     alloc.record.actual_sha256);
+            } catch (const std::exception & e) {
+                ctx.allocator_error = "allocator plugin '" + name + "' (capacities.allocator) could not be loaded: " +
+                                      e.what();
+                spdlog::warn("{}", ctx.allocator_error);
+            }
+        }
         ddo_status st;
         if (plugin.host) plugin.host->clear_error();
         {

@@ -11,25 +11,12 @@
 #if DDO_HAVE_CUDA_HEADERS
 #include "ddo/platform/cuda_driver.hpp"
 #endif
+#include "ddo/util/status_name.hpp"
 
 namespace ddo::probe {
 namespace {
 
 constexpr std::uint64_t kMiB = 1ull << 20;
-
-const char * status_name(ddo_status s) {
-    switch (s) {
-    case DDO_STATUS_OK: return "OK";
-    case DDO_STATUS_INVALID_ARGUMENT: return "INVALID_ARGUMENT";
-    case DDO_STATUS_OUT_OF_MEMORY: return "OUT_OF_MEMORY";
-    case DDO_STATUS_UNSUPPORTED: return "UNSUPPORTED";
-    case DDO_STATUS_BUSY: return "BUSY";
-    case DDO_STATUS_UNAVAILABLE: return "UNAVAILABLE";
-    case DDO_STATUS_INTERNAL: return "INTERNAL";
-    case DDO_STATUS_INTERRUPTED: return "INTERRUPTED";
-    }
-    return "UNKNOWN";
-}
 
 std::string hex64(std::uint64_t v) {
     char buf[19];

@@ -3,22 +3,9 @@
 #include <utility>
 
 #include "ddo/error.hpp"
+#include "ddo/util/status_name.hpp"
 
 namespace ddo::engine {
-
-const char * to_string(ddo_status s) noexcept {
-    switch (s) {
-        case DDO_STATUS_OK: return "OK";
-        case DDO_STATUS_INVALID_ARGUMENT: return "INVALID_ARGUMENT";
-        case DDO_STATUS_OUT_OF_MEMORY: return "OUT_OF_MEMORY";
-        case DDO_STATUS_UNSUPPORTED: return "UNSUPPORTED";
-        case DDO_STATUS_BUSY: return "BUSY";
-        case DDO_STATUS_UNAVAILABLE: return "UNAVAILABLE";
-        case DDO_STATUS_INTERNAL: return "INTERNAL";
-        case DDO_STATUS_INTERRUPTED: return "INTERRUPTED";
-    }
-    return "UNKNOWN";
-}
 
 PoolBuffer::PoolBuffer(PoolBuffer && o) noexcept : pool_(std::exchange(o.pool_, nullptr)), buf_(o.buf_) {}
 
@@ -37,7 +24,7 @@ void PoolBuffer::set_flags(std::uint32_t flags) {
     if (!pool_ || !pool_->pool_) return;
     ddo_status s = pool_->vt_->set_flags(pool_->pool_, buf_.id, flags);
     if (s != DDO_STATUS_OK)
-        throw RuntimeError("allocator '" + pool_->name_ + "': set_flags on buffer " + std::to_string(buf_.id) + " answered " + to_string(s));
+        throw RuntimeError("allocator '" + pool_->name_ + "': set_flags on buffer " + std::to_string(buf_.id) + " answered " + status_name(s));
 }
 
 ddo_status PoolBuffer::release() noexcept {
@@ -58,7 +45,7 @@ AllocatorPool::AllocatorPool(const ddo_allocator_vtable * vtable, const ddo_allo
         throw RuntimeError("allocator '" + name_ + "': no usable vtable; check the allocator plugin");
     ddo_status s = vt_->pool_create(&config, &pool_);
     if (s != DDO_STATUS_OK || !pool_)
-        throw RuntimeError("allocator '" + name_ + "': pool_create answered " + std::string(to_string(s)) +
+        throw RuntimeError("allocator '" + name_ + "': pool_create answered " + std::string(status_name(s)) +
                            (s == DDO_STATUS_UNAVAILABLE ? " (no usable device; see the plugin's reason, or use the host backend)" : ""));
 }
 
@@ -71,7 +58,7 @@ PoolBuffer AllocatorPool::reserve(std::uint64_t bytes, std::uint64_t alignment) 
     ddo_alloc_buffer b{};
     ddo_status s = vt_->reserve(pool_, bytes, alignment, &b);
     if (s != DDO_STATUS_OK)
-        throw RuntimeError("allocator '" + name_ + "': reserve of " + std::to_string(bytes) + " bytes answered " + to_string(s) +
+        throw RuntimeError("allocator '" + name_ + "': reserve of " + std::to_string(bytes) + " bytes answered " + status_name(s) +
                            (s == DDO_STATUS_OUT_OF_MEMORY ? "; lower the device budget or the slot count" : ""));
     return PoolBuffer(this, b);
 }
@@ -89,7 +76,7 @@ ddo_alloc_stats AllocatorPool::stats() const {
     st.struct_size = sizeof(st);
     if (pool_ && vt_->get_stats) {
         ddo_status s = vt_->get_stats(pool_, &st);
-        if (s != DDO_STATUS_OK) throw RuntimeError("allocator '" + name_ + "': get_stats answered " + std::string(to_string(s)));
+        if (s != DDO_STATUS_OK) throw RuntimeError("allocator '" + name_ + "': get_stats answered " + std::string(status_name(s)));
     }
     return st;
 }

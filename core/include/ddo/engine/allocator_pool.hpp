@@ -10,8 +10,6 @@
 
 namespace ddo::engine {
 
-const char * to_string(ddo_status s) noexcept;
-
 class AllocatorPool;
 
 // One buffer of a pool. Releases on destruction; a refused release (BUSY) is counted by the pool
