@@ -22,6 +22,8 @@ if(TARGET qwen_image_21_impl)
   ddo_add_gtest(qwen_image_21_parity_test LABELS parity
     SOURCES ${CMAKE_CURRENT_LIST_DIR}/qwen_image_21_parity_test.cpp
     LIBS qwen_image_21_impl)
-  target_compile_definitions(qwen_image_21_parity_test PRIVATE QI21_FIXTURE_DIR="${QI21_FIXTURE_DIR}")
+  target_compile_definitions(qwen_image_21_parity_test PRIVATE QI21_FIXTURE_DIR="${QI21_FIXTURE_DIR}"
+    QI21_PLUGIN_DIR="${CMAKE_BINARY_DIR}/lib/ddo/plugins")
+  add_dependencies(qwen_image_21_parity_test linear)
   target_precompile_headers(qwen_image_21_parity_test PRIVATE <ATen/ATen.h>)
 endif()

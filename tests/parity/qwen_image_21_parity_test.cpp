@@ -13,6 +13,7 @@
 #include <nlohmann/json.hpp>
 
 #include "block_source.hpp"
+#include "ddo/plugin/plugin_registry.hpp"
 #include "checkpoint.hpp"
 #include "config.hpp"
 #include "ddo/error.hpp"
@@ -218,26 +219,55 @@ TEST_F(Qi21Parity, PipelineEmbeddingsToPixels) {
 }
 
 TEST_F(Qi21Parity, RoutesGiveBitwiseEqualLatents) {
+    // Every route runs through the core offload engine (one execution group per block, CPU transport, the
+    // linear allocator plugin), against the in-plugin resident reference.
+    static auto registry = ddo::PluginRegistry::discover({fs::path(QI21_PLUGIN_DIR)});
+    const ddo_allocator_vtable * linear = registry.load("linear", "allocator").allocator;
+    ASSERT_NE(linear, nullptr);
     Tiny t;
     auto embeds = qi::load_prompt_embeds(kDir / "prompt_embeds.safetensors", t.m.transformer_config.context_in_dim);
     qi::PipelineOptions o;
     o.width = o.height = 64;
     o.steps = 2;
     o.true_cfg_scale = 3.0;
-    auto resident = qi::make_resident_blocks(t.m.transformer, t.m.transformer_config, at::kFloat, at::kCPU);
-    auto disk = qi::make_disk_blocks(t.m.transformer, t.m.transformer_config, at::kFloat, at::kCPU);
-    auto a = qi::denoise(t.m, t.transformer, *resident, embeds, o);
-    auto b = qi::denoise(t.m, t.transformer, *disk, embeds, o);
-    EXPECT_TRUE(at::equal(a, b)) << "disk route differs from resident";
-    EXPECT_GT(disk->bytes_streamed(), 0u);
-    // dynamic with 2 slots and a budget for one block: one block resident, the other streamed through slots.
+    auto reference = qi::make_resident_blocks(t.m.transformer, t.m.transformer_config, at::kFloat, at::kCPU);
+    auto want = qi::denoise(t.m, t.transformer, *reference, embeds, o);
     const uint64_t one_block = qi::block_payload_bytes(t.m.transformer, t.m.transformer_config, 0);
-    auto dynamic = qi::make_dynamic_blocks(t.m.transformer, t.m.transformer_config, at::kFloat, at::kCPU, one_block, 2);
-    auto c = qi::denoise(t.m, t.transformer, *dynamic, embeds, o);
-    EXPECT_TRUE(at::equal(a, c)) << "dynamic route differs from resident";
-    EXPECT_GT(dynamic->bytes_streamed(), 0u);
-    std::cout << "[ routes    ] resident == disk == dynamic(2 slots) bitwise; streamed bytes: disk "
-              << disk->bytes_streamed() << ", dynamic " << dynamic->bytes_streamed() << "\n";
+    struct Case {
+        ddo::Route route;
+        double resident_gb;
+        const char * executed;
+    };
+    // dynamic: 2 slots and a budget for one block -> one block resident, the other streamed through the slots.
+    const double one_block_gb = double(one_block + 1024) / 1073741824.0;  // margin for the GiB round trip
+    for (const Case & k : {Case{ddo::Route::resident, 0, "resident"}, Case{ddo::Route::dynamic, one_block_gb, "dynamic"},
+                           Case{ddo::Route::disk, 0, "disk"}, Case{ddo::Route::group_block, 0, "group_block"},
+                           Case{ddo::Route::group_leaf, 0, "group_leaf"}}) {
+        qi::EngineBlocksOptions eo;
+        eo.route = k.route;
+        eo.capacities.resident_budget_gb = k.resident_gb;
+        eo.capacities.staging_slots = 2;
+        eo.capacities.prefetch_depth = 1;
+        eo.capacities.ram_headroom_gb = 0;
+        eo.allocator = linear;
+        auto src = qi::make_engine_blocks(kDir / "checkpoint" / "transformer", t.m.transformer_config, at::kFloat,
+                                          at::kCPU, eo);
+        auto got = qi::denoise(t.m, t.transformer, *src, embeds, o);
+        EXPECT_EQ(src->finish(), 0u) << k.executed;
+        const auto rep = src->report();
+        EXPECT_EQ(src->route(), k.executed);
+        EXPECT_TRUE(at::equal(want, got)) << k.executed << " route differs from the resident reference";
+        EXPECT_GT(src->bytes_streamed(), 0u) << k.executed;
+        const auto & c = rep.at("engine").at("counters").at("bytes_moved");
+        if (k.route == ddo::Route::dynamic) {
+            EXPECT_GT(c.at("resident").get<uint64_t>(), 0u) << rep.dump();
+            EXPECT_GT(c.at("pinned").get<uint64_t>() + c.at("pageable").get<uint64_t>(), 0u)
+                << rep.dump();
+        }
+        if (k.route == ddo::Route::disk) EXPECT_GT(c.at("file").get<uint64_t>(), 0u) << rep.dump();
+        std::cout << "[ routes    ] engine " << k.executed << " == resident reference bitwise; groups "
+                  << rep.at("execution_groups") << ", bytes moved " << src->bytes_streamed() << "\n";
+    }
 }
 
 namespace {

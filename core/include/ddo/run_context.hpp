@@ -6,18 +6,23 @@
 #include <filesystem>
 #include <string>
 
+#include "ddo/ddo_allocator_plugin.h"
 #include "ddo/ddo_model_plugin.h"
 
 namespace ddo {
 
 class ResolvedSettings;  // ddo/preset/resolved_settings.hpp
 class RunTracker;        // ddo/report/run_tracker.hpp
-class AllocatorPlugin;   // ddo/plugin/allocator_plugin.hpp
 
 struct RunContext {
     const ResolvedSettings * settings = nullptr;   // borrowed: resolved preset with provenance
     RunTracker * tracker = nullptr;                // borrowed: phases, counters, routes -> report
-    const AllocatorPlugin * allocator = nullptr;   // borrowed: the allocator chosen by the preset
+    // The allocator plugin named by the preset (capacities.allocator; "auto" = linear), loaded and verified by
+    // the host through the same PluginRegistry (process lifetime). Null when it could not be loaded: then
+    // allocator_error says why, and a route that needs the offload engine refuses with it.
+    const ddo_allocator_vtable * allocator_vtable = nullptr;
+    std::string allocator_name;
+    std::string allocator_error;
     std::filesystem::path model_dir;               // diffusers-layout checkpoint directory
     std::filesystem::path output_dir;              // where the plugin writes its outputs
     std::filesystem::path prompt_embeds;           // optional: precomputed prompt embeddings

@@ -1,9 +1,16 @@
 #include "block_source.hpp"
 
+#include <algorithm>
 #include <map>
+#include <unordered_map>
 #include <vector>
 
+#include "ddo/engine/cpu_transport.hpp"
+#include "ddo/engine/engine.hpp"
 #include "ddo/error.hpp"
+#include "ddo/store/weight_store.hpp"
+#include "ddo/torch/cuda_transport.hpp"
+#include "ddo/torch/tensor_views.hpp"
 
 namespace ddo::qwen_image_21 {
 namespace {
@@ -63,63 +70,144 @@ private:
     uint64_t bytes_ = 0;
 };
 
-class DynamicBlocks final : public BlockSource {
+class EngineBlocks final : public BlockSource {
 public:
-    DynamicBlocks(const TensorFile & f, const TransformerConfig & c, at::ScalarType dt, at::Device d, uint64_t budget,
-                  int slots)
-        : d_(d) {
-        if (slots < 1) throw UsageError("qwen_image_21: the dynamic route needs at least one staging slot");
-        const int64_t n = c.num_layers;
-        for (int64_t i = 0; i < n; ++i) host_.push_back(load_transformer_block(f, c, i, dt));
-        const uint64_t per = host_.empty() ? 0 : weights_bytes(host_[0]);
-        const int64_t fit = per ? std::min<int64_t>(n, int64_t(budget / per)) : n;
-        resident_.assign(size_t(n), false);
-        for (int64_t k = 0; k < fit; ++k) resident_[size_t(k * n / std::max<int64_t>(fit, 1))] = true;  // spread
-        dev_.resize(size_t(n));
-        for (int64_t i = 0; i < n; ++i)
-            if (resident_[size_t(i)]) dev_[size_t(i)] = to_device(host_[size_t(i)], d);
-        for (int k = 0; k < slots && !host_.empty(); ++k) {
-            auto w = host_[0];
-            for (auto * t : {&w.to_q, &w.to_k, &w.to_v, &w.to_out, &w.norm_q, &w.norm_k, &w.mlp_proj, &w.mlp_gate,
-                             &w.mlp_out})
-                *t = at::empty_like(*t, t->options().device(d));
-            slots_.push_back(std::move(w));
+    EngineBlocks(const std::filesystem::path & dir, const TransformerConfig & c, at::ScalarType dt, at::Device d,
+                 const EngineBlocksOptions & o)
+        : c_(c), dt_(dt), store_(store::WeightStore::open_component(dir)) {
+        namespace en = ddo::engine;
+        if (!o.allocator)
+            throw UsageError(std::string("qwen_image_21: the transformer route '") + to_string(o.route) +
+                             "' runs through the offload engine, which needs an allocator plugin; none was loaded "
+                             "(capacities.allocator = '" + o.allocator_name + "'; list them with: ddo-host plugins)");
+        const auto route = en::parse_route(to_string(o.route));
+        if (!route || *route == en::Route::component)
+            throw UsageError(std::string("qwen_image_21: transformer route '") + to_string(o.route) +
+                             "' is not run by this plugin (resident, dynamic, disk, group_block and group_leaf are); "
+                             "choose one with --set components.transformer.route=disk");
+        const auto gran = *route == en::Route::group_leaf ? en::Granularity::leaf : en::Granularity::block;
+        std::vector<en::GroupDecl> decls;
+        for (int64_t i = 0; i < c.num_layers; ++i) {
+            en::GroupDecl g{"transformer_blocks." + std::to_string(i), {}, {}};
+            for (auto & [n, shape] : block_tensor_specs(c, i)) g.tensors.push_back(n);
+            decls.push_back(std::move(g));
         }
+        layout_ = std::make_unique<en::ModelLayout>(en::ModelLayout::build(decls, store_, gran));
+        // Groups of each block (leaf granularity: several, in order).
+        groups_of_.resize(size_t(c.num_layers));
+        for (std::size_t g = 0; g < layout_->size(); ++g) {
+            const auto & name = layout_->group(g).name;
+            const auto dot = name.find('.');
+            groups_of_.at(std::stoul(name.substr(dot + 1))).push_back(g);  // "transformer_blocks.<i>[/leaf]"
+        }
+
+        const auto & k = o.capacities;
+        en::EngineConfig cfg;
+        cfg.route = *route;
+        cfg.resident_budget = Capacities::gib_to_bytes(k.resident_budget_gb);
+        if (k.device_budget_gb > 0) cfg.device_budget = Capacities::gib_to_bytes(k.device_budget_gb);
+        if (k.pinned_host_budget_gb > 0) cfg.pinned_budget = Capacities::gib_to_bytes(k.pinned_host_budget_gb);
+        cfg.ram_headroom = Capacities::gib_to_bytes(k.ram_headroom_gb);
+        // slots = prefetch depth + 1 (>= 2, >= staging slots); group_block/group_leaf: the planner uses 2.
+        cfg.slots = uint32_t(std::max<int64_t>({2, int64_t(k.prefetch_depth) + 1, int64_t(k.staging_slots)}));
+        cfg.staging_slots = uint32_t(std::max(2, k.staging_slots));
+        cfg.policy = k.selection == Selection::first     ? en::SelectionPolicy::first
+                     : k.selection == Selection::largest ? en::SelectionPolicy::largest
+                                                         : en::SelectionPolicy::spread;
+        auto caps = en::Capacities::observe_host();
+        if (d.is_cuda()) {
+            transport_ = ddo::torch::make_cuda_transport(int(d.index() < 0 ? 0 : d.index()));
+        } else {
+            transport_ = en::make_cpu_transport();
+            caps.device_free = caps.device_total = caps.usable_host_ram();  // host memory stands in for the device
+        }
+        en::EngineOptions eo;
+        eo.device = d.is_cuda() ? int(std::max<c10::DeviceIndex>(0, d.index())) : 0;
+        eo.allocator_name = o.allocator_name;
+        engine_ = std::make_unique<en::Engine>(*layout_, en::plan_residency(*layout_, cfg, caps), o.allocator,
+                                               *transport_, eo);
+    }
+    ~EngineBlocks() override {
+        leases_.clear();
+        if (engine_ && begun_ && !ended_) engine_->end_phase();
     }
     const TransformerBlockWeights & acquire(int64_t i) override {
-        if (resident_.at(size_t(i))) return dev_[size_t(i)];
-        auto & slot = slots_[next_++ % slots_.size()];
-        const auto & h = host_[size_t(i)];
-        const at::Tensor * src[] = {&h.to_q, &h.to_k, &h.to_v, &h.to_out, &h.norm_q, &h.norm_k, &h.mlp_proj,
-                                    &h.mlp_gate, &h.mlp_out};
-        at::Tensor * dst[] = {&slot.to_q, &slot.to_k, &slot.to_v, &slot.to_out, &slot.norm_q, &slot.norm_k,
-                              &slot.mlp_proj, &slot.mlp_gate, &slot.mlp_out};
-        for (int k = 0; k < 9; ++k) dst[k]->copy_(*src[k]);
-        bytes_ += weights_bytes(h);
-        return slot;
+        if (!begun_) {  // host copies and resident uploads happen here, not in a dry run
+            engine_->begin_phase("denoise");
+            begun_ = true;
+        }
+        auto & held = leases_[i];
+        held.clear();
+        std::unordered_map<std::string, at::Tensor> views;
+        const auto & groups = groups_of_.at(size_t(i));
+        for (std::size_t g : groups) {
+            held.push_back(engine_->acquire(g));
+            const auto group = ddo::torch::tensor_views(held.back());  // named: .all() refers into it
+            if (groups.size() == 1) {
+                for (const auto & [n, t] : group.all()) views.emplace(n, t);  // in place, no copy
+            } else {
+                // Leaf groups (group_leaf: one group ahead, 2 slots): the block's leaves do not fit the slots at
+                // once, so each leaf is copied out of its slot and the slot handed back before the next leaf.
+                for (const auto & [n, t] : group.all()) views.emplace(n, t.to(dt_, /*non_blocking=*/false, /*copy=*/true));
+                held.back().release();
+            }
+        }
+        weights_[i] = block_weights_from(
+            [&](const std::string & n) {
+                const auto it = views.find(n);
+                if (it == views.end())
+                    throw RuntimeError("qwen_image_21: tensor " + n + " is not in the engine groups of block " +
+                                       std::to_string(i));
+                const auto & t = it->second;
+                return t.scalar_type() == dt_ ? t : t.to(dt_);
+            },
+            c_, i);
+        return weights_[i];
     }
-    void release(int64_t) override {}
-    std::string route() const override { return "dynamic"; }
-    uint64_t bytes_streamed() const override { return bytes_; }
-    int64_t resident_blocks() const {
-        int64_t r = 0;
-        for (bool b : resident_) r += b;
-        return r;
+    void release(int64_t i) override {
+        weights_.erase(i);
+        auto it = leases_.find(i);
+        if (it == leases_.end()) return;
+        for (auto & l : it->second) l.release();
+        leases_.erase(it);
+    }
+    std::string route() const override { return std::string(ddo::engine::to_string(engine_->plan().route)); }
+    uint64_t bytes_streamed() const override {
+        const auto k = engine_->counters();
+        return k.bytes_resident + k.bytes_from_pinned + k.bytes_from_pageable + k.bytes_from_file;
+    }
+    uint64_t finish() override {
+        leases_.clear();
+        weights_.clear();
+        if (!begun_ || ended_) return 0;
+        ended_ = true;
+        return engine_->end_phase();
+    }
+    nlohmann::json report() const override {
+        auto j = BlockSource::report();
+        j["execution_groups"] = layout_->size();
+        j["engine"] = engine_->to_json();
+        return j;
     }
 
 private:
-    at::Device d_;
-    std::vector<TransformerBlockWeights> host_, dev_, slots_;
-    std::vector<bool> resident_;
-    size_t next_ = 0;
-    uint64_t bytes_ = 0;
+    TransformerConfig c_;
+    at::ScalarType dt_;
+    store::WeightStore store_;
+    std::unique_ptr<ddo::engine::ModelLayout> layout_;
+    std::vector<std::vector<std::size_t>> groups_of_;
+    std::unique_ptr<ddo::engine::Transport> transport_;
+    std::unique_ptr<ddo::engine::Engine> engine_;
+    std::map<int64_t, std::vector<ddo::engine::Lease>> leases_;
+    std::map<int64_t, TransformerBlockWeights> weights_;
+    bool begun_ = false, ended_ = false;
 };
 
 }  // namespace
 
-std::unique_ptr<BlockSource> make_dynamic_blocks(const TensorFile & f, const TransformerConfig & c, at::ScalarType dt,
-                                                 at::Device device, uint64_t resident_budget_bytes, int slots) {
-    return std::make_unique<DynamicBlocks>(f, c, dt, device, resident_budget_bytes, slots);
+std::unique_ptr<BlockSource> make_engine_blocks(const std::filesystem::path & transformer_dir, const TransformerConfig & c,
+                                                at::ScalarType dt, at::Device device, const EngineBlocksOptions & o) {
+    return std::make_unique<EngineBlocks>(transformer_dir, c, dt, device, o);
 }
 
 uint64_t block_payload_bytes(const TensorFile & f, const TransformerConfig & c, int64_t index) {

@@ -1,10 +1,18 @@
-// Where a transformer block's weights come from while it runs (one block = one execution group). The pipeline
-// asks for block i, runs it, and hands it back; a source decides whether the weights stay resident, are read
-// from the checkpoint each time (disk), or come from the engine's slots (dynamic).
+// Where a transformer block's weights come from while it runs (one block = one engine execution group). The
+// pipeline asks for block i, runs it, and hands it back. The executed routes (resident, dynamic, disk,
+// group_block, group_leaf) go through the core offload engine (make_engine_blocks); the in-plugin resident and
+// disk sources remain as the tests' references (the parity ladder, the real-size structure test).
 #pragma once
 
+#include <cstdint>
+#include <filesystem>
 #include <memory>
 #include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "ddo/ddo_allocator_plugin.h"
+#include "ddo/preset/resolved_settings.hpp"
 
 #include "checkpoint.hpp"
 #include "transformer.hpp"
@@ -19,19 +27,34 @@ public:
     virtual std::string route() const = 0;
     // Bytes of block weights moved to the compute device or read from disk so far.
     virtual uint64_t bytes_streamed() const = 0;
+    // Ends the phase (engine: end_phase, returns the outstanding owners, which must be 0).
+    virtual uint64_t finish() { return 0; }
+    // Report counters: {"route", "bytes_streamed", ...} (+ "engine": Engine::to_json() for the engine source).
+    virtual nlohmann::json report() const { return {{"route", route()}, {"bytes_streamed", bytes_streamed()}}; }
 };
 
-// All blocks loaded once onto the device.
+// The preset's view of one component, mapped onto the engine's EngineConfig.
+struct EngineBlocksOptions {
+    Route route = Route::dynamic;                    // resident | dynamic | disk | group_block | group_leaf
+    Capacities capacities;                           // resident budget, staging slots, prefetch depth, selection
+    const ddo_allocator_vtable * allocator = nullptr;  // borrowed; must outlive the source
+    std::string allocator_name = "linear";
+};
+
+// Every block is one execution group ("transformer_blocks.<i>"; group_leaf splits it into leaf groups, all
+// acquired together for the block). CPU device: the CPU transport; CUDA: the ATen CUDA transport. Weights are
+// viewed in place (no copy) when the checkpoint dtype is `dt`, else converted per acquire.
+// Throws UsageError for a route the engine does not run here (component) or a missing allocator.
+std::unique_ptr<BlockSource> make_engine_blocks(const std::filesystem::path & transformer_dir, const TransformerConfig & c,
+                                                at::ScalarType dt, at::Device device, const EngineBlocksOptions & o);
+
+// Reference (tests): all blocks loaded once onto the device, outside the engine.
 std::unique_ptr<BlockSource> make_resident_blocks(const TensorFile & f, const TransformerConfig & c, at::ScalarType dt,
                                                   at::Device device);
-// Each acquire reads the block's tensors from the checkpoint file(s) (pread) and moves them to the device.
+// Each acquire reads the block's tensors from the checkpoint file(s) (pread) and moves them to the device
+// (reference for the real-size structure test).
 std::unique_ptr<BlockSource> make_disk_blocks(const TensorFile & f, const TransformerConfig & c, at::ScalarType dt,
                                               at::Device device);
-// Planner-lite until the core engine's dynamic route is linked: all blocks are read once into host memory; the
-// blocks that fit in resident_budget_bytes (spread over the stack) are kept on the device, every other block is
-// copied into one of `slots` preallocated device slots (round robin) when it runs.
-std::unique_ptr<BlockSource> make_dynamic_blocks(const TensorFile & f, const TransformerConfig & c, at::ScalarType dt,
-                                                 at::Device device, uint64_t resident_budget_bytes, int slots);
 // Payload of one block in the checkpoint (bytes as stored).
 uint64_t block_payload_bytes(const TensorFile & f, const TransformerConfig & c, int64_t index);
 

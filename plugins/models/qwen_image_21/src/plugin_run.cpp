@@ -26,23 +26,6 @@ T option(const std::map<std::string, ResolvedValue> & opts, const std::string & 
     }
 }
 
-std::unique_ptr<BlockSource> make_blocks(Route route, const Capacities & caps, const ModelFiles & m, at::ScalarType dt,
-                                         at::Device dev) {
-    switch (route) {
-    case Route::resident:
-        return make_resident_blocks(m.transformer, m.transformer_config, dt, dev);
-    case Route::disk:
-        return make_disk_blocks(m.transformer, m.transformer_config, dt, dev);
-    case Route::dynamic:
-        return make_dynamic_blocks(m.transformer, m.transformer_config, dt, dev,
-                                   Capacities::gib_to_bytes(caps.resident_budget_gb), caps.staging_slots);
-    default:
-        throw UsageError(std::string("qwen_image_21: transformer route '") + to_string(route) +
-                         "' is not available in this build of the plugin (resident, disk and dynamic are); choose one with "
-                         "--set components.transformer.route=disk");
-    }
-}
-
 }  // namespace
 
 void run_plugin(RunContext & ctx, const LogFn & log) {
@@ -115,11 +98,19 @@ void run_plugin(RunContext & ctx, const LogFn & log) {
     auto m = ModelFiles::open(ctx.model_dir);
     auto embeds = load_prompt_embeds(ctx.prompt_embeds, m.transformer_config.context_in_dim);
     Transformer transformer(m.transformer_config, load_transformer_globals(m.transformer, m.transformer_config, o.dtype));
-    auto blocks = make_blocks(route, s.capacities("transformer"), m, o.dtype, o.device);
+    EngineBlocksOptions eo;
+    eo.route = route;
+    eo.capacities = s.capacities("transformer");
+    eo.allocator = ctx.allocator_vtable;
+    eo.allocator_name = ctx.allocator_name.empty() ? eo.capacities.allocator : ctx.allocator_name;
+    if (!eo.allocator && !ctx.allocator_error.empty())
+        throw UsageError("qwen_image_21: the offload engine needs an allocator plugin: " + ctx.allocator_error);
+    auto blocks = make_engine_blocks(ctx.model_dir / "transformer", m.transformer_config, o.dtype, o.device, eo);
     if (tr) {
         tr->set_checkpoint({{"path", ctx.model_dir.string()}, {"transformer_blocks", m.transformer_config.num_layers},
                             {"block_payload_bytes", block_payload_bytes(m.transformer, m.transformer_config, 0)}});
         tr->set_route_executed("transformer", blocks->route());
+        tr->set_counters("transformer", blocks->report());  // the plan; replaced by the counters after denoise
     }
     if (ctx.dry_run) {
         log(2, "dry run: checkpoint and embeddings validated; nothing computed");
@@ -138,9 +129,12 @@ void run_plugin(RunContext & ctx, const LogFn & log) {
         log(2, "step " + std::to_string(step) + "/" + std::to_string(total));
     };
     auto latents = denoise(m, transformer, *blocks, embeds, o, cb);
-    if (tr)
-        tr->set_counters("transformer", {{"route", blocks->route()}, {"bytes_streamed", blocks->bytes_streamed()},
-                                         {"execution_groups", m.transformer_config.num_layers}});
+    const uint64_t outstanding = blocks->finish();
+    if (tr) tr->set_counters("transformer", blocks->report());
+    if (outstanding != 0)
+        throw RuntimeError("qwen_image_21: the offload engine ended the denoise phase with " +
+                           std::to_string(outstanding) + " outstanding lease(s) or upload(s)");
+    blocks.reset();
 
     begin("decode");
     VaeDecoder vae(m.vae, m.vae_config, o.dtype, o.device, vae_strategy, tiling);
