@@ -11,6 +11,7 @@
 
 #include "command_registry.hpp"
 #include "ddo/error.hpp"
+#include "ddo/platform/linux_admission.hpp"
 #include "ddo/plugin/plugin_host_api.hpp"
 #include "ddo/plugin/plugin_registry.hpp"
 #include "ddo/plugin/plugin_search_path.hpp"
@@ -86,6 +87,9 @@ int run_once(const RunArgs & a, const HostOptions & options, const std::vector<s
     RunTracker tracker(topt);
     tracker.set_command_line(argv);
     tracker.set_dry_run(a.dry_run);
+    // What the kernel would let this run grow into, before anything grows (seed 002; an unknown
+    // observation is recorded as such, never as 0).
+    tracker.set_admission(platform::LinuxAdmission().observe().to_json());
     g_interrupted.store(false);
     SigintScope sigint;
 

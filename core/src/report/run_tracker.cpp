@@ -127,6 +127,7 @@ struct RunTracker::Impl {
     json plugin = nullptr;
     json artifacts = json::array();
     json checkpoint = nullptr;
+    json admission = nullptr;
     json outputs = json::array();
     json command_line = json::array();
     json notes = json::object();
@@ -393,6 +394,11 @@ void RunTracker::set_checkpoint(json checkpoint) {
     impl_->checkpoint = std::move(checkpoint);
 }
 
+void RunTracker::set_admission(json observations) {
+    std::lock_guard lk(impl_->mu);
+    impl_->admission = std::move(observations);
+}
+
 void RunTracker::add_output(const fs::path & path, const std::string & kind) {
     std::error_code ec;
     auto size = fs::file_size(path, ec);
@@ -494,6 +500,8 @@ json RunTracker::to_json() const {
     id["checkpoint"] = m.checkpoint;
     id["checkpoint_reason"] = m.checkpoint.is_null() ? json("no checkpoint identity was recorded") : json(nullptr);
     r["identity"] = id;
+    r["admission"] = m.admission;
+    r["admission_reason"] = m.admission.is_null() ? json("Linux admission was not observed for this run") : json(nullptr);
     r["settings"] = m.settings;
     r["workload"] = m.workload;
     json env = m.environment;

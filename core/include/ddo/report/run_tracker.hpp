@@ -86,6 +86,8 @@ public:
     void add_artifact(const std::string & role, const std::string & name, const std::filesystem::path & path,
                       const std::string & sha256);
     void set_checkpoint(nlohmann::json checkpoint);
+    // Linux admission observations at setup (ddo/platform/linux_admission.hpp, LinuxObservations::to_json).
+    void set_admission(nlohmann::json observations);
     void add_output(const std::filesystem::path & path, const std::string & kind);  // hashes the file
     void set_command_line(std::vector<std::string> argv);
     void set_dry_run(bool dry_run);
