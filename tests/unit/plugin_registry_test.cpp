@@ -192,6 +192,24 @@ TEST(PluginRegistry, RefusesDigestMismatchNamingFileAndBothDigests) {
     EXPECT_EQ(refusal_message(fresh, "fixture_good"), msg);
 }
 
+TEST(PluginRegistry, AliasLookupWhenEveryCandidateWasRefusedIsAVerificationErrorNamingThem) {
+    TempDir tmp;
+    const ArtifactEntry e = copy_fixture("fixture_good", tmp.path());
+    write_manifest(tmp.path(), {e});
+    flip_byte(e.path);
+    auto registry = PluginRegistry::discover({tmp.path()});
+    try {
+        registry.load("fixture_alias", "model");
+        FAIL() << "an alias lookup whose only candidate is refused must be a VerificationError";
+    } catch (const VerificationError & err) {
+        const std::string msg = err.what();
+        expect_contains(msg, "'fixture_alias'");
+        expect_contains(msg, "fixture_good");
+        expect_contains(msg, "sha256 mismatch");
+        expect_contains(msg, e.path.string());
+    }
+}
+
 TEST(PluginRegistry, RefusesSymlinkedFile) {
     TempDir tmp;
     fs::create_directory(tmp.path() / "real");

@@ -312,6 +312,20 @@ const LoadedPlugin & PluginRegistry::load(std::string_view name_or_alias, std::s
             if (std::find(r.aliases.begin(), r.aliases.end(), wanted) != r.aliases.end()) by_alias.push_back(i);
         }
         if (by_alias.empty()) {
+            // An alias is only known after negotiation, which only a verified file gets. When no
+            // plugin of this kind verified at all, the refusals are the cause: exit 3 with them,
+            // not "no such plugin". Otherwise (a typo beside a broken drop-in) it stays a usage error.
+            std::string refused;
+            bool any_verified = false;
+            for (const PluginRecord & r : impl.records) {
+                if (!kind.empty() && !r.artifact.kind.empty() && r.artifact.kind != kind) continue;
+                if (r.status != PluginStatus::refused) any_verified = true;
+                else refused += (refused.empty() ? "" : "; ") + r.artifact.name + ": " + r.refusal_reason;
+            }
+            if (!any_verified && !refused.empty())
+                throw VerificationError("no verified " + (kind.empty() ? std::string() : std::string(kind) + " ") +
+                                        "plugin is named or aliased '" + wanted + "'; every candidate was refused: " +
+                                        refused);
             std::string available;
             for (const PluginRecord & r : impl.records) {
                 if (!kind.empty() && !r.artifact.kind.empty() && r.artifact.kind != kind) continue;
