@@ -115,6 +115,18 @@ TEST_F(RunTrackerTest, TorchHookAbsentOrEmptyIsNullWithDistinctReasons) {
     EXPECT_TRUE(r3["memory"]["torch_allocated"]["reason"].is_string());
 }
 
+TEST_F(RunTrackerTest, TorchMemoryUnavailableCarriesTheCallersReason) {
+    RunTracker t(no_sources());
+    t.set_torch_memory_hook([] { return std::optional<TorchMemory>(TorchMemory{100, 300}); }, "");
+    t.set_torch_memory_unavailable("the run computes on the CPU");  // replaces the hook
+    t.sample_now();
+    auto r = t.to_json();
+    for (const char * m : {"torch_allocated", "torch_reserved"}) {
+        EXPECT_TRUE(r["memory"][m]["peak_bytes"].is_null()) << m;
+        EXPECT_EQ(r["memory"][m]["reason"], "the run computes on the CPU") << m;
+    }
+}
+
 TEST_F(RunTrackerTest, ReadsFakedProcAndSys) {
     auto o = no_sources();
     o.proc_root = fake_proc();

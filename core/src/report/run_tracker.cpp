@@ -144,6 +144,7 @@ struct RunTracker::Impl {
     std::string mem_total_reason;
     std::unique_ptr<report::NvmlProbe> nvml;
     TorchMemoryHook torch_hook;
+    std::string torch_unavailable;  // why no hook applies (set_torch_memory_unavailable)
     std::string torch_version;
 
     std::thread sampler;
@@ -165,7 +166,9 @@ struct RunTracker::Impl {
         std::optional<std::int64_t> ta, tr;
         std::string torch_why;
         if (!torch_hook) {
-            torch_why = "no torch memory hook registered (the model plugin did not provide one)";
+            torch_why = torch_unavailable.empty()
+                            ? "no torch memory hook registered (the model plugin did not provide one)"
+                            : torch_unavailable;
         } else if (auto t = torch_hook()) {
             ta = static_cast<std::int64_t>(t->allocated_bytes);
             tr = static_cast<std::int64_t>(t->reserved_bytes);
@@ -430,6 +433,12 @@ void RunTracker::set_torch_memory_hook(TorchMemoryHook hook, std::string torch_v
     std::lock_guard lk(impl_->mu);
     impl_->torch_hook = std::move(hook);
     if (!torch_version.empty()) impl_->torch_version = std::move(torch_version);
+}
+
+void RunTracker::set_torch_memory_unavailable(std::string reason) {
+    std::lock_guard lk(impl_->mu);
+    impl_->torch_hook = nullptr;
+    impl_->torch_unavailable = std::move(reason);
 }
 
 void RunTracker::set_torch_version(std::string torch_version) {

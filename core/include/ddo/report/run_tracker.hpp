@@ -95,6 +95,9 @@ public:
 
     using TorchMemoryHook = std::function<std::optional<TorchMemory>()>;
     void set_torch_memory_hook(TorchMemoryHook hook, std::string torch_version);
+    // No hook applies (e.g. the run computes on the CPU): the torch monitors stay null with this reason
+    // instead of "no hook registered". Clears a registered hook.
+    void set_torch_memory_unavailable(std::string reason);
     void set_torch_version(std::string torch_version);
 
     // Takes one sample of every monitor now (the sampler thread does this every interval).
