@@ -1,7 +1,10 @@
 # qwen_image_21 real-size structure test: the real Qwen-Image 2.1 transformer config with a synthetic
-# (sparse, zero-filled) bf16 checkpoint of the real tensor shapes for 2 blocks, run through the disk route.
+# (sparse, zero-filled) bf16 checkpoint of the real tensor shapes for 2 blocks, run through the core offload
+# engine's disk route (CPU transport, the built linear allocator plugin).
 if(TARGET qwen_image_21_impl)
   ddo_add_gtest(qwen_image_21_structure_test LABELS e2e TIMEOUT 900
     SOURCES ${CMAKE_CURRENT_LIST_DIR}/qwen_image_21_structure_test.cpp
     LIBS qwen_image_21_impl)
+  target_compile_definitions(qwen_image_21_structure_test PRIVATE QI21_PLUGIN_DIR="${CMAKE_BINARY_DIR}/lib/ddo/plugins")
+  add_dependencies(qwen_image_21_structure_test linear)
 endif()

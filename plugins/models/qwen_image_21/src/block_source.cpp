@@ -47,29 +47,6 @@ private:
     uint64_t bytes_ = 0;
 };
 
-class DiskBlocks final : public BlockSource {
-public:
-    DiskBlocks(const TensorFile & f, const TransformerConfig & c, at::ScalarType dt, at::Device d)
-        : f_(f), c_(c), dt_(dt), d_(d) {}
-    const TransformerBlockWeights & acquire(int64_t i) override {
-        auto & slot = live_[i];
-        slot = to_device(load_transformer_block(f_, c_, i, dt_), d_);
-        bytes_ += block_payload_bytes(f_, c_, i);
-        return slot;
-    }
-    void release(int64_t i) override { live_.erase(i); }
-    std::string route() const override { return "disk"; }
-    uint64_t bytes_streamed() const override { return bytes_; }
-
-private:
-    const TensorFile & f_;
-    TransformerConfig c_;
-    at::ScalarType dt_;
-    at::Device d_;
-    std::map<int64_t, TransformerBlockWeights> live_;
-    uint64_t bytes_ = 0;
-};
-
 class EngineBlocks final : public BlockSource {
 public:
     EngineBlocks(const std::filesystem::path & dir, const TransformerConfig & c, at::ScalarType dt, at::Device d,
@@ -219,11 +196,6 @@ uint64_t block_payload_bytes(const TensorFile & f, const TransformerConfig & c, 
 std::unique_ptr<BlockSource> make_resident_blocks(const TensorFile & f, const TransformerConfig & c, at::ScalarType dt,
                                                   at::Device device) {
     return std::make_unique<ResidentBlocks>(f, c, dt, device);
-}
-
-std::unique_ptr<BlockSource> make_disk_blocks(const TensorFile & f, const TransformerConfig & c, at::ScalarType dt,
-                                              at::Device device) {
-    return std::make_unique<DiskBlocks>(f, c, dt, device);
 }
 
 }  // namespace ddo::qwen_image_21

@@ -1,7 +1,7 @@
 // Where a transformer block's weights come from while it runs (one block = one engine execution group). The
-// pipeline asks for block i, runs it, and hands it back. The executed routes (resident, dynamic, disk,
-// group_block, group_leaf) go through the core offload engine (make_engine_blocks); the in-plugin resident and
-// disk sources remain as the tests' references (the parity ladder, the real-size structure test).
+// pipeline asks for block i, runs it, and hands it back. Every executed route (resident, dynamic, disk,
+// group_block, group_leaf) goes through the core offload engine (make_engine_blocks); the in-plugin resident
+// source (make_resident_blocks) remains only as the parity tests' independent reference.
 #pragma once
 
 #include <cstdint>
@@ -51,10 +51,6 @@ std::unique_ptr<BlockSource> make_engine_blocks(const std::filesystem::path & tr
 // Reference (tests): all blocks loaded once onto the device, outside the engine.
 std::unique_ptr<BlockSource> make_resident_blocks(const TensorFile & f, const TransformerConfig & c, at::ScalarType dt,
                                                   at::Device device);
-// Each acquire reads the block's tensors from the checkpoint file(s) (pread) and moves them to the device
-// (reference for the real-size structure test).
-std::unique_ptr<BlockSource> make_disk_blocks(const TensorFile & f, const TransformerConfig & c, at::ScalarType dt,
-                                              at::Device device);
 // Payload of one block in the checkpoint (bytes as stored).
 uint64_t block_payload_bytes(const TensorFile & f, const TransformerConfig & c, int64_t index);
 
