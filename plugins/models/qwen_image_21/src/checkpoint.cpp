@@ -184,7 +184,10 @@ at::Tensor TensorFile::read(const std::string & name) const {
     return t;
 }
 
-at::Tensor TensorFile::weight(const std::string & name, at::IntArrayRef shape, at::ScalarType dtype) const {
+void TensorFile::check(const std::string & name, at::IntArrayRef shape) const {
+    if (!contains(name))
+        throw RuntimeError(origin_.string() + ": tensor '" + name + "' is missing from the checkpoint (" +
+                           describe_files() + "); re-export it with diffusers save_pretrained");
     const auto & e = entry(name);
     const auto & file = files_[e.file];
     if (!at::isFloatingType(e.dtype))
@@ -193,6 +196,10 @@ at::Tensor TensorFile::weight(const std::string & name, at::IntArrayRef shape, a
     if (at::IntArrayRef(e.shape) != shape)
         throw RuntimeError(file.string() + ": tensor '" + name + "' has shape " + shape_str(e.shape) + ", expected " +
                            shape_str(shape) + " from the component's config.json; the config contradicts the weights");
+}
+
+at::Tensor TensorFile::weight(const std::string & name, at::IntArrayRef shape, at::ScalarType dtype) const {
+    check(name, shape);
     auto t = read(name);
     return t.scalar_type() == dtype ? t : t.to(dtype);
 }

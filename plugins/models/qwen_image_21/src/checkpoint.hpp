@@ -31,6 +31,9 @@ public:
     uint64_t nbytes_of(const std::string & name) const;
     // Reads the tensor as stored (CPU, fresh memory). Throws RuntimeError naming tensor and file.
     at::Tensor read(const std::string & name) const;
+    // Checks a weight from the header alone: present, the expected shape, a floating dtype. Throws RuntimeError
+    // naming tensor and file.
+    void check(const std::string & name, at::IntArrayRef shape) const;
     // Reads a weight and checks it: present, the expected shape, a floating dtype; returns it cast to `dtype`.
     at::Tensor weight(const std::string & name, at::IntArrayRef shape, at::ScalarType dtype) const;
     // The safetensors file(s) read, comma-separated (for messages).
