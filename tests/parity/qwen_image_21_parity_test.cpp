@@ -1,7 +1,9 @@
 // qwen_image_21 parity ladder against diffusers fixtures (tools/reference/qwen_image_21_fixtures.py):
 // scheduler -> RoPE -> one block -> whole transformer (with/without KV cache) -> VAE decode (plain, tiled)
-// -> full pipeline from prompt embeddings to pixels; plus route equality and checkpoint error messages.
-// Tolerances (fp32): scheduler/RoPE 1e-6, transformer outputs 1e-4, VAE pixels 1e-4, pipeline pixels 1/255.
+// -> VAE encode (plain, tiled, leaf_offload) -> full pipeline from prompt embeddings to pixels; plus route
+// equality and checkpoint error messages.
+// Tolerances (fp32): scheduler/RoPE 1e-6, transformer outputs 1e-4, VAE pixels 1e-4, VAE latents 1e-4 (see
+// VaeEncodePlain), pipeline pixels 1/255.
 #include <gtest/gtest.h>
 
 #include <ATen/ATen.h>
@@ -21,6 +23,7 @@
 #include "scheduler.hpp"
 #include "transformer.hpp"
 #include "vae_decoder.hpp"
+#include "vae_encoder.hpp"
 
 namespace qi = ddo::qwen_image_21;
 namespace fs = std::filesystem;
@@ -197,6 +200,79 @@ TEST_F(Qi21Parity, VaeDecodePlainTiledLeafOffload) {
     expect_close("vae decode (tiled)", tiled.decode(z), f.read("decode_tiled"), 1e-4);
 }
 
+// Encoder latents (fp32, O(1): |mode| < 1, normalised < 2 here): ddo calls the reference's ATen kernels in the
+// reference's order, so on the fixture machine the error is 0. 1e-4 (the decoder's tolerance) leaves room for
+// another CPU / libtorch build picking other conv or reduction kernels, and stays far below what a wrong layer,
+// padding side, channel order or blend weight does (the tiled vs plain difference alone is ~0.4).
+constexpr double kLatentTol = 1e-4;
+
+TEST_F(Qi21Parity, VaeEncodePlain) {
+    auto f = fixture("vae_encode.safetensors");
+    Tiny t;
+    auto x = f.read("pixels");
+    qi::VaeEncoder resident(t.m.vae, t.m.vae_config, at::kFloat, at::kCPU, qi::VaeStrategy::resident);
+    auto mode = resident.encode(x);
+    EXPECT_FALSE(resident.last_encode_tiled());
+    expect_close("vae encode (resident, latent_dist.mode())", mode, f.read("encode"), kLatentTol);
+    expect_close("vae encode normalised (QwenImage21Pipeline._encode_vae_image)", resident.encode_normalized(x),
+                 f.read("encode_normalized"), kLatentTol);
+    // The tiled strategy with diffusers' default 256 px tiles encodes this 96 x 80 image in one piece.
+    qi::VaeEncoder fits(t.m.vae, t.m.vae_config, at::kFloat, at::kCPU, qi::VaeStrategy::tiled);
+    EXPECT_TRUE(at::equal(fits.encode(x), mode)) << "an image that fits one tile must encode as plain";
+    EXPECT_FALSE(fits.last_encode_tiled());
+
+    // A VAE whose channels change between blocks (conv_shortcut, grouped AvgDown / DupUp), batch 2.
+    const auto wide_dir = kDir / "vae_wide";
+    std::ifstream in(wide_dir / "config.json");
+    auto wide_config = qi::VaeConfig::from_json(nlohmann::json::parse(in), wide_dir / "config.json");
+    auto wide_file = qi::TensorFile::open_component(wide_dir);
+    qi::VaeEncoder wide(wide_file, wide_config, at::kFloat, at::kCPU, qi::VaeStrategy::resident);
+    expect_close("vae_wide encode (batch 2, channel changes)", wide.encode(f.read("wide.pixels")),
+                 f.read("wide.encode"), kLatentTol);
+    qi::VaeDecoder wide_dec(wide_file, wide_config, at::kFloat, at::kCPU, qi::VaeStrategy::resident);
+    expect_close("vae_wide decode (batch 2, channel changes)", wide_dec.decode(f.read("wide.z")),
+                 f.read("wide.decode"), 1e-4);
+}
+
+TEST_F(Qi21Parity, VaeEncodeTiled) {
+    auto f = fixture("vae_encode.safetensors");
+    Tiny t;
+    auto x = f.read("pixels");
+    const auto & tj = reference().at("vae_encode_tiling");
+    qi::VaeTiling tiling{tj.at("tile_sample_min_height").get<int64_t>(), tj.at("tile_sample_min_width").get<int64_t>(),
+                         tj.at("tile_sample_stride_height").get<int64_t>(),
+                         tj.at("tile_sample_stride_width").get<int64_t>()};
+    qi::VaeEncoder tiled(t.m.vae, t.m.vae_config, at::kFloat, at::kCPU, qi::VaeStrategy::tiled, tiling);
+    auto got = tiled.encode(x);
+    EXPECT_TRUE(tiled.last_encode_tiled()) << "the fixture image is larger than one tile";
+    expect_close("vae encode (tiled " + std::to_string(tiling.tile_sample_min_height) + "x" +
+                     std::to_string(tiling.tile_sample_min_width) + " every " +
+                     std::to_string(tiling.tile_sample_stride_height) + " px)",
+                 got, f.read("encode_tiled"), kLatentTol);
+    // Tiling changes the result (the seams are blended, not exact): the rung would not notice a silent fallback.
+    EXPECT_GT(max_abs(got, f.read("encode")), 100 * kLatentTol);
+    // Tile sizes that do not downsample to whole latents are refused up front.
+    EXPECT_THROW(qi::VaeEncoder(t.m.vae, t.m.vae_config, at::kFloat, at::kCPU, qi::VaeStrategy::tiled,
+                                qi::VaeTiling{64, 40, 32, 32}),
+                 ddo::UsageError);
+}
+
+TEST_F(Qi21Parity, VaeEncodeLeafOffloadEqualsResident) {
+    auto f = fixture("vae_encode.safetensors");
+    Tiny t;
+    auto x = f.read("pixels");
+    qi::VaeEncoder resident(t.m.vae, t.m.vae_config, at::kFloat, at::kCPU, qi::VaeStrategy::resident);
+    qi::VaeEncoder leaf(t.m.vae, t.m.vae_config, at::kFloat, at::kCPU, qi::VaeStrategy::leaf_offload);
+    auto got = leaf.encode(x);
+    expect_close("vae encode (leaf_offload)", got, f.read("encode"), kLatentTol);
+    EXPECT_GT(leaf.uploads(), 0u);
+    EXPECT_EQ(resident.uploads(), 0u);
+    EXPECT_EQ(leaf.weight_bytes(), resident.weight_bytes());
+    EXPECT_TRUE(at::equal(got, resident.encode(x))) << "leaf_offload must equal resident bitwise";
+    std::cout << "[ parity    ] vae encode leaf_offload == resident bitwise; " << leaf.uploads()
+              << " leaf uploads, " << leaf.weight_bytes() << " weight bytes\n";
+}
+
 TEST_F(Qi21Parity, PipelineEmbeddingsToPixels) {
     auto f = fixture("pipeline.safetensors");
     Tiny t;
@@ -345,6 +421,77 @@ TEST_F(Qi21Parity, CheckpointErrorsNameTensorAndFile) {
         std::cout << "  dtype: " << msg << "\n";
         EXPECT_NE(msg.find("proj_out.weight"), std::string::npos) << msg;
         EXPECT_NE(msg.find("I32"), std::string::npos) << msg;
+        EXPECT_NE(msg.find(file.string()), std::string::npos) << msg;
+        fs::remove_all(d);
+    }
+}
+
+namespace {
+
+// Replaces `from` by `to` (same length) in a safetensors file's header, so every data offset stays valid.
+void patch_header(const fs::path & file, const std::string & from, const std::string & to) {
+    ASSERT_EQ(from.size(), to.size());
+    std::string bytes;
+    {
+        std::ifstream in(file, std::ios::binary);
+        bytes.assign(std::istreambuf_iterator<char>(in), {});
+    }
+    auto pos = bytes.find(from);
+    ASSERT_NE(pos, std::string::npos) << "fixture header layout changed: " << from;
+    bytes.replace(pos, from.size(), to);
+    std::ofstream(file, std::ios::binary) << bytes;
+}
+
+// The error (exit 4) constructing one VAE half on the checkpoint at `dir`, or "" when it loads.
+template <class Half>
+std::string vae_error(const fs::path & dir) {
+    auto m = qi::ModelFiles::open(dir);
+    try {
+        Half(m.vae, m.vae_config, at::kFloat, at::kCPU, qi::VaeStrategy::resident);
+    } catch (const ddo::RuntimeError & e) {
+        EXPECT_EQ(e.code(), ddo::ExitCode::runtime);
+        return e.what();
+    }
+    return "";
+}
+
+}  // namespace
+
+TEST_F(Qi21Parity, VaeEncoderCheckpointErrorsNameTensorAndFile) {
+    EXPECT_EQ(vae_error<qi::VaeEncoder>(kDir / "checkpoint"), "");
+    {  // missing: the header names another tensor instead of encoder.conv_out.weight
+        auto d = copy_checkpoint("enc_missing");
+        const auto file = d / "vae/diffusion_pytorch_model.safetensors";
+        patch_header(file, "\"encoder.conv_out.weight\"", "\"encoder.conv_out.weighx\"");
+        auto msg = vae_error<qi::VaeEncoder>(d);
+        std::cout << "  encoder missing: " << msg << "\n";
+        EXPECT_NE(msg.find("'encoder.conv_out.weight' is missing"), std::string::npos) << msg;
+        EXPECT_NE(msg.find(file.string()), std::string::npos) << msg;
+        // The decoder does not need it, but refuses the tensor no config of this VAE has.
+        auto dmsg = vae_error<qi::VaeDecoder>(d);
+        std::cout << "  decoder, unknown encoder tensor: " << dmsg << "\n";
+        EXPECT_NE(dmsg.find("unexpected tensor 'encoder.conv_out.weighx'"), std::string::npos) << dmsg;
+        EXPECT_NE(dmsg.find(file.string()), std::string::npos) << dmsg;
+        fs::remove_all(d);
+    }
+    {  // wrong shape: base_dim (encoder only) contradicts the encoder weights; the decoder still loads
+        auto d = copy_checkpoint("enc_shape");
+        edit_config(d / "vae/config.json", "base_dim", 8);
+        auto msg = vae_error<qi::VaeEncoder>(d);
+        std::cout << "  encoder shape: " << msg << "\n";
+        EXPECT_NE(msg.find("tensor 'encoder."), std::string::npos) << msg;
+        EXPECT_NE(msg.find("has shape"), std::string::npos) << msg;
+        EXPECT_NE(msg.find("diffusion_pytorch_model.safetensors"), std::string::npos) << msg;
+        EXPECT_EQ(vae_error<qi::VaeDecoder>(d), "");
+        fs::remove_all(d);
+    }
+    {  // wrong dtype: quant_conv.weight F32 -> I32 (same size, same offsets)
+        auto d = copy_checkpoint("enc_dtype");
+        const auto file = d / "vae/diffusion_pytorch_model.safetensors";
+        patch_header(file, "\"quant_conv.weight\":{\"dtype\":\"F32\"", "\"quant_conv.weight\":{\"dtype\":\"I32\"");
+        auto msg = vae_error<qi::VaeEncoder>(d);
+        std::cout << "  encoder dtype: " << msg << "\n";
+        EXPECT_NE(msg.find("'quant_conv.weight' has dtype I32"), std::string::npos) << msg;
         EXPECT_NE(msg.find(file.string()), std::string::npos) << msg;
         fs::remove_all(d);
     }

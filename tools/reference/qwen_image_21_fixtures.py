@@ -18,6 +18,12 @@ Files written:
   block.safetensors                one block's inputs/outputs captured inside the transformer (weights: checkpoint)
   transformer.safetensors          whole transformer: t2i, condition image, KV cache extract/cached
   vae.safetensors                  decode plain and tiled
+  vae_encode.safetensors           encode (latent_dist.mode()) plain and tiled, and the pipeline's normalised
+                                   condition-image latents (_encode_vae_image), from one seeded RGBA image;
+                                   wide.* the same encode (and a decode) through vae_wide/
+  vae_wide/                        a second tiny VAE whose channels change between blocks (dim_mult [1,2,2,4,4],
+                                   num_res_blocks 2): exercises conv_shortcut and the grouped AvgDown/DupUp paths
+                                   that the pipeline VAE (dim_mult all 1) never takes
   pipeline.safetensors             embeddings -> pixels (seeded noise, CFG + KV cache; no CFG, no cache)
 """
 
@@ -62,6 +68,7 @@ VAE_CONFIG = dict(
     num_res_blocks=1,
     temperal_downsample=[False, True, True, True],
 )
+VAE_WIDE_CONFIG = dict(VAE_CONFIG, dim_mult=[1, 2, 2, 4, 4], num_res_blocks=2)
 # Qwen-Image's scheduler settings (models.md §2.1): dynamic exponential shift with a terminal stretch.
 SCHEDULER_CONFIG = dict(
     use_dynamic_shifting=True,
@@ -103,6 +110,15 @@ def _calculate_shift(seq_len, cfg):
     return seq_len * m + b
 
 
+def _randomise_vae(vae):
+    with torch.no_grad():
+        for name, p in vae.named_parameters():
+            if "gamma" in name:
+                p.copy_(1.0 + 0.1 * torch.randn_like(p))
+            elif p.dim() == 1:
+                p.copy_(0.05 * torch.randn_like(p))
+
+
 def build_models(out):
     torch.manual_seed(SEED)
     transformer = QwenImage21Transformer2DModel(**TRANSFORMER_CONFIG).eval()
@@ -115,12 +131,7 @@ def build_models(out):
     latents_mean = (torch.randn(VAE_CONFIG["z_dim"]) * 0.5).tolist()
     latents_std = (torch.rand(VAE_CONFIG["z_dim"]) + 0.5).tolist()
     vae = AutoencoderKLQwenImage21(**VAE_CONFIG, latents_mean=latents_mean, latents_std=latents_std).eval()
-    with torch.no_grad():
-        for name, p in vae.named_parameters():
-            if "gamma" in name:
-                p.copy_(1.0 + 0.1 * torch.randn_like(p))
-            elif p.dim() == 1:
-                p.copy_(0.05 * torch.randn_like(p))
+    _randomise_vae(vae)
     scheduler = FlowMatchEulerDiscreteScheduler(**SCHEDULER_CONFIG)
 
     ckpt = out / "checkpoint"
@@ -299,6 +310,44 @@ def vae_fixtures(out, vae, meta):
     meta["vae_tiling"] = tiling
 
 
+def vae_encode_fixtures(out, transformer, vae, meta):
+    """Encoder rungs. Written after every other fixture and from its own generator, so the files above stay
+    bitwise what they were before the encoder rungs existed."""
+    g = torch.Generator().manual_seed(SEED + 5)
+    # One RGBA frame in [-1, 1] (what VaeImageProcessor.preprocess hands the VAE), 96 x 80 = 6 x 5 latents.
+    pixels = torch.rand(1, VAE_CONFIG.get("in_channels", 4), 1, 96, 80, generator=g) * 2 - 1
+    tensors = {"pixels": pixels}
+    # Tiles of 64 x 48 px every 32 px: 3 x 3 tiles (the last ones cut to 32 and 16 px), blended over
+    # (64 - 32) / 16 = 2 latent rows and (48 - 32) / 16 = 1 latent column.
+    tiling = dict(tile_sample_min_height=64, tile_sample_min_width=48, tile_sample_stride_height=32,
+                  tile_sample_stride_width=32)
+    pipe = QwenImage21Pipeline(scheduler=FlowMatchEulerDiscreteScheduler(**SCHEDULER_CONFIG), vae=vae,
+                               text_encoder=None, processor=_NoProcessor(), transformer=transformer)
+    with torch.no_grad():
+        vae.disable_tiling()
+        tensors["encode"] = vae.encode(pixels).latent_dist.mode()
+        tensors["encode_normalized"] = pipe._encode_vae_image(pixels, generator=None)
+        vae.enable_tiling(**tiling)
+        tensors["encode_tiled"] = vae.encode(pixels).latent_dist.mode()
+        vae.disable_tiling()
+    # The tiled rung only means something if the reference actually tiled.
+    assert not torch.allclose(tensors["encode"], tensors["encode_tiled"], atol=1e-3), "tiled_encode did not tile"
+
+    torch.manual_seed(SEED + 6)
+    z_dim = VAE_WIDE_CONFIG["z_dim"]
+    wide = AutoencoderKLQwenImage21(**VAE_WIDE_CONFIG, latents_mean=[0.0] * z_dim, latents_std=[1.0] * z_dim).eval()
+    _randomise_vae(wide)
+    wide.save_pretrained(out / "vae_wide", safe_serialization=True)
+    pixels = torch.rand(2, 4, 1, 64, 48, generator=g) * 2 - 1
+    z = torch.randn(2, z_dim, 1, 4, 3, generator=g)
+    with torch.no_grad():
+        tensors.update({"wide.pixels": pixels, "wide.encode": wide.encode(pixels).latent_dist.mode(), "wide.z": z,
+                        "wide.decode": wide.decode(z, return_dict=False)[0]})
+    _save(out / "vae_encode.safetensors", tensors, {"reference": "diffusers"})
+    meta["vae_encode_tiling"] = tiling
+    meta["vae_wide_config"] = VAE_WIDE_CONFIG
+
+
 def _embeds(generator, batch, length, valid):
     e = torch.randn(batch, length, TRANSFORMER_CONFIG["context_in_dim"], generator=generator)
     m = torch.zeros(batch, length, dtype=torch.bool)
@@ -359,6 +408,7 @@ def main():
     transformer_fixtures(out, transformer, meta)
     vae_fixtures(out, vae, meta)
     pipeline_fixtures(out, transformer, vae, meta, 64)
+    vae_encode_fixtures(out, transformer, vae, meta)
     # Written last: its presence marks a complete fixture set.
     (out / "reference.json").write_text(json.dumps(meta, indent=2, default=list) + "\n")
     print(f"qwen_image_21 fixtures: diffusers {diffusers.__version__}, torch {torch.__version__} -> {out}")
