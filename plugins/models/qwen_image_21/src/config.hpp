@@ -32,7 +32,7 @@ struct TransformerConfig {
     static TransformerConfig real() { return {}; }
 };
 
-// vae/config.json (AutoencoderKLQwenImage21). Only the decoder path is implemented.
+// vae/config.json (AutoencoderKLQwenImage21): both halves, encoder (vae_encoder.hpp) and decoder (vae_decoder.hpp).
 struct VaeConfig {
     int64_t base_dim = 96;
     int64_t decoder_base_dim = 144;
