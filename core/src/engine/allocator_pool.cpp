@@ -44,9 +44,17 @@ AllocatorPool::AllocatorPool(const ddo_allocator_vtable * vtable, const ddo_allo
     if (!vt_ || vt_->struct_size < sizeof(ddo_allocator_vtable) || !vt_->pool_create)
         throw RuntimeError("allocator '" + name_ + "': no usable vtable; check the allocator plugin");
     ddo_status s = vt_->pool_create(&config, &pool_);
-    if (s != DDO_STATUS_OK || !pool_)
-        throw RuntimeError("allocator '" + name_ + "': pool_create answered " + std::string(status_name(s)) +
-                           (s == DDO_STATUS_UNAVAILABLE ? " (no usable device; see the plugin's reason, or use the host backend)" : ""));
+    if (s != DDO_STATUS_OK || !pool_) {
+        std::string hint;
+        if (s == DDO_STATUS_UNAVAILABLE) hint = " (no usable device; see the plugin's reason, or use the host backend)";
+        if (s == DDO_STATUS_INVALID_ARGUMENT && config.n_options > 0 && config.options) {
+            hint = " (check its pool options, preset plugin." + name_ + ".*:";
+            for (std::size_t i = 0; i < config.n_options; ++i)
+                hint += std::string(i ? ", " : " ") + (config.options[i].key ? config.options[i].key : "(null)");
+            hint += ")";
+        }
+        throw RuntimeError("allocator '" + name_ + "': pool_create answered " + std::string(status_name(s)) + hint);
+    }
 }
 
 AllocatorPool::~AllocatorPool() {

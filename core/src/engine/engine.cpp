@@ -10,6 +10,7 @@
 
 #include "ddo/engine/allocator_pool.hpp"
 #include "ddo/error.hpp"
+#include "ddo/platform/host_staging.hpp"
 
 namespace ddo::engine {
 
@@ -29,6 +30,15 @@ struct Slot {
 struct Staging {
     HostBuffer buf;
     FencePtr last;  // the last copy out of this buffer
+    bool locked = false;
+};
+
+// A host copy of a streamed group. `reg` (registration of buf's range) is declared after buf, so it is
+// undone before the memory is freed.
+struct HostCopy {
+    HostBuffer buf;
+    platform::HostRegistration reg;
+    bool locked = false;  // pinned, or registered: the transport may copy from it directly
 };
 }  // namespace
 
@@ -43,7 +53,7 @@ struct Engine::Impl {
     std::vector<Slot> slots;
     std::vector<PoolBuffer> resident;
     std::vector<FencePtr> resident_fence;
-    std::vector<HostBuffer> host;
+    std::vector<HostCopy> host;
     std::vector<Staging> staging;
     std::size_t next_staging = 0;
     std::vector<std::size_t> streamed;
@@ -76,6 +86,32 @@ struct Engine::Impl {
         s.buf.set_flags(f);
     }
 
+    // Memory the plan wants pinned (a host copy or a staging buffer). With a HostStaging: its pinned route, and
+    // on refusal or failure pageable memory, counted with the route's reason; the registration route is never
+    // tried in its place (seed 000: one route's answer says nothing about the other). Without one: the
+    // transport's allocate_host. See Note [Engine host staging].
+    HostBuffer pinned_or_fallback(std::uint64_t bytes, bool * locked) {
+        if (!opt.staging) {
+            HostBuffer b = tr.allocate_host(bytes, true);
+            *locked = b.pinned();
+            return b;
+        }
+        auto r = opt.staging->allocate_pinned(bytes);
+        if (r.value) {
+            auto keep = std::make_shared<platform::PinnedBuffer>(std::move(r.value));
+            void * p = keep->data();
+            *locked = true;
+            return HostBuffer(p, bytes, true, [keep](void *) mutable { keep.reset(); });
+        }
+        ++c.pinned_fallbacks;
+        c.pinned_fallback_bytes += bytes;
+        if (c.pinned_fallback_reasons.size() < 8 &&
+            std::find(c.pinned_fallback_reasons.begin(), c.pinned_fallback_reasons.end(), r.reason) == c.pinned_fallback_reasons.end())
+            c.pinned_fallback_reasons.push_back(r.reason);
+        *locked = false;
+        return HostBuffer::pageable(bytes, 4096);
+    }
+
     Staging & next_staging_buffer(std::uint64_t bytes) {
         if (staging.empty()) throw RuntimeError("engine: a file upload needs staging buffers but the plan has none");
         Staging & st = staging[next_staging++ % staging.size()];
@@ -94,12 +130,14 @@ struct Engine::Impl {
         job.slot_free = std::move(slot_free);
         Staging * st = nullptr;
         if (src == Residency::pinned || src == Residency::pageable) {
-            job.src = host[g].data();
+            job.src = host[g].buf.data();
+            job.host_locked = host[g].locked;
         } else {
             st = &next_staging_buffer(gl.bytes);
             job.fill = [this, g](void * p) { fill_group(g, p); };
             job.staging = st->buf.data();
             job.staging_free = st->last;
+            job.host_locked = st->locked;
         }
         auto t0 = Clock::now();
         FencePtr f = tr.submit(std::move(job));
@@ -129,6 +167,10 @@ struct Engine::Impl {
         cfg.backend = tr.device_is_host() ? DDO_ALLOC_BACKEND_HOST : DDO_ALLOC_BACKEND_CUDA;
         cfg.device = opt.device;
         cfg.physical_limit = opt.pool_physical_limit;
+        std::vector<ddo_kv> kv;  // borrowed for the pool_create call; the strings live in opt
+        for (const auto & [k, v] : opt.allocator_options) kv.push_back(ddo_kv{k.c_str(), v.c_str()});
+        cfg.options = kv.empty() ? nullptr : kv.data();
+        cfg.n_options = kv.size();
         pool = std::make_unique<AllocatorPool>(vt, cfg, opt.allocator_name);
         const std::size_t n = layout.size();
         resident.resize(n);
@@ -144,17 +186,36 @@ struct Engine::Impl {
                 stream_pos[g] = static_cast<long>(streamed.size());
                 streamed.push_back(g);
             }
-            if (r == Residency::pinned || r == Residency::pageable) {
-                host[g] = tr.allocate_host(b, r == Residency::pinned);
-                fill_group(g, host[g].data());
-                (r == Residency::pinned ? c.pinned_bytes : c.pageable_bytes) += b;
+            if (r == Residency::pinned) {
+                HostCopy & h = host[g];
+                h.buf = pinned_or_fallback(b, &h.locked);
+                fill_group(g, h.buf.data());
+                (h.locked ? c.pinned_bytes : c.pageable_bytes) += b;
+            } else if (r == Residency::pageable) {
+                HostCopy & h = host[g];
+                h.buf = tr.allocate_host(b, false);
+                fill_group(g, h.buf.data());
+                c.pageable_bytes += b;
+                // Registration mode off: not attempted at all. bounded: HostStaging refuses past the ceiling.
+                if (opt.staging && opt.staging->limits().registration != platform::RegistrationMode::off) {
+                    auto reg = opt.staging->register_range(h.buf.data(), b);
+                    if (reg.value) {
+                        h.reg = std::move(reg.value);
+                        h.locked = true;
+                        c.registered_bytes += b;
+                    }  // else: stays pageable; counted (with the reason) on the registration route only
+                }
             }
         }
         if (staging_bytes > 0) {
             const std::uint32_t k = std::max<std::uint32_t>(plan.staging_slots, 2);
             for (std::uint32_t i = 0; i < k; ++i) {
-                staging.push_back(Staging{tr.allocate_host(staging_bytes, true), ready_fence()});
+                Staging st;
+                st.buf = pinned_or_fallback(staging_bytes, &st.locked);
+                st.last = ready_fence();
                 c.staging_bytes += staging_bytes;
+                if (st.locked) c.staging_pinned_bytes += staging_bytes;
+                staging.push_back(std::move(st));
             }
         }
         if (!streamed.empty()) {
@@ -275,6 +336,13 @@ Engine::Engine(const ModelLayout & layout, Plan plan, const ddo_allocator_vtable
         throw UsageError("engine: the plan has " + std::to_string(impl_->plan.groups.size()) + " groups, the layout " +
                          std::to_string(layout.size()) + "; plan this layout");
     if (!allocator) throw UsageError("engine: no allocator vtable; load an allocator plugin (e.g. linear)");
+    if (auto * st = impl_->opt.staging) {
+        const bool host_backend = st->backend() == platform::StagingBackend::host;
+        if (host_backend != transport.device_is_host())
+            throw UsageError(std::string("engine: host staging backend '") + platform::to_string(st->backend()) +
+                             "' does not page-lock memory for the " + transport.name() + " transport; use backend '" +
+                             (transport.device_is_host() ? "host" : "cuda") + "' (the transport's own)");
+    }
     impl_->vt = allocator;
     impl_->c.transport = transport.name();
 }
@@ -450,6 +518,15 @@ nlohmann::json Engine::to_json() const {
         a["stats_reason"] = impl_->pool ? "pool closed" : "pool not created (no phase began)";
     }
     j["allocator"] = a;
+    if (impl_->opt.staging) {
+        j["host_staging"] = impl_->opt.staging->to_json();
+        j["host_staging_reason"] = nullptr;
+    } else {
+        j["host_staging"] = nullptr;
+        j["host_staging_reason"] = "no host staging was given to the engine: pinned memory comes from the transport (" +
+                                   impl_->tr.name() + ": " + (impl_->tr.device_is_host() ? "ordinary memory standing in for pinned" : "cudaHostAlloc") +
+                                   "), and nothing is registered";
+    }
     return j;
 }
 

@@ -20,7 +20,12 @@ nlohmann::json EngineCounters::to_json() const {
     j["misses"] = misses;
     j["pinned_bytes"] = pinned_bytes;
     j["pageable_bytes"] = pageable_bytes;
+    j["registered_bytes"] = registered_bytes;
     j["staging_bytes"] = staging_bytes;
+    j["staging_pinned_bytes"] = staging_pinned_bytes;
+    j["pinned_fallbacks"] = pinned_fallbacks;
+    j["pinned_fallback_bytes"] = pinned_fallback_bytes;
+    j["pinned_fallback_reasons"] = pinned_fallback_reasons;
     j["device_bytes"] = device_bytes;
     j["failures"] = failures;
     j["quarantines"] = quarantines;

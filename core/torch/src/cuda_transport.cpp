@@ -2,9 +2,11 @@
 //
 //   submit()  -> FIFO -> one copy worker (host thread):
 //                  copy stream waits on the slot's readers fence (cudaStreamWaitEvent, no host wait)
-//                  pinned source : one cudaMemcpyAsync of the whole group
+//                  page-locked source (job.host_locked: cudaHostAlloc'd, HostStaging's pinned route, or
+//                  pageable memory HostStaging registered): one cudaMemcpyAsync of the whole group
 //                  pageable      : memcpy into a ring of pinned chunks, cudaMemcpyAsync per chunk
-//                  file          : fill(pinned staging) then one cudaMemcpyAsync of the group
+//                  file          : fill(staging) then one cudaMemcpyAsync of the group when the staging
+//                                  buffer is page-locked, else through the pinned chunks (a pinned fallback)
 //                  records the upload's event on the copy stream -> the fence becomes "enqueued"
 //   compute_wait(f) -> the current (compute) stream waits on f's event; the host waits at most for
 //                      the worker to have *enqueued* the copy, never for the copy itself
@@ -50,7 +52,6 @@ using engine::CopyJob;
 using engine::Fence;
 using engine::FencePtr;
 using engine::HostBuffer;
-using engine::Residency;
 using Event = at::cuda::CUDAEvent;
 using EventPtr = std::shared_ptr<Event>;
 
@@ -271,8 +272,9 @@ private:
                     job.fill(job.staging);
                     fill_s = since(f0);
                     start->record(copy_);  // after the host fill: the event pair times the device copy
-                    copy_async(job.dst, job.staging, job.bytes);
-                } else if (job.source == Residency::pinned) {
+                    if (job.host_locked) copy_async(job.dst, job.staging, job.bytes);
+                    else copy_pageable(job.dst, job.staging, job.bytes);
+                } else if (job.host_locked) {
                     start->record(copy_);
                     copy_async(job.dst, job.src, job.bytes);
                 } else {

@@ -88,6 +88,13 @@ static int find_buf(ddo_alloc_pool * p, uint64_t id) {
 
 static ddo_status lin_pool_create(const ddo_alloc_config * config, ddo_alloc_pool ** out_pool) {
     if (config == NULL || out_pool == NULL || config->struct_size < sizeof(ddo_alloc_config)) return DDO_STATUS_INVALID_ARGUMENT;
+    if (config->n_options > 0) { /* linear has no pool options: a preset [plugin.linear] table is a mistake */
+        char m[256];
+        snprintf(m, sizeof m, "linear: unknown pool option '%s' (the linear allocator has no options); remove it from the preset's [plugin.linear] table",
+                 config->options != NULL && config->options[0].key != NULL ? config->options[0].key : "(null)");
+        report(DDO_STATUS_INVALID_ARGUMENT, m);
+        return DDO_STATUS_INVALID_ARGUMENT;
+    }
     uint32_t backend = config->backend;
     cu_context ctx = NULL;
     if (backend == DDO_ALLOC_BACKEND_AUTO || backend == DDO_ALLOC_BACKEND_CUDA) {

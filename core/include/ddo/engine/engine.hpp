@@ -30,6 +30,8 @@
 #include <span>
 #include <string>
 #include <string_view>
+#include <utility>
+#include <vector>
 
 #include <nlohmann/json_fwd.hpp>
 
@@ -38,6 +40,10 @@
 #include "ddo/engine/group_layout.hpp"
 #include "ddo/engine/planner.hpp"
 #include "ddo/engine/transport.hpp"
+
+namespace ddo::platform {
+class HostStaging;  // ddo/platform/host_staging.hpp
+}
 
 namespace ddo::engine {
 
@@ -84,6 +90,15 @@ struct EngineOptions {
     int device = 0;                      // CUDA ordinal (ignored by the CPU transport)
     std::uint64_t pool_physical_limit = 0;
     std::string allocator_name = "linear";
+    // The allocator plugin's own options (preset `plugin.<allocator>.*`), passed as ddo_kv to pool_create.
+    std::vector<std::pair<std::string, std::string>> allocator_options;
+    // Borrowed, may be null; must outlive the engine. When given, host copies planned `pinned` and the disk
+    // staging buffers come from its pinned route (a refusal or failure falls back to pageable memory, counted in
+    // pinned_fallbacks with the reason), and host copies planned `pageable` are registered through its
+    // registration route per its mode (full: all, bounded: up to the ceiling, off: none). Its backend must be the
+    // transport's: `host` (mlock) on a host-memory transport, `cuda` on the CUDA transport. Null: the transport's
+    // allocate_host (cudaHostAlloc on CUDA) as before, and no registration. See Note [Engine host staging].
+    platform::HostStaging * staging = nullptr;
 };
 
 class Engine {
@@ -113,7 +128,8 @@ public:
     const ModelLayout & layout() const noexcept;
     Transport & transport() noexcept;
     EngineCounters counters() const;
-    // {"plan":..., "counters":..., "allocator": stats}
+    // {"plan":..., "counters":..., "allocator": stats, "host_staging": HostStaging::to_json() or null with
+    //  "host_staging_reason"}
     nlohmann::json to_json() const;
     // The groups whose uploads were started, in order (tests check prefetch order).
     std::vector<std::size_t> upload_log() const;

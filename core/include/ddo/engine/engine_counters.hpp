@@ -27,9 +27,14 @@ struct EngineCounters {
     std::string stall_reason;
     std::uint64_t hits = 0;                    // acquire found the group resident or prefetched
     std::uint64_t misses = 0;                  // acquire had to start the upload itself
-    std::uint64_t pinned_bytes = 0;            // pinned host memory held for streamed groups
-    std::uint64_t pageable_bytes = 0;          // pageable host copies held for streamed groups
+    std::uint64_t pinned_bytes = 0;            // pinned host memory held for streamed groups (actually pinned)
+    std::uint64_t pageable_bytes = 0;          // pageable host copies held for streamed groups (fallbacks included)
+    std::uint64_t registered_bytes = 0;        // of pageable_bytes: page-locked by the registration route
     std::uint64_t staging_bytes = 0;           // disk route staging buffers
+    std::uint64_t staging_pinned_bytes = 0;    // of staging_bytes: pinned (page-locked)
+    std::uint64_t pinned_fallbacks = 0;        // buffers wanted pinned (host copies, staging) left pageable
+    std::uint64_t pinned_fallback_bytes = 0;
+    std::vector<std::string> pinned_fallback_reasons;  // the pinned route's answers, distinct, first 8
     std::uint64_t device_bytes = 0;            // residents + slots
     std::uint64_t failures = 0;                // failed uploads or allocator calls
     std::uint64_t quarantines = 0;             // buffers withheld after a refused release

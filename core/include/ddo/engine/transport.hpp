@@ -24,6 +24,10 @@ struct CopyJob {
     std::uint64_t bytes = 0;          // whole group payload
     Residency source = Residency::pageable;
     const void * src = nullptr;       // pinned / pageable host payload (contiguous group layout)
+    // src (or, for a file source, staging) is page-locked memory (pinned, or pageable memory registered by
+    // HostStaging): the CUDA transport copies from it directly; otherwise through its pinned bounce chunks.
+    // `source` says what the plan wanted; this says what the memory is (a pinned fallback is not locked).
+    bool host_locked = false;
     // File source: fill(staging) writes the group payload into `staging` (bytes long) on a worker,
     // then staging is copied to dst. `staging_free` must complete before fill starts (the previous
     // copy out of that staging buffer).
