@@ -8,3 +8,14 @@ if(TARGET qwen_image_21_impl)
   target_compile_definitions(qwen_image_21_structure_test PRIVATE QI21_PLUGIN_DIR="${CMAKE_BINARY_DIR}/lib/ddo/plugins")
   add_dependencies(qwen_image_21_structure_test linear)
 endif()
+
+# ddo-host on the parity fixture checkpoint: capacities.allocator_backend, allocator options and host staging as
+# recorded in the run report.
+if(TARGET qwen_image_21_impl AND TARGET qwen_image_21 AND TARGET ddo-host)
+  ddo_add_gtest(qwen_image_21_placement_test LABELS e2e TIMEOUT 300
+    SOURCES ${CMAKE_CURRENT_LIST_DIR}/qwen_image_21_placement_test.cpp
+    LIBS qwen_image_21_impl)
+  target_compile_definitions(qwen_image_21_placement_test PRIVATE
+    QI21_FIXTURE_DIR="${CMAKE_BINARY_DIR}/fixtures/qwen_image_21" DDO_HOST_BIN="$<TARGET_FILE:ddo-host>")
+  add_dependencies(qwen_image_21_placement_test ddo-host qwen_image_21 linear)
+endif()

@@ -8,6 +8,8 @@
 #include "ddo/engine/cpu_transport.hpp"
 #include "ddo/engine/engine.hpp"
 #include "ddo/error.hpp"
+#include "ddo/platform/host_staging.hpp"
+#include "ddo/platform/linux_admission.hpp"
 #include "ddo/store/weight_store.hpp"
 #include "ddo/torch/cuda_transport.hpp"
 #include "ddo/torch/tensor_views.hpp"
@@ -101,6 +103,36 @@ public:
         en::EngineOptions eo;
         eo.device = d.is_cuda() ? int(std::max<c10::DeviceIndex>(0, d.index())) : 0;
         eo.allocator_name = o.allocator_name;
+        eo.allocator_options = o.allocator_options;
+        placement_ = o.placement;
+        if (o.host_staging) {
+            // Pinned route: host copies planned pinned + the disk staging buffers; limit = the pinned-host budget
+            // (0 = auto: no limit of its own; admission, RLIMIT_MEMLOCK on the host backend, and the planner's
+            // pinned budget bound it). Registration route: pageable host copies, per host_registration.
+            namespace pf = ddo::platform;
+            pf::StagingLimits limits;
+            limits.pinned_limit = k.pinned_host_budget_gb > 0 ? Capacities::gib_to_bytes(k.pinned_host_budget_gb) : 0;
+            limits.registration = k.host_registration == HostRegistration::off       ? pf::RegistrationMode::off
+                                  : k.host_registration == HostRegistration::bounded ? pf::RegistrationMode::bounded
+                                                                                      : pf::RegistrationMode::full;
+            limits.registration_ceiling = Capacities::gib_to_bytes(k.host_registration_ceiling_gb);
+            limits.ram_headroom = Capacities::gib_to_bytes(k.ram_headroom_gb);
+            const auto backend = d.is_cuda() ? pf::StagingBackend::cuda : pf::StagingBackend::host;
+            admission_ = std::make_unique<pf::LinuxAdmission>();  // the real /proc and /sys
+            std::string why;
+            staging_ = pf::HostStaging::create(backend, limits, admission_.get(), &why);
+            if (!staging_) {
+                if (limits.registration == pf::RegistrationMode::bounded && limits.registration_ceiling == 0)
+                    throw UsageError("capacities.host_registration = \"bounded\" needs capacities.host_registration_ceiling_gb > 0; " + why);
+                // CUDA staging without a usable driver API: the engine runs on the transport's pinned memory.
+                placement_["host_staging"] = {{"created", false}, {"reason", why}};
+            } else {
+                placement_["host_staging"] = {{"created", true}, {"backend", pf::to_string(backend)}};
+                eo.staging = staging_.get();
+            }
+        } else {
+            placement_["host_staging"] = {{"created", false}, {"reason", "disabled by the caller (EngineBlocksOptions::host_staging = false)"}};
+        }
         engine_ = std::make_unique<en::Engine>(*layout_, en::plan_residency(*layout_, cfg, caps), o.allocator,
                                                *transport_, eo);
     }
@@ -163,6 +195,7 @@ public:
     nlohmann::json report() const override {
         auto j = BlockSource::report();
         j["execution_groups"] = layout_->size();
+        j["placement"] = placement_;
         j["engine"] = engine_->to_json();
         return j;
     }
@@ -173,7 +206,11 @@ private:
     store::WeightStore store_;
     std::unique_ptr<ddo::engine::ModelLayout> layout_;
     std::vector<std::vector<std::size_t>> groups_of_;
+    nlohmann::json placement_;
     std::unique_ptr<ddo::engine::Transport> transport_;
+    // Declared before the engine, which borrows them: destroyed after it.
+    std::unique_ptr<ddo::platform::LinuxAdmission> admission_;
+    std::unique_ptr<ddo::platform::HostStaging> staging_;
     std::unique_ptr<ddo::engine::Engine> engine_;
     std::map<int64_t, std::vector<ddo::engine::Lease>> leases_;
     std::map<int64_t, TransformerBlockWeights> weights_;

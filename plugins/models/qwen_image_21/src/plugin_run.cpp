@@ -8,6 +8,7 @@
 #include "ddo/error.hpp"
 #include "ddo/preset/resolved_settings.hpp"
 #include "ddo/report/run_tracker.hpp"
+#include "ddo/torch/cuda_transport.hpp"
 #include "pipeline.hpp"
 #include "png_writer.hpp"
 
@@ -24,6 +25,41 @@ T option(const std::map<std::string, ResolvedValue> & opts, const std::string & 
         throw UsageError("plugin.qwen_image_21." + key + " (" + it->second.provenance.to_string() +
                          "): wrong type: " + e.what());
     }
+}
+
+// A preset value as the string an allocator plugin's ddo_kv carries: strings as they are, booleans true/false,
+// numbers in JSON notation, arrays and tables as JSON.
+std::string kv_string(const nlohmann::json & v) {
+    if (v.is_string()) return v.get<std::string>();
+    return v.dump();
+}
+
+// capacities.allocator_backend -> where the run executes. host: the CPU (CPU transport, the allocator's host
+// backend) even when CUDA exists; cuda: CUDA or a UsageError (exit 2) naming the key; auto: CUDA when usable.
+struct Placement {
+    bool cuda = false;
+    std::string reason;
+};
+
+Placement place(const ResolvedSettings & s, AllocatorBackend requested) {
+    std::string why;
+    const bool usable = ddo::torch::cuda_available(&why);
+    switch (requested) {
+    case AllocatorBackend::host:
+        return {false, usable ? "capacities.allocator_backend = host: the CPU and host memory although a CUDA device is usable"
+                              : "capacities.allocator_backend = host: the CPU and host memory"};
+    case AllocatorBackend::cuda:
+        if (!usable)
+            throw UsageError("capacities.allocator_backend = \"cuda\" (" +
+                             s.at("capacities.allocator_backend").provenance.to_string() +
+                             ") but no CUDA device is usable: " + why +
+                             "; run on a machine with a GPU, or set capacities.allocator_backend = \"auto\" or \"host\" "
+                             "(--set capacities.allocator_backend=host) to run on the CPU");
+        return {true, "capacities.allocator_backend = cuda: CUDA device 0"};
+    case AllocatorBackend::automatic: break;
+    }
+    if (usable) return {true, "capacities.allocator_backend = auto: a CUDA device is usable"};
+    return {false, "capacities.allocator_backend = auto: no usable CUDA device (" + why + "), the CPU and host memory"};
 }
 
 }  // namespace
@@ -45,7 +81,9 @@ void run_plugin(RunContext & ctx, const LogFn & log) {
     o.seed = workload("seed", uint64_t(0));
     o.true_cfg_scale = s.get_optional<double>("workload.guidance_scale").value_or(option<double>(opts, "true_cfg_scale", 1.0));
     o.use_kv_cache = option<bool>(opts, "use_kv_cache", true);
-    const bool cuda = at::hasCUDA();
+    const Capacities caps = s.capacities("transformer");
+    const Placement placed = place(s, caps.allocator_backend);
+    const bool cuda = placed.cuda;
     o.device = cuda ? at::Device(at::kCUDA, 0) : at::Device(at::kCPU);
     // workload.precision (bf16 | fp16 | fp32); unset = bf16 on CUDA, fp32 on the CPU.
     const auto precision = s.get_optional<std::string>("workload.precision").value_or(cuda ? "bf16" : "fp32");
@@ -100,11 +138,27 @@ void run_plugin(RunContext & ctx, const LogFn & log) {
     Transformer transformer(m.transformer_config, load_transformer_globals(m.transformer, m.transformer_config, o.dtype));
     EngineBlocksOptions eo;
     eo.route = route;
-    eo.capacities = s.capacities("transformer");
+    eo.capacities = caps;
     eo.allocator = ctx.allocator_vtable;
     eo.allocator_name = ctx.allocator_name.empty() ? eo.capacities.allocator : ctx.allocator_name;
     if (!eo.allocator && !ctx.allocator_error.empty())
         throw UsageError("qwen_image_21: the offload engine needs an allocator plugin: " + ctx.allocator_error);
+    nlohmann::json alloc_opts = nlohmann::json::object();
+    for (const auto & [key, v] : s.plugin_options(eo.allocator_name)) {
+        if (v.value.is_null()) continue;
+        eo.allocator_options.emplace_back(key, kv_string(v.value));
+        alloc_opts[key] = {{"value", eo.allocator_options.back().second}, {"source", v.provenance.to_string()}};
+    }
+    eo.placement = {
+        {"allocator_backend",
+         {{"requested", to_string(caps.allocator_backend)},
+          {"requested_source", s.at("capacities.allocator_backend").provenance.to_string()},
+          {"used", cuda ? "cuda" : "host"},
+          {"reason", placed.reason}}},
+        {"allocator", {{"requested", caps.allocator}, {"used", eo.allocator_name}}},
+        {"allocator_options", alloc_opts},
+        {"device", o.device.str()},
+        {"transport", cuda ? "cuda" : "cpu"}};
     auto blocks = make_engine_blocks(ctx.model_dir / "transformer", m.transformer_config, o.dtype, o.device, eo);
     if (tr) {
         tr->set_checkpoint({{"path", ctx.model_dir.string()}, {"transformer_blocks", m.transformer_config.num_layers},

@@ -1,0 +1,106 @@
+// ddo-host runs qwen_image_21 on the parity fixture checkpoint (tiny config, built by target
+// qwen_image_21_fixtures) and the run report says how the preset's capacities reached the engine:
+// capacities.allocator_backend requested vs used, the allocator plugin's options passed to pool_create, and the
+// host staging both routes went through (docs/metrics.md, "Placement" and "Host staging").
+#include <gtest/gtest.h>
+
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+
+#include <nlohmann/json.hpp>
+
+#include "ddo/torch/cuda_transport.hpp"
+
+namespace fs = std::filesystem;
+
+namespace {
+
+const fs::path kFixtures = QI21_FIXTURE_DIR;
+
+struct HostRun {
+    int exit_code = -1;
+    nlohmann::json report;
+    std::string log;
+};
+
+HostRun run_host(const std::string & tag, const std::string & extra) {
+    const fs::path dir = fs::temp_directory_path() / ("ddo_qi21_placement_" + std::to_string(::getpid()) + "_" + tag);
+    fs::remove_all(dir);
+    fs::create_directories(dir);
+    const std::string cmd = std::string("'") + DDO_HOST_BIN + "' --plugin qwen_image --preset low_ram_safe.toml --model '" +
+                            (kFixtures / "checkpoint").string() + "' --prompt-embeds '" +
+                            (kFixtures / "prompt_embeds.safetensors").string() +
+                            "' --steps 1 --width 64 --height 64 --output '" + dir.string() + "' --report '" +
+                            (dir / "report.json").string() + "' " + extra + " > '" + (dir / "log").string() + "' 2>&1";
+    HostRun r;
+    const int st = std::system(cmd.c_str());
+    r.exit_code = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+    std::ifstream log(dir / "log");
+    r.log.assign(std::istreambuf_iterator<char>(log), {});
+    std::ifstream in(dir / "report.json");
+    if (in) r.report = nlohmann::json::parse(in);
+    fs::remove_all(dir);
+    return r;
+}
+
+class Qi21Placement : public ::testing::Test {
+protected:
+    void SetUp() override {
+        ASSERT_TRUE(fs::exists(kFixtures / "checkpoint" / "model_index.json"))
+            << kFixtures << " has no checkpoint: build target qwen_image_21_fixtures (tools/ddo build)";
+    }
+};
+
+}  // namespace
+
+TEST_F(Qi21Placement, HostBackendRunsOnTheCpuWithHostStagingRecorded) {
+    HostRun r = run_host("host", "--set capacities.allocator_backend=host");
+    ASSERT_EQ(r.exit_code, 0) << r.log;
+    const auto & t = r.report.at("counters").at("transformer");
+    const auto & p = t.at("placement");
+    EXPECT_EQ(p.at("allocator_backend").at("requested"), "host");
+    EXPECT_EQ(p.at("allocator_backend").at("requested_source"), "--set capacities.allocator_backend=host");
+    EXPECT_EQ(p.at("allocator_backend").at("used"), "host");
+    EXPECT_EQ(p.at("device"), "cpu");
+    EXPECT_EQ(p.at("transport"), "cpu");
+    EXPECT_EQ(p.at("allocator").at("used"), "linear");
+    EXPECT_TRUE(p.at("allocator_options").empty());
+    EXPECT_EQ(p.at("host_staging").at("created"), true);
+    const auto & e = t.at("engine");
+    EXPECT_EQ(e.at("allocator").at("backend"), "host");
+    const auto & hs = e.at("host_staging");
+    EXPECT_EQ(hs.at("backend"), "host");
+    // low_ram_safe: host_registration = off -> the engine never asks the registration route.
+    EXPECT_EQ(hs.at("limits").at("registration"), "off");
+    EXPECT_EQ(hs.at("registration").at("attempts"), 0);
+    // The tiny transformer is resident, uploaded from the file through 2 staging buffers from the pinned route:
+    // each attempt either succeeded or fell back to pageable memory, counted by the engine.
+    const auto & pinned = hs.at("pinned");
+    EXPECT_EQ(pinned.at("attempts"), 2) << hs.dump();
+    EXPECT_EQ(pinned.at("successes").get<int>() + pinned.at("refusals").get<int>() + pinned.at("failures").get<int>(), 2);
+    EXPECT_EQ(e.at("counters").at("pinned_fallbacks"), pinned.at("refusals").get<int>() + pinned.at("failures").get<int>());
+}
+
+TEST_F(Qi21Placement, CudaBackendWithoutADeviceIsAUsageErrorNamingTheKey) {
+    std::string why;
+    if (ddo::torch::cuda_available(&why)) GTEST_SKIP() << "a CUDA device is usable; the refusal is tested on CPU-only machines";
+    HostRun r = run_host("cuda", "--set capacities.allocator_backend=cuda");
+    EXPECT_EQ(r.exit_code, 2) << r.log;
+    const std::string msg = r.report.at("error").at("message").get<std::string>();
+    EXPECT_NE(msg.find("capacities.allocator_backend = \"cuda\""), std::string::npos) << msg;
+    EXPECT_NE(msg.find("--set capacities.allocator_backend=host"), std::string::npos) << msg;
+}
+
+TEST_F(Qi21Placement, AllocatorOptionsReachThePlugin) {
+    // linear has no pool options: the option is passed (recorded) and refused by the plugin at pool creation.
+    HostRun r = run_host("opts", "--set plugin.linear.cache_released=false --set capacities.allocator_backend=host");
+    EXPECT_EQ(r.exit_code, 4) << r.log;
+    EXPECT_NE(r.report.at("error").at("message").get<std::string>().find("plugin.linear.*: cache_released"), std::string::npos)
+        << r.report.at("error").dump();
+    const auto & opts = r.report.at("counters").at("transformer").at("placement").at("allocator_options");
+    EXPECT_EQ(opts.at("cache_released").at("value"), "false");
+}
