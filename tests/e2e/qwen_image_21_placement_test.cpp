@@ -1,7 +1,8 @@
 // ddo-host runs qwen_image_21 on the parity fixture checkpoint (tiny config, built by target
 // qwen_image_21_fixtures) and the run report says how the preset's capacities reached the engine:
 // capacities.allocator_backend requested vs used, the allocator plugin's options passed to pool_create, and the
-// host staging both routes went through (docs/metrics.md, "Placement" and "Host staging").
+// host staging both routes went through (docs/metrics.md, "Placement" and "Host staging"); and what the report
+// says of a run's load checks and torch memory monitors.
 #include <gtest/gtest.h>
 
 #include <sys/wait.h>
@@ -27,12 +28,12 @@ struct HostRun {
     std::string log;
 };
 
-HostRun run_host(const std::string & tag, const std::string & extra) {
+HostRun run_host(const std::string & tag, const std::string & extra, const fs::path & model = kFixtures / "checkpoint") {
     const fs::path dir = fs::temp_directory_path() / ("ddo_qi21_placement_" + std::to_string(::getpid()) + "_" + tag);
     fs::remove_all(dir);
     fs::create_directories(dir);
     const std::string cmd = std::string("'") + DDO_HOST_BIN + "' --plugin qwen_image --preset low_ram_safe.toml --model '" +
-                            (kFixtures / "checkpoint").string() + "' --prompt-embeds '" +
+                            model.string() + "' --prompt-embeds '" +
                             (kFixtures / "prompt_embeds.safetensors").string() +
                             "' --steps 1 --width 64 --height 64 --output '" + dir.string() + "' --report '" +
                             (dir / "report.json").string() + "' " + extra + " > '" + (dir / "log").string() + "' 2>&1";
@@ -103,4 +104,48 @@ TEST_F(Qi21Placement, AllocatorOptionsReachThePlugin) {
         << r.report.at("error").dump();
     const auto & opts = r.report.at("counters").at("transformer").at("placement").at("allocator_options");
     EXPECT_EQ(opts.at("cache_released").at("value"), "false");
+}
+
+TEST_F(Qi21Placement, CpuRunsRecordWhyTheTorchMonitorsAreNull) {
+    HostRun r = run_host("torchmem", "--set capacities.allocator_backend=host");
+    ASSERT_EQ(r.exit_code, 0) << r.log;
+    for (const char * m : {"torch_allocated", "torch_reserved"}) {
+        const auto & mon = r.report.at("memory").at(m);
+        EXPECT_TRUE(mon.at("peak_bytes").is_null()) << m;  // unavailable, never 0
+        EXPECT_NE(mon.at("reason").get<std::string>().find("computes on the cpu"), std::string::npos) << mon.dump();
+    }
+}
+
+// The VAE decoder's tensors are checked from the header when the checkpoint opens: a dry run (nothing computed)
+// already fails, with exit 4, naming tensor and file, and the report is written with status failed.
+TEST_F(Qi21Placement, ABrokenVaeTensorFailsAtLoadNotAfterDenoising) {
+    const fs::path model = fs::temp_directory_path() / ("ddo_qi21_badvae_" + std::to_string(::getpid()));
+    fs::remove_all(model);
+    fs::copy(kFixtures / "checkpoint", model, fs::copy_options::recursive);
+    const fs::path st = model / "vae" / "diffusion_pytorch_model.safetensors";
+    ASSERT_TRUE(fs::exists(st));
+    // Same-size edit of the header: decoder.conv_in.weight's dtype F32 -> I32 (4 bytes per element either way).
+    std::fstream f(st, std::ios::in | std::ios::out | std::ios::binary);
+    uint64_t n = 0;
+    f.read(reinterpret_cast<char *>(&n), 8);
+    std::string header(n, '\0');
+    f.read(header.data(), std::streamsize(n));
+    auto h = nlohmann::json::parse(header);
+    ASSERT_TRUE(h.contains("decoder.conv_in.weight")) << "fixture VAE lacks decoder.conv_in.weight";
+    ASSERT_EQ(h["decoder.conv_in.weight"]["dtype"], "F32");
+    h["decoder.conv_in.weight"]["dtype"] = "I32";
+    std::string edited = h.dump();
+    ASSERT_LE(edited.size(), n);
+    edited.resize(n, ' ');
+    f.seekp(8);
+    f.write(edited.data(), std::streamsize(n));
+    f.close();
+
+    HostRun r = run_host("badvae", "--dry-run --set capacities.allocator_backend=host", model);
+    fs::remove_all(model);
+    EXPECT_EQ(r.exit_code, 4) << r.log;
+    EXPECT_EQ(r.report.at("status"), "failed");
+    const std::string msg = r.report.at("error").at("message").get<std::string>();
+    EXPECT_NE(msg.find("decoder.conv_in.weight"), std::string::npos) << msg;
+    EXPECT_NE(msg.find(st.string()), std::string::npos) << msg;
 }

@@ -7,6 +7,7 @@
 #include <nlohmann/json.hpp>
 
 #include "ddo/error.hpp"
+#include "vae_blocks.hpp"
 
 namespace ddo::qwen_image_21 {
 namespace {
@@ -74,6 +75,8 @@ ModelFiles ModelFiles::open(const std::filesystem::path & dir) {
                  SchedulerConfig::from_json(read_json(scfg), scfg), TensorFile::open_component(dir / "transformer"),
                  TensorFile::open_component(dir / "vae")};
     validate_transformer_checkpoint(m.transformer, m.transformer_config);
+    // The decoder half is needed by every run: check it from the header now, not after denoising.
+    validate_vae_checkpoint(m.vae, m.vae_config, vae_decoder_spec(m.vae_config));
     if (m.transformer_config.in_channels != m.vae_config.z_dim)
         throw RuntimeError(tcfg.string() + ": in_channels " + std::to_string(m.transformer_config.in_channels) +
                            " contradicts z_dim " + std::to_string(m.vae_config.z_dim) + " in " + vcfg.string());

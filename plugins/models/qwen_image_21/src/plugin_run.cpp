@@ -8,6 +8,7 @@
 #include "ddo/error.hpp"
 #include "ddo/preset/resolved_settings.hpp"
 #include "ddo/report/run_tracker.hpp"
+#include "ddo/torch/torch_memory.hpp"
 #include "ddo/torch/cuda_transport.hpp"
 #include "pipeline.hpp"
 #include "png_writer.hpp"
@@ -85,6 +86,7 @@ void run_plugin(RunContext & ctx, const LogFn & log) {
     const Placement placed = place(s, caps.allocator_backend);
     const bool cuda = placed.cuda;
     o.device = cuda ? at::Device(at::kCUDA, 0) : at::Device(at::kCPU);
+    ddo::torch::attach_torch_memory(ctx.tracker, o.device);  // torch_allocated / torch_reserved monitors
     // workload.precision (bf16 | fp16 | fp32); unset = bf16 on CUDA, fp32 on the CPU.
     const auto precision = s.get_optional<std::string>("workload.precision").value_or(cuda ? "bf16" : "fp32");
     if (precision == "fp32") o.dtype = at::kFloat;
