@@ -3,7 +3,10 @@
 # checkpoint and prompt embeddings with the diffusers reference harness, then runs
 #   ddo-host --plugin qwen_image --preset low_ram_safe.toml --steps 4 --width 256 --height 256
 # on them with a progress bar over the denoising steps, and prints where the PNG and the report are plus a
-# one-screen summary of the report.
+# one-screen summary of the report. The tiny transformer (6 blocks of ~40 KB) would fit low_ram_safe's 3 GiB
+# resident set whole and stream nothing, so the demo caps the transformer's resident set at ~100 KB
+# (--set components.transformer.resident_budget_gb): 2 blocks stay resident and the other 4 are streamed
+# through 2 slots every step, as most blocks of the real model are under this preset.
 # Usage: tools/demo/run_demo.sh BUILD_DIR VENV
 set -euo pipefail
 BUILD="$(cd "${1:?usage: run_demo.sh BUILD_DIR VENV}" && pwd)"
@@ -12,21 +15,25 @@ ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 DEMO="$BUILD/demo/qwen_image_21"
 HOST="$BUILD/bin/ddo-host"
 STEPS=4
+LAYERS=6
+RESIDENT_GB=0.0001  # ~107 KB: 2 of the 6 tiny blocks resident, 4 streamed
 
 say() { printf '\033[1mddo demo:\033[0m %s\n' "$*"; }
 [ -x "$HOST" ] || { echo "ddo demo: $HOST is missing; run tools/ddo build" >&2; exit 1; }
 
-if [ ! -f "$DEMO/inputs/reference.json" ]; then
-  say "creating a small qwen_image_21 checkpoint + prompt embeddings with diffusers (once) in $DEMO/inputs"
-  "$VENV/bin/python" "$ROOT/tools/reference/qwen_image_21_fixtures.py" "$DEMO/inputs" >/dev/null
+# (Re)create when missing or made with another block count.
+if ! grep -q "\"num_layers\": $LAYERS," "$DEMO/inputs/reference.json" 2>/dev/null; then
+  say "creating a small qwen_image_21 checkpoint ($LAYERS blocks) + prompt embeddings with diffusers (once) in $DEMO/inputs"
+  rm -rf "$DEMO/inputs"
+  "$VENV/bin/python" "$ROOT/tools/reference/qwen_image_21_fixtures.py" --num-layers "$LAYERS" "$DEMO/inputs" >/dev/null
 fi
 
 OUT="$DEMO/output"
 mkdir -p "$OUT"
-say "ddo-host --plugin qwen_image --preset low_ram_safe.toml --steps $STEPS --width 256 --height 256"
+say "ddo-host --plugin qwen_image --preset low_ram_safe.toml --set components.transformer.resident_budget_gb=$RESIDENT_GB --steps $STEPS --width 256 --height 256"
 # The plugin logs "step i/N" after every denoising step; draw a bar from those lines, pass the rest through.
 set +e
-"$HOST" --plugin qwen_image --preset low_ram_safe.toml \
+"$HOST" --plugin qwen_image --preset low_ram_safe.toml --set "components.transformer.resident_budget_gb=$RESIDENT_GB" \
   --model "$DEMO/inputs/checkpoint" --prompt-embeds "$DEMO/inputs/prompt_embeds.safetensors" \
   --steps "$STEPS" --width 256 --height 256 --output "$OUT" --report "$OUT/ddo_report.json" 2>&1 |
   while IFS= read -r line; do

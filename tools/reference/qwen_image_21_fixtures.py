@@ -393,7 +393,11 @@ def pipeline_fixtures(out, transformer, vae, meta, size):
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("out_dir")
+    ap.add_argument("--num-layers", type=int, default=TRANSFORMER_CONFIG["num_layers"],
+                    help="transformer blocks of the tiny checkpoint (the demo uses more than the tests, so that "
+                         "blocks are streamed every step)")
     args = ap.parse_args()
+    TRANSFORMER_CONFIG["num_layers"] = args.num_layers
     out = Path(args.out_dir)
     out.mkdir(parents=True, exist_ok=True)
     torch.set_num_threads(min(2, os.cpu_count() or 1))
