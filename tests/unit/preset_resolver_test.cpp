@@ -311,6 +311,77 @@ TEST_F(PresetTest, ShippedPresetsResolveWithDescriptions) {
     EXPECT_DOUBLE_EQ(w.capacities().ram_headroom_gb, 6.0);  // child beats one_shot_fast's 8
 }
 
+// capacities.pin_host_memory: default true; low_ram_safe and wsl_compat switch pinning off (the anchor's
+// DDO_PIN_CPU_MEMORY = 0 for both), with the file:line:col of the key; every layer can set it.
+TEST_F(PresetTest, PinHostMemoryDefaultPresetsAndProvenance) {
+    auto d = resolve_settings(request(""));
+    EXPECT_TRUE(d.capacities().pin_host_memory);
+    EXPECT_TRUE(d.capacities("transformer").pin_host_memory);
+    EXPECT_EQ(d.get<bool>("capacities.pin_host_memory"), true);
+    EXPECT_EQ(d.at("capacities.pin_host_memory").provenance.layer, SettingLayer::builtin_default);
+
+    for (const char * name : {"low_ram_safe", "wsl_compat"}) {
+        ResolveRequest rq;
+        rq.preset = name;
+        rq.preset_dirs = {kShipped};
+        rq.platform = PlatformInfo{Platform::linux_native, "test"};
+        auto s = resolve_settings(rq);
+        EXPECT_FALSE(s.capacities().pin_host_memory) << name;
+        EXPECT_FALSE(s.capacities("transformer").pin_host_memory) << name;
+        const auto & pv = s.at("capacities.pin_host_memory").provenance;
+        EXPECT_EQ(pv.layer, SettingLayer::preset) << name;
+        EXPECT_EQ(fs::path(pv.source).filename(), std::string(name) + ".toml");
+        // The line of `pin_host_memory = false` in the shipped file, at the value's column.
+        std::ifstream in(kShipped / (std::string(name) + ".toml"));
+        int line = 0, found = 0;
+        for (std::string l; std::getline(in, l);) {
+            ++line;
+            if (l.rfind("pin_host_memory", 0) == 0) found = line;
+        }
+        ASSERT_GT(found, 0) << name << ".toml does not set pin_host_memory";
+        EXPECT_EQ(pv.line, found) << name;
+        EXPECT_EQ(pv.column, 19) << name;  // after "pin_host_memory = "
+        EXPECT_EQ(s.to_json()["values"]["capacities.pin_host_memory"]["value"], false) << name;
+    }
+    for (const char * name : {"one_shot_fast", "warm_process", "off"}) {
+        ResolveRequest rq;
+        rq.preset = name;
+        rq.preset_dirs = {kShipped};
+        rq.platform = PlatformInfo{Platform::linux_native, "test"};
+        EXPECT_TRUE(resolve_settings(rq).capacities().pin_host_memory) << name;
+    }
+
+    // Environment and --set.
+    auto rq = request("");
+    rq.environment = {{"DDO_CAPACITIES_PIN_HOST_MEMORY", "off"}};
+    auto e = resolve_settings(rq);
+    EXPECT_FALSE(e.capacities().pin_host_memory);
+    EXPECT_EQ(e.at("capacities.pin_host_memory").provenance.layer, SettingLayer::environment);
+    rq.sets = {"capacities.pin_host_memory=true"};
+    auto c = resolve_settings(rq);
+    EXPECT_TRUE(c.capacities().pin_host_memory);
+    EXPECT_EQ(c.at("capacities.pin_host_memory").provenance.layer, SettingLayer::command_line);
+}
+
+TEST_F(PresetTest, PinHostMemoryWrongTypeNamesFileLineCol) {
+    auto p = write("bad.toml", "schema_version = 1\n[capacities]\npin_host_memory = 0\n");
+    auto e = error_of(request(p.string()));
+    EXPECT_EQ(fs::path(e.file()).filename(), "bad.toml");
+    EXPECT_EQ(e.line(), 3);
+    EXPECT_EQ(e.column(), 19);
+    EXPECT_NE(std::string(e.what()).find("bad.toml:3:19"), std::string::npos) << e.what();
+    EXPECT_NE(e.problem().find("expected boolean"), std::string::npos) << e.what();
+    EXPECT_EQ(e.code(), ExitCode::usage);
+    auto p2 = write("bad2.toml", "schema_version = 1\n[capacities]\npin_host_memory = \"no\"\n");
+    auto e2 = error_of(request(p2.string()));
+    EXPECT_EQ(e2.line(), 3);
+    EXPECT_EQ(e2.column(), 19);
+    // The environment spelling is checked too.
+    auto rq = request("");
+    rq.environment = {{"DDO_CAPACITIES_PIN_HOST_MEMORY", "maybe"}};
+    EXPECT_EQ(error_of(rq).file(), "environment DDO_CAPACITIES_PIN_HOST_MEMORY");
+}
+
 TEST_F(PresetTest, ToJsonCarriesProvenance) {
     auto p = write("p.toml", "schema_version = 1\n[vae]\nstrategy = \"tiled\"\n");
     auto j = resolve_settings(request(p.string())).to_json();

@@ -71,6 +71,11 @@ const std::vector<KeyDef> & preset_schema() {
         s.push_back(num("capacities.pinned_host_budget_gb", 0, 65536, 0.0,
                         "GiB of page-locked host memory for streamed weights. 0 = auto (RAM-aware: pins only "
                         "what available RAM minus ram_headroom_gb covers)."));
+        s.push_back(boolean("capacities.pin_host_memory", true,
+                            "Whether any page-locked (pinned) host memory is allocated. false = none at all: host "
+                            "copies of streamed groups stay pageable (the planner's pinned budget is 0) and the disk "
+                            "staging buffers are pageable; the pinned route is never asked. Registration of existing "
+                            "memory is separate and governed by host_registration."));
         s.push_back(num("capacities.ram_headroom_gb", 0, 65536, 6.0,
                         "GiB of system RAM that pinning and staging must leave available."));
         s.push_back(integer("capacities.staging_slots", 1, 64, 2,

@@ -124,6 +124,7 @@ Capacities ResolvedSettings::capacities() const {
     num("capacities.device_budget_gb", c.device_budget_gb);
     num("capacities.resident_budget_gb", c.resident_budget_gb);
     num("capacities.pinned_host_budget_gb", c.pinned_host_budget_gb);
+    if (auto v = get_optional<bool>("capacities.pin_host_memory")) c.pin_host_memory = *v;
     num("capacities.ram_headroom_gb", c.ram_headroom_gb);
     integer("capacities.staging_slots", c.staging_slots);
     integer("capacities.prefetch_depth", c.prefetch_depth);

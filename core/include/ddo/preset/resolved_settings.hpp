@@ -58,6 +58,7 @@ struct Capacities {
     double device_budget_gb = 0;          // capacities.device_budget_gb
     double resident_budget_gb = 0;        // capacities.resident_budget_gb (or the component's override)
     double pinned_host_budget_gb = 0;     // capacities.pinned_host_budget_gb
+    bool pin_host_memory = true;          // capacities.pin_host_memory (false: no pinned allocations at all)
     double ram_headroom_gb = 6;           // capacities.ram_headroom_gb
     int staging_slots = 2;                // capacities.staging_slots (or the component's override)
     int prefetch_depth = 1;               // capacities.prefetch_depth (or the component's override)
