@@ -90,7 +90,14 @@ struct Engine::Impl {
     // on refusal or failure pageable memory, counted with the route's reason; the registration route is never
     // tried in its place (seed 000: one route's answer says nothing about the other). Without one: the
     // transport's allocate_host. See Note [Engine host staging].
+    // Pinning off by choice (EngineOptions::pinned_route, or the staging's limits): no pinned route is asked.
+    bool pinned_off() const { return !opt.pinned_route || (opt.staging && !opt.staging->limits().pinned_route); }
+
     HostBuffer pinned_or_fallback(std::uint64_t bytes, bool * locked) {
+        if (pinned_off()) {  // deliberate: not a refusal, so not a fallback either
+            *locked = false;
+            return HostBuffer::pageable(bytes, 4096);
+        }
         if (!opt.staging) {
             HostBuffer b = tr.allocate_host(bytes, true);
             *locked = b.pinned();
@@ -523,9 +530,15 @@ nlohmann::json Engine::to_json() const {
         j["host_staging_reason"] = nullptr;
     } else {
         j["host_staging"] = nullptr;
-        j["host_staging_reason"] = "no host staging was given to the engine: pinned memory comes from the transport (" +
-                                   impl_->tr.name() + ": " + (impl_->tr.device_is_host() ? "ordinary memory standing in for pinned" : "cudaHostAlloc") +
-                                   "), and nothing is registered";
+        j["host_staging_reason"] =
+            impl_->opt.pinned_route
+                ? "no host staging was given to the engine: pinned memory comes from the transport (" + impl_->tr.name() +
+                      ": " + (impl_->tr.device_is_host() ? "ordinary memory standing in for pinned" : "cudaHostAlloc") +
+                      "), and nothing is registered"
+                : "no host staging was given to the engine, and pinning is off (" +
+                      (impl_->opt.pinned_route_reason.empty() ? std::string("EngineOptions::pinned_route = false")
+                                                              : impl_->opt.pinned_route_reason) +
+                      "): host copies and staging buffers are pageable, and nothing is registered";
     }
     return j;
 }

@@ -249,13 +249,21 @@ StagingResult<PinnedBuffer> HostStaging::allocate_pinned(std::uint64_t bytes) {
     std::lock_guard lock(s.mutex);
     auto & c = s.pinned;
     ++c.attempts;
+    if (!s.limits.pinned_route) {
+        out.reason = s.refuse(c, "the pinned route is off (" +
+                                     (s.limits.pinned_route_reason.empty() ? std::string("StagingLimits::pinned_route = false")
+                                                                           : s.limits.pinned_route_reason) +
+                                     "): nothing is pinned; use pageable memory, or turn the pinned route on");
+        return out;
+    }
     if (bytes == 0) {
         out.reason = s.refuse(c, "pinned allocation of 0 bytes");
         return out;
     }
     if (s.limits.pinned_limit != 0 && c.bytes_current + bytes > s.limits.pinned_limit) {
         out.reason = s.refuse(c, "pinned_limit " + mib(s.limits.pinned_limit) + " with " + mib(c.bytes_current) +
-                                     " pinned leaves less than " + mib(bytes) + "; raise the pinned-host budget");
+                                     " pinned leaves less than " + mib(bytes) +
+                                     "; raise the pinned-host budget (capacities.pinned_host_budget_gb)");
         return out;
     }
     const std::uint64_t page = page_size();
@@ -385,7 +393,9 @@ nlohmann::json HostStaging::to_json() const {
     std::lock_guard lock(state_->mutex);
     const auto & l = state_->limits;
     return {{"backend", to_string(state_->backend)},
-            {"limits", {{"pinned_limit", l.pinned_limit},
+            {"limits", {{"pinned_route", l.pinned_route ? "on" : "off"},
+                        {"pinned_route_reason", l.pinned_route ? nlohmann::json(nullptr) : nlohmann::json(l.pinned_route_reason)},
+                        {"pinned_limit", l.pinned_limit},
                         {"registration", to_string(l.registration)},
                         {"registration_ceiling", l.registration == RegistrationMode::bounded
                                                      ? nlohmann::json(l.registration_ceiling)

@@ -99,6 +99,13 @@ struct EngineOptions {
     // transport's: `host` (mlock) on a host-memory transport, `cuda` on the CUDA transport. Null: the transport's
     // allocate_host (cudaHostAlloc on CUDA) as before, and no registration. See Note [Engine host staging].
     platform::HostStaging * staging = nullptr;
+    // false (or a staging whose limits().pinned_route is off): pinning is off by choice (e.g. the preset's
+    // capacities.pin_host_memory = false). Every buffer the plan wants pinned (host copies planned `pinned`, the
+    // disk staging buffers) is pageable, and no pinned memory is asked for: neither the staging's pinned route nor
+    // the transport's pinned allocate_host. Not a refusal: pinned_fallbacks stays 0. pinned_route_reason says why
+    // (reported in host_staging_reason when there is no staging; the staging reports its own limits).
+    bool pinned_route = true;
+    std::string pinned_route_reason;
 };
 
 class Engine {

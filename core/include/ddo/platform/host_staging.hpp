@@ -33,6 +33,10 @@ const char * to_string(RegistrationMode mode);
 std::optional<RegistrationMode> parse_registration_mode(std::string_view text);
 
 struct StagingLimits {
+    // false: the pinned route is off (a deliberate choice, e.g. capacities.pin_host_memory = false): the engine
+    // never asks it, and allocate_pinned refuses without any call. pinned_route_reason says why (the setting).
+    bool pinned_route = true;
+    std::string pinned_route_reason;
     std::uint64_t pinned_limit = 0;          // bytes of pinned allocations held at once; 0 = no limit
     RegistrationMode registration = RegistrationMode::full;
     std::uint64_t registration_ceiling = 0;  // bounded: bytes registered at once (must be > 0)
@@ -121,7 +125,8 @@ public:
     const StagingLimits & limits() const;
     RouteCounters pinned_counters() const;
     RouteCounters registration_counters() const;
-    // {"backend", "limits", "pinned": {...}, "registration": {...}} for the run report.
+    // {"backend", "limits": {"pinned_route": "on"|"off", "pinned_route_reason", "pinned_limit", "registration",
+    //  "registration_ceiling", "ram_headroom"}, "pinned": {...}, "registration": {...}} for the run report.
     nlohmann::json to_json() const;
 
 private:

@@ -86,6 +86,10 @@ public:
         cfg.resident_budget = Capacities::gib_to_bytes(k.resident_budget_gb);
         if (k.device_budget_gb > 0) cfg.device_budget = Capacities::gib_to_bytes(k.device_budget_gb);
         if (k.pinned_host_budget_gb > 0) cfg.pinned_budget = Capacities::gib_to_bytes(k.pinned_host_budget_gb);
+        // capacities.pin_host_memory = false: nothing pinned at all, so the planner plans no group `pinned`
+        // (0 here is an explicit budget of none; the preset's 0 is auto).
+        const std::string pin_off_reason = "capacities.pin_host_memory = false";
+        if (!k.pin_host_memory) cfg.pinned_budget = 0;
         cfg.ram_headroom = Capacities::gib_to_bytes(k.ram_headroom_gb);
         // slots = prefetch depth + 1 (>= 2, >= staging slots); group_block/group_leaf: the planner uses 2.
         cfg.slots = uint32_t(std::max<int64_t>({2, int64_t(k.prefetch_depth) + 1, int64_t(k.staging_slots)}));
@@ -104,13 +108,20 @@ public:
         eo.device = d.is_cuda() ? int(std::max<c10::DeviceIndex>(0, d.index())) : 0;
         eo.allocator_name = o.allocator_name;
         eo.allocator_options = o.allocator_options;
+        if (!k.pin_host_memory) {  // also without a HostStaging: no cudaHostAlloc from the transport
+            eo.pinned_route = false;
+            eo.pinned_route_reason = pin_off_reason;
+        }
         placement_ = o.placement;
         if (o.host_staging) {
-            // Pinned route: host copies planned pinned + the disk staging buffers; limit = the pinned-host budget
+            // Pinned route (unless pin_host_memory = false): host copies planned pinned + the disk staging buffers; limit = the pinned-host budget
             // (0 = auto: no limit of its own; admission, RLIMIT_MEMLOCK on the host backend, and the planner's
             // pinned budget bound it). Registration route: pageable host copies, per host_registration.
             namespace pf = ddo::platform;
             pf::StagingLimits limits;
+            // pin_host_memory = false: the pinned route is off (the engine never asks it; the report says why).
+            limits.pinned_route = k.pin_host_memory;
+            if (!k.pin_host_memory) limits.pinned_route_reason = pin_off_reason;
             limits.pinned_limit = k.pinned_host_budget_gb > 0 ? Capacities::gib_to_bytes(k.pinned_host_budget_gb) : 0;
             limits.registration = k.host_registration == HostRegistration::off       ? pf::RegistrationMode::off
                                   : k.host_registration == HostRegistration::bounded ? pf::RegistrationMode::bounded
