@@ -223,8 +223,14 @@ TEST(HostStagingMemlock, BothRoutesRespectRlimitMemlock) {
     setrlimit(RLIMIT_MEMLOCK, &saved);
     EXPECT_FALSE(pinned.value);
     EXPECT_NE(pinned.reason.find("RLIMIT_MEMLOCK 0.2 MiB"), std::string::npos) << pinned.reason;
+    // Each refusal suggests its own route's step (and raising the limit), never the other route's.
+    EXPECT_NE(pinned.reason.find("ulimit -l"), std::string::npos) << pinned.reason;
+    EXPECT_NE(pinned.reason.find("capacities.pin_host_memory = false"), std::string::npos) << pinned.reason;
+    EXPECT_EQ(pinned.reason.find("host_registration"), std::string::npos) << pinned.reason;
     EXPECT_FALSE(reg.value);
     EXPECT_NE(reg.reason.find("RLIMIT_MEMLOCK"), std::string::npos) << reg.reason;
+    EXPECT_NE(reg.reason.find("capacities.host_registration"), std::string::npos) << reg.reason;
+    EXPECT_EQ(reg.reason.find("pin_host_memory"), std::string::npos) << reg.reason;
 }
 #endif
 

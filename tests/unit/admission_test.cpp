@@ -14,6 +14,7 @@ namespace fs = std::filesystem;
 using ddo::platform::AdmissionRoots;
 using ddo::platform::GrowthKind;
 using ddo::platform::GrowthRequest;
+using ddo::platform::GrowthRoute;
 using ddo::platform::LinuxAdmission;
 using ddo::platform::Observation;
 
@@ -190,6 +191,44 @@ TEST_F(FakeTree, RlimitMemlockBoundsLockedGrowthOnly) {
     EXPECT_FALSE(d.admitted);
     EXPECT_NE(d.reason.find("RLIMIT_MEMLOCK 64.0 MiB"), std::string::npos) << d.reason;
     EXPECT_TRUE(admission().admit(request(16 * kMiB, GrowthKind::locked)).admitted);
+}
+
+// The next step a refusal suggests is the refused route's own (seed 000: separate routes, separate limits):
+// never the registration setting for a pinned allocation, nor the pinned budget for a registration; raising
+// RLIMIT_MEMLOCK is offered to both when it was the limit.
+TEST_F(FakeTree, RefusalHintNamesTheRefusedRoute) {
+    memlock = 64 * kMiB;
+    write("proc/self/status", "VmSize:\t  102400 kB\nVmLck:\t   32768 kB\n");
+    GrowthRequest r = request(48 * kMiB, GrowthKind::locked);
+    r.route = GrowthRoute::pinned;
+    const auto pinned = admission().admit(r);
+    ASSERT_FALSE(pinned.admitted);
+    EXPECT_NE(pinned.reason.find("ulimit -l"), std::string::npos) << pinned.reason;
+    EXPECT_NE(pinned.reason.find("capacities.pinned_host_budget_gb"), std::string::npos) << pinned.reason;
+    EXPECT_NE(pinned.reason.find("capacities.pin_host_memory = false"), std::string::npos) << pinned.reason;
+    EXPECT_EQ(pinned.reason.find("host_registration"), std::string::npos) << pinned.reason;
+    EXPECT_EQ(pinned.reason.find("ceiling"), std::string::npos) << pinned.reason;
+
+    r.route = GrowthRoute::registration;
+    const auto reg = admission().admit(r);
+    ASSERT_FALSE(reg.admitted);
+    EXPECT_NE(reg.reason.find("ulimit -l"), std::string::npos) << reg.reason;
+    EXPECT_NE(reg.reason.find("capacities.host_registration = \"bounded\""), std::string::npos) << reg.reason;
+    EXPECT_NE(reg.reason.find("host_registration_ceiling_gb"), std::string::npos) << reg.reason;
+    EXPECT_EQ(reg.reason.find("pinned_host_budget_gb"), std::string::npos) << reg.reason;
+    EXPECT_EQ(reg.reason.find("pin_host_memory"), std::string::npos) << reg.reason;
+
+    // MemAvailable (not RLIMIT_MEMLOCK) binds: no ulimit advice, the pinned route's own step.
+    meminfo(32 * kGiB, 1 * kGiB, 3 * kGiB);
+    memlock.reset();
+    GrowthRequest big = request(4 * kGiB, GrowthKind::locked);
+    big.route = GrowthRoute::pinned;
+    const auto mem = admission().admit(big);
+    ASSERT_FALSE(mem.admitted);
+    EXPECT_NE(mem.reason.find("MemAvailable"), std::string::npos) << mem.reason;
+    EXPECT_EQ(mem.reason.find("ulimit"), std::string::npos) << mem.reason;
+    EXPECT_NE(mem.reason.find("capacities.pin_host_memory = false"), std::string::npos) << mem.reason;
+    EXPECT_EQ(mem.reason.find("host_registration"), std::string::npos) << mem.reason;
 }
 
 TEST_F(FakeTree, RlimitAsBoundsTheProcess) {

@@ -89,7 +89,7 @@ struct StagingState {
         c.bytes_peak = std::max(c.bytes_peak, c.bytes_current);
     }
     // Host backend: RLIMIT_MEMLOCK covers both routes (the kernel counts VmLck per process).
-    std::string memlock_refusal(std::uint64_t bytes) const {
+    std::string memlock_refusal(std::uint64_t bytes, GrowthRoute route) const {
         rlimit rl{};
         if (::getrlimit(RLIMIT_MEMLOCK, &rl) != 0) {
             return std::string("RLIMIT_MEMLOCK is unknown (getrlimit: ") + std::strerror(errno) + "); growth refused";
@@ -97,7 +97,8 @@ struct StagingState {
         if (rl.rlim_cur != RLIM_INFINITY && locked_bytes + bytes > rl.rlim_cur) {
             return "RLIMIT_MEMLOCK " + mib(rl.rlim_cur) + " with " + mib(locked_bytes) +
                    " already locked by staging (pinned allocations and registrations share it on the host backend) "
-                   "leaves less than " + mib(bytes) + "; raise it (ulimit -l, memlock in /etc/security/limits.conf)";
+                   "leaves less than " + mib(bytes) + "; raise it (ulimit -l, memlock in /etc/security/limits.conf) or " +
+                   lower_locked_hint(route);
         }
         return {};
     }
@@ -270,7 +271,7 @@ StagingResult<PinnedBuffer> HostStaging::allocate_pinned(std::uint64_t bytes) {
     const std::uint64_t rounded = (bytes + page - 1) / page * page;
     if (s.admission != nullptr) {
         const GrowthKind kind = s.backend == StagingBackend::host ? GrowthKind::locked : GrowthKind::commit;
-        const auto decision = s.admission->admit(GrowthRequest{rounded, kind, s.limits.ram_headroom, "pinned allocation"});
+        const auto decision = s.admission->admit(GrowthRequest{rounded, kind, s.limits.ram_headroom, "pinned allocation", GrowthRoute::pinned});
         if (!decision.admitted) {
             out.reason = s.refuse(c, decision.reason);
             return out;
@@ -278,7 +279,7 @@ StagingResult<PinnedBuffer> HostStaging::allocate_pinned(std::uint64_t bytes) {
     }
     void * ptr = nullptr;
     if (s.backend == StagingBackend::host) {
-        if (std::string why = s.memlock_refusal(rounded); !why.empty()) {
+        if (std::string why = s.memlock_refusal(rounded, GrowthRoute::pinned); !why.empty()) {
             out.reason = s.refuse(c, why);
             return out;
         }
@@ -291,7 +292,9 @@ StagingResult<PinnedBuffer> HostStaging::allocate_pinned(std::uint64_t bytes) {
             const int err = errno;
             ::munmap(ptr, rounded);
             out.reason = s.fail(c, "mlock of a " + mib(rounded) + " pinned allocation failed: " + std::strerror(err) +
-                                       (err == ENOMEM || err == EPERM ? " (RLIMIT_MEMLOCK; raise it with ulimit -l)" : ""));
+                                       (err == ENOMEM || err == EPERM ? " (RLIMIT_MEMLOCK; raise it with ulimit -l, or " +
+                                                                          lower_locked_hint(GrowthRoute::pinned) + ")"
+                                                                    : std::string()));
             return out;
         }
         s.locked_bytes += rounded;
@@ -344,14 +347,16 @@ StagingResult<HostRegistration> HostStaging::register_range(void * ptr, std::uin
         }
     }
     if (s.backend == StagingBackend::host) {
-        if (std::string why = s.memlock_refusal(span.second); !why.empty()) {
+        if (std::string why = s.memlock_refusal(span.second, GrowthRoute::registration); !why.empty()) {
             out.reason = s.refuse(c, why);
             return out;
         }
         if (::mlock(reinterpret_cast<void *>(span.first), span.second) != 0) {
             const int err = errno;
             out.reason = s.fail(c, "mlock of a " + mib(span.second) + " existing range failed: " + std::strerror(err) +
-                                       (err == ENOMEM || err == EPERM ? " (RLIMIT_MEMLOCK or unmapped pages)" : ""));
+                                       (err == ENOMEM || err == EPERM ? " (RLIMIT_MEMLOCK or unmapped pages; raise it with ulimit -l, or " +
+                                                                          lower_locked_hint(GrowthRoute::registration) + ")"
+                                                                    : std::string()));
             return out;
         }
         s.locked_bytes += span.second;

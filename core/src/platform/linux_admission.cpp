@@ -307,6 +307,18 @@ LinuxObservations LinuxAdmission::observe() const {
     return obs;
 }
 
+std::string lower_locked_hint(GrowthRoute route) {
+    switch (route) {
+    case GrowthRoute::pinned:
+        return "lower capacities.pinned_host_budget_gb or set capacities.pin_host_memory = false (no pinned allocations)";
+    case GrowthRoute::registration:
+        return "use capacities.host_registration = \"bounded\" with a lower capacities.host_registration_ceiling_gb, or \"off\"";
+    case GrowthRoute::unspecified: break;
+    }
+    return "lower the page-locked host memory asked for (pinned: capacities.pinned_host_budget_gb or pin_host_memory = "
+           "false; registration: capacities.host_registration = \"bounded\" with a lower ceiling, or \"off\")";
+}
+
 AdmissionDecision LinuxAdmission::admit(const GrowthRequest & request) const { return decide(observe(), request); }
 
 AdmissionDecision LinuxAdmission::decide(const LinuxObservations & obs, const GrowthRequest & request) {
@@ -330,7 +342,9 @@ AdmissionDecision LinuxAdmission::decide(const LinuxObservations & obs, const Gr
     }
     if (request.bytes + request.headroom > obs.mem_available.value) {
         return refuse("MemAvailable is " + mib(obs.mem_available.value) + ", below the request plus " +
-                      mib(request.headroom) + " headroom; lower the pinned/resident budgets or free memory");
+                      mib(request.headroom) + " headroom; free memory, or " +
+                      (request.route == GrowthRoute::unspecified ? std::string("lower the pinned/resident budgets")
+                                                                 : lower_locked_hint(request.route)));
     }
     d.checks.push_back("MemAvailable " + mib(obs.mem_available.value) + " >= request + headroom");
 
@@ -401,7 +415,7 @@ AdmissionDecision LinuxAdmission::decide(const LinuxObservations & obs, const Gr
             if (obs.vm_locked.value + request.bytes > obs.rlimit_memlock.value) {
                 return refuse("RLIMIT_MEMLOCK " + mib(obs.rlimit_memlock.value) + " with " + mib(obs.vm_locked.value) +
                               " already locked leaves less than the request; raise it (ulimit -l, memlock in "
-                              "/etc/security/limits.conf) or use registration = bounded with a lower ceiling");
+                              "/etc/security/limits.conf) or " + lower_locked_hint(request.route));
             }
             d.checks.push_back("RLIMIT_MEMLOCK " + mib(obs.rlimit_memlock.value) + " >= VmLck + request");
         } else {

@@ -67,12 +67,25 @@ enum class GrowthKind {
     locked,  // host memory locked with mlock: also bounded by RLIMIT_MEMLOCK
 };
 
+// Which host staging route asks (seed 000: separate routes, separate limits). It picks the next step a
+// refusal suggests: the refused route's own setting, never the other route's.
+enum class GrowthRoute {
+    unspecified,   // not a staging route (or unknown): the hint names both
+    pinned,        // a pinned allocation: capacities.pinned_host_budget_gb / pin_host_memory
+    registration,  // a registration of existing memory: capacities.host_registration (+ ceiling)
+};
+
 struct GrowthRequest {
     std::uint64_t bytes = 0;
     GrowthKind kind = GrowthKind::commit;
     std::uint64_t headroom = 0;  // bytes that must stay available after the growth (RAM headroom)
     std::string what;            // e.g. "pinned staging slot 2", for the reason
+    GrowthRoute route = GrowthRoute::unspecified;
 };
+
+// The preset step that asks the given route for less page-locked memory, e.g. for pinned: "lower
+// capacities.pinned_host_budget_gb or set capacities.pin_host_memory = false".
+std::string lower_locked_hint(GrowthRoute route);
 
 struct AdmissionDecision {
     bool admitted = false;
