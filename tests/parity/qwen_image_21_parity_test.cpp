@@ -442,12 +442,16 @@ void patch_header(const fs::path & file, const std::string & from, const std::st
     std::ofstream(file, std::ios::binary) << bytes;
 }
 
-// The error (exit 4) constructing one VAE half on the checkpoint at `dir`, or "" when it loads.
+// The error (exit 4) constructing one VAE half on the checkpoint at `dir`, or "" when it loads. Opens only the
+// VAE component: ModelFiles::open would refuse a broken decoder half before the encoder is asked.
 template <class Half>
 std::string vae_error(const fs::path & dir) {
-    auto m = qi::ModelFiles::open(dir);
+    const fs::path cfg = dir / "vae" / "config.json";
+    std::ifstream in(cfg);
+    const auto vae_config = qi::VaeConfig::from_json(nlohmann::json::parse(in), cfg);
+    const auto vae = qi::TensorFile::open_component(dir / "vae");
     try {
-        Half(m.vae, m.vae_config, at::kFloat, at::kCPU, qi::VaeStrategy::resident);
+        Half(vae, vae_config, at::kFloat, at::kCPU, qi::VaeStrategy::resident);
     } catch (const ddo::RuntimeError & e) {
         EXPECT_EQ(e.code(), ddo::ExitCode::runtime);
         return e.what();
@@ -472,6 +476,9 @@ TEST_F(Qi21Parity, VaeEncoderCheckpointErrorsNameTensorAndFile) {
         std::cout << "  decoder, unknown encoder tensor: " << dmsg << "\n";
         EXPECT_NE(dmsg.find("unexpected tensor 'encoder.conv_out.weighx'"), std::string::npos) << dmsg;
         EXPECT_NE(dmsg.find(file.string()), std::string::npos) << dmsg;
+        // ... and so does opening the checkpoint for a run (the decoder half is validated there, before denoising).
+        const auto omsg = open_error(d);
+        EXPECT_NE(omsg.find("unexpected tensor 'encoder.conv_out.weighx'"), std::string::npos) << omsg;
         fs::remove_all(d);
     }
     {  // wrong shape: base_dim (encoder only) contradicts the encoder weights; the decoder still loads
