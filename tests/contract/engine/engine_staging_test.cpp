@@ -23,6 +23,7 @@
 #include "ddo/error.hpp"
 #include "ddo/platform/host_staging.hpp"
 #include "ddo/store/weight_store.hpp"
+#include "contract/engine/staging_cases.hpp"
 #include "synthetic_model.hpp"
 
 namespace fs = std::filesystem;
@@ -32,6 +33,9 @@ using platform::HostStaging;
 using platform::RegistrationMode;
 using platform::StagingBackend;
 using platform::StagingLimits;
+using ddo::testing::staging::any_reason_contains;
+using ddo::testing::staging::bitwise_equal;
+using ddo::testing::staging::Case;
 
 namespace {
 
@@ -60,10 +64,8 @@ Capacities big_caps() {
 
 std::uint64_t group_bytes() { return ModelLayout::build(bench::synthetic_groups(kShape), store_once()).group(0).bytes; }
 
-// dynamic: group 0 resident, group 1 pinned, groups 2 and 3 pageable (pinned budget = one group).
-// dynamic_pageable: group 0 resident, groups 1..3 pageable (pinned budget 0).
-// Resident groups are uploaded from the file through the staging buffers (2), which come from the pinned route.
-enum class Case { resident, dynamic, dynamic_pageable, disk, group_block };
+// The cases (Case), their engine configurations and the counter expectations live in
+// contract/engine/staging_cases.hpp, shared with the CUDA counterpart (tests/cuda/engine/engine_staging_cuda_test.cpp).
 
 struct RunOut {
     std::vector<float> out;
@@ -73,20 +75,7 @@ struct RunOut {
 
 RunOut run(Case k, HostStaging * staging) {
     auto layout = ModelLayout::build(bench::synthetic_groups(kShape), store_once());
-    EngineConfig cfg;
-    cfg.ram_headroom = 0;
-    cfg.device_headroom = 0;
-    switch (k) {
-    case Case::resident: cfg.route = Route::resident; break;
-    case Case::dynamic:
-    case Case::dynamic_pageable:
-        cfg.route = Route::dynamic;
-        cfg.resident_budget = layout.group(0).bytes;
-        cfg.pinned_budget = k == Case::dynamic ? layout.group(1).bytes : 0;
-        break;
-    case Case::disk: cfg.route = Route::disk; break;
-    case Case::group_block: cfg.route = Route::group_block; break;  // auto pinned budget: every group pinned
-    }
+    const EngineConfig cfg = ddo::testing::staging::config(k, layout);
     auto tr = make_cpu_transport();
     EngineOptions eo;
     eo.staging = staging;
@@ -102,19 +91,9 @@ RunOut run(Case k, HostStaging * staging) {
 
 std::unique_ptr<HostStaging> make_staging(StagingLimits limits) {
     std::string reason;
-    auto s = HostStaging::create(StagingBackend::host, limits, nullptr, &reason);
+    auto s = ddo::testing::staging::create(StagingBackend::host, limits, &reason);
     EXPECT_TRUE(s) << reason;
     return s;
-}
-
-bool bitwise_equal(const std::vector<float> & a, const std::vector<float> & b) {
-    return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
-}
-
-bool any_reason_contains(const nlohmann::json & reasons, const std::string & needle) {
-    for (const auto & r : reasons)
-        if (r.get<std::string>().find(needle) != std::string::npos) return true;
-    return false;
 }
 
 class EngineStaging : public ::testing::Test {
@@ -154,36 +133,10 @@ TEST_F(EngineStaging, StagedRoutesAreBitwiseEqualToResident) {
         auto staging = make_staging(StagingLimits{});
         ASSERT_TRUE(staging);
         RunOut o = run(k, staging.get());
-        const std::string name = k == Case::dynamic ? "dynamic" : k == Case::disk ? "disk" : "group_block";
+        const std::string name = ddo::testing::staging::name(k);
         EXPECT_TRUE(bitwise_equal(o.out, ref_)) << name << " with host staging differs from resident";
         EXPECT_EQ(o.owners, 0u) << name;
-        const auto & c = o.json.at("counters");
-        const auto & hs = o.json.at("host_staging");
-        EXPECT_EQ(c.at("failures"), 0) << name;
-        EXPECT_EQ(c.at("pinned_fallbacks"), 0) << name << ": " << o.json.dump();
-        EXPECT_EQ(hs.at("pinned").at("failures"), 0) << name;
-        EXPECT_EQ(hs.at("pinned").at("refusals"), 0) << name;
-        // Everything the engine took came back at close.
-        EXPECT_EQ(hs.at("pinned").at("bytes_current"), 0) << name;
-        EXPECT_EQ(hs.at("registration").at("bytes_current"), 0) << name;
-        if (k == Case::dynamic) {
-            // 1 pinned host copy + the 2 staging buffers the resident group is uploaded through (from the file);
-            // the 2 pageable copies registered (mode full).
-            EXPECT_EQ(hs.at("pinned").at("successes"), 3);
-            EXPECT_EQ(c.at("staging_pinned_bytes"), c.at("staging_bytes"));
-            EXPECT_EQ(hs.at("registration").at("attempts"), 2);
-            EXPECT_EQ(hs.at("registration").at("successes"), 2);
-            EXPECT_EQ(c.at("pinned_bytes"), gb);
-            EXPECT_EQ(c.at("registered_bytes"), 2 * gb);
-        } else if (k == Case::disk) {  // the 2 staging buffers from the pinned route; nothing to register
-            EXPECT_EQ(hs.at("pinned").at("successes"), 2);
-            EXPECT_EQ(c.at("staging_pinned_bytes"), c.at("staging_bytes"));
-            EXPECT_EQ(hs.at("registration").at("attempts"), 0);
-        } else {  // group_block: every group pinned
-            EXPECT_EQ(hs.at("pinned").at("successes"), 4);
-            EXPECT_EQ(c.at("pinned_bytes"), 4 * gb);
-            EXPECT_EQ(hs.at("registration").at("attempts"), 0);
-        }
+        ddo::testing::staging::expect_staged_route_counters(k, o.json, gb);
     }
 }
 
@@ -196,26 +149,8 @@ TEST_F(EngineStaging, PinnedLimitTooSmallFallsBackToPageableAndLeavesRegistratio
         auto staging = make_staging(limits);
         ASSERT_TRUE(staging);
         RunOut o = run(k, staging.get());
-        const std::string name = k == Case::disk ? "disk" : "group_block";
-        const std::uint64_t wanted = k == Case::disk ? 2 : 4;  // staging buffers / pinned host copies
-        EXPECT_TRUE(bitwise_equal(o.out, ref_)) << name << " with pinned fallbacks differs from resident";
-        const auto & c = o.json.at("counters");
-        const auto & p = o.json.at("host_staging").at("pinned");
-        const auto & r = o.json.at("host_staging").at("registration");
-        EXPECT_EQ(p.at("attempts"), wanted) << name;
-        EXPECT_EQ(p.at("refusals"), wanted) << name;
-        EXPECT_EQ(p.at("successes"), 0) << name;
-        EXPECT_EQ(c.at("pinned_fallbacks"), wanted) << name;
-        EXPECT_GE(c.at("pinned_fallback_bytes").get<std::uint64_t>(), wanted * gb) << name;
-        EXPECT_TRUE(any_reason_contains(c.at("pinned_fallback_reasons"), "pinned_limit")) << c.dump();
-        EXPECT_EQ(c.at("pinned_bytes"), 0) << name;
-        if (k == Case::disk) EXPECT_EQ(c.at("staging_pinned_bytes"), 0);
-        else EXPECT_EQ(c.at("pageable_bytes"), 4 * gb);
-        // The registration route was not tried in the pinned route's place.
-        EXPECT_EQ(r.at("attempts"), 0) << name << ": " << r.dump();
-        EXPECT_EQ(r.at("successes"), 0);
-        EXPECT_EQ(r.at("refusals"), 0);
-        EXPECT_EQ(r.at("bytes_total"), 0);
+        EXPECT_TRUE(bitwise_equal(o.out, ref_)) << ddo::testing::staging::name(k) << " with pinned fallbacks differs from resident";
+        ddo::testing::staging::expect_pinned_fallbacks(k, o.json, gb);
     }
     // A limit of one group: the first pinned copy fits, the other three fall back.
     StagingLimits limits;
@@ -237,12 +172,7 @@ TEST_F(EngineStaging, RegistrationOffIsNeverAttempted) {
     ASSERT_TRUE(staging);
     RunOut o = run(Case::dynamic_pageable, staging.get());
     EXPECT_TRUE(bitwise_equal(o.out, ref_));
-    const auto & r = o.json.at("host_staging").at("registration");
-    EXPECT_EQ(r.at("attempts"), 0) << r.dump();
-    EXPECT_EQ(r.at("refusals"), 0);
-    EXPECT_EQ(o.json.at("counters").at("registered_bytes"), 0);
-    EXPECT_EQ(o.json.at("counters").at("pageable_bytes"), 3 * group_bytes());
-    EXPECT_EQ(o.json.at("host_staging").at("limits").at("registration"), "off");
+    ddo::testing::staging::expect_registration_off(o.json, group_bytes());
 }
 
 TEST_F(EngineStaging, BoundedRegistrationStopsAtTheCeiling) {

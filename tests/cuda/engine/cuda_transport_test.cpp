@@ -17,24 +17,16 @@
 #include "ddo/torch/cuda_transport.hpp"
 #include "ddo/torch/tensor_views.hpp"
 #include "contract/engine_torch/aten_forward.hpp"
+#include "cuda/engine/cuda_engine_support.hpp"
 #include "synthetic_model.hpp"
 
 namespace fs = std::filesystem;
 using namespace ddo;
 using namespace ddo::engine;
 
-#define DDO_REQUIRE_CUDA()                                                                 \
-    do {                                                                                   \
-        std::string why_;                                                                  \
-        if (!ddo::torch::cuda_available(&why_)) GTEST_SKIP() << "no CUDA device: " << why_;     \
-    } while (0)
-
 namespace {
 
-const ddo_allocator_vtable * linear() {
-    static const ddo_allocator_vtable * vt = bench::load_allocator_for_tests(bench::linear_plugin_path(DDO_BINARY_DIR));
-    return vt;
-}
+using ddo::testing::cuda::linear;
 
 // Width 768: one block is ~31 MB, larger than the transport's 16 MiB pinned chunks (pageable path).
 const bench::SyntheticShape kShape{4, 768, 3, 16};
