@@ -2,7 +2,8 @@
 # tools/device/gpu-checks.sh OUT_DIR
 # On a GPU machine with nvcc, CMake, ninja and a compiler but none of our Debian packages and no
 # network: configures ddo against the carried dependencies in shared-deps/ (made here by
-# tools/device/prepare-carry.sh), builds it without LibTorch, runs `ctest -L cuda` and
+# tools/device/prepare-carry.sh), builds it (with LibTorch from python3's torch when it imports, so the
+# engine/transport/staging cuda tests build too), runs `ctest -L cuda` and
 # `ddo-vmm-probe --backend cuda` (and --backend host as a control), and writes every log and a
 # summary to OUT_DIR. Exit 0 only when the build succeeded, no cuda test failed, at least one ran
 # (skips alone do not pass) and the CUDA probe passed.
@@ -11,7 +12,8 @@
 #   DDO_CARRY            carried deps (default <repo>/shared-deps)
 #   DDO_BUILD_DIR        build dir (default <repo>/build-gpu)
 #   DDO_GPU_CHECKS_JOBS  build jobs (default nproc)
-#   DDO_GPU_CHECKS_TORCH 1 = also build the LibTorch parts (Torch_DIR from python3's torch); slower
+#   DDO_GPU_CHECKS_TORCH auto (default) = build the LibTorch parts when python3 imports torch (Torch_DIR
+#                        from it), else without them and say so; 1 = required; 0 = never
 #   DDO_GPU_CHECKS_DRY_RUN 1 = CPU dry run: CMake may find packages ONLY in the carry (CUDA toolkit
 #                        included, so it is absent and every cuda test must skip); for checking the
 #                        carry on the development machine. Needs no GPU.
@@ -77,11 +79,18 @@ if [ "$DRY" = 1 ]; then
     -DCUDAToolkit_ROOT=/nonexistent "-DCMAKE_PREFIX_PATH=/usr")
 else
   args+=("-DCMAKE_PREFIX_PATH=$CARRY/usr" "-DCUDAToolkit_ROOT=$CUDA_ROOT")
-  if [ "${DDO_GPU_CHECKS_TORCH:-0}" = 1 ]; then
+  want_torch="${DDO_GPU_CHECKS_TORCH:-auto}"
+  torch_dir=""
+  if [ "$want_torch" != 0 ]; then
     torch_dir="$(python3 -c 'import torch, os; print(os.path.join(torch.utils.cmake_prefix_path, "Torch"))' 2>/dev/null)" \
-      || die "DDO_GPU_CHECKS_TORCH=1 but python3 cannot import torch"
+      || torch_dir=""
+    [ -n "$torch_dir" ] || [ "$want_torch" != 1 ] || die "DDO_GPU_CHECKS_TORCH=1 but python3 cannot import torch"
+  fi
+  if [ -n "$torch_dir" ]; then
+    say "LibTorch from python3's torch: $torch_dir (engine, transport and staging cuda tests are built)"
     args+=(-DDDO_WITH_TORCH=ON "-DTorch_DIR=$torch_dir")
   else
+    say "building WITHOUT LibTorch (DDO_GPU_CHECKS_TORCH=$want_torch): the engine/transport cuda tests are not built"
     args+=(-DDDO_WITH_TORCH=OFF)
   fi
 fi
