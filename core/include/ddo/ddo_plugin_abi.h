@@ -62,6 +62,23 @@ typedef struct ddo_plugin_info {
     const char * build_fingerprint;    /* out: "core=..;torch=..;cuda=..;cc=.." */
 } ddo_plugin_info;
 
+/* The body of every plugin's ddo_plugin_negotiate: checks info (non-NULL, struct_size at least this
+ * header's) and fills it with this header's ABI version and the plugin's identity. The strings must have
+ * static storage in the plugin; build_fingerprint is DDO_BUILD_FINGERPRINT from ddo/build_info.h. */
+static inline ddo_status ddo_plugin_info_fill(ddo_plugin_info * info, ddo_plugin_kind kind, const char * name,
+                                              const char * version, const char * const * aliases,
+                                              const char * build_fingerprint) {
+    if (info == NULL || info->struct_size < sizeof(ddo_plugin_info)) return DDO_STATUS_INVALID_ARGUMENT;
+    info->abi_major = DDO_ABI_VERSION_MAJOR;
+    info->abi_minor = DDO_ABI_VERSION_MINOR;
+    info->kind = (uint32_t)kind;
+    info->name = name;
+    info->version = version;
+    info->aliases = aliases;
+    info->build_fingerprint = build_fingerprint;
+    return DDO_STATUS_OK;
+}
+
 /* Host services, passed to ddo_plugin_get_vtable; borrowed, valid for the life of the process. */
 typedef struct ddo_host_api {
     uint32_t struct_size;

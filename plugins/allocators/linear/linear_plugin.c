@@ -289,15 +289,7 @@ static const ddo_allocator_vtable k_vtable = {
 DDO_PLUGIN_EXPORT ddo_status ddo_plugin_negotiate(uint32_t host_abi_major, uint32_t host_abi_minor, ddo_plugin_info * info) {
     (void)host_abi_major;
     (void)host_abi_minor;
-    if (info == NULL || info->struct_size < sizeof(ddo_plugin_info)) return DDO_STATUS_INVALID_ARGUMENT;
-    info->abi_major = DDO_ABI_VERSION_MAJOR;
-    info->abi_minor = DDO_ABI_VERSION_MINOR;
-    info->kind = DDO_PLUGIN_KIND_ALLOCATOR;
-    info->name = "linear";
-    info->version = "0.1.0";
-    info->aliases = NULL;
-    info->build_fingerprint = DDO_BUILD_FINGERPRINT;
-    return DDO_STATUS_OK;
+    return ddo_plugin_info_fill(info, DDO_PLUGIN_KIND_ALLOCATOR, "linear", "0.1.0", NULL, DDO_BUILD_FINGERPRINT);
 }
 
 DDO_PLUGIN_EXPORT const void * ddo_plugin_get_vtable(const ddo_host_api * host) {

@@ -135,18 +135,8 @@ const ddo_allocator_vtable kVtable = {
 
 extern "C" {
 
-DDO_PLUGIN_EXPORT ddo_status ddo_plugin_negotiate(uint32_t host_abi_major, uint32_t host_abi_minor, ddo_plugin_info * info) {
-    if (info == nullptr || info->struct_size < sizeof(ddo_plugin_info)) {
-        return DDO_STATUS_INVALID_ARGUMENT;
-    }
-    info->abi_major = DDO_ABI_VERSION_MAJOR;
-    info->abi_minor = DDO_ABI_VERSION_MINOR;
-    info->kind = DDO_PLUGIN_KIND_ALLOCATOR;
-    info->name = kPluginName;
-    info->version = kPluginVersion;
-    info->aliases = nullptr;
-    info->build_fingerprint = DDO_BUILD_FINGERPRINT;
-    return DDO_STATUS_OK;
+DDO_PLUGIN_EXPORT ddo_status ddo_plugin_negotiate(uint32_t, uint32_t, ddo_plugin_info * info) {
+    return ddo_plugin_info_fill(info, DDO_PLUGIN_KIND_ALLOCATOR, kPluginName, kPluginVersion, nullptr, DDO_BUILD_FINGERPRINT);
 }
 
 DDO_PLUGIN_EXPORT const void * ddo_plugin_get_vtable(const ddo_host_api * host) {

@@ -7,8 +7,10 @@
 //    registration = full | bounded | off, and a ceiling when bounded.
 // A failure of one route is never used as the answer of the other: there is no fallback inside;
 // each route's attempts, successes, failures, refusals, bytes and reasons are counted on their own.
-// Before growth each route asks LinuxAdmission (when given) and the host backend respects
-// RLIMIT_MEMLOCK, which both of its routes share. See Note [Host staging routes].
+// A pinned allocation (new memory) asks LinuxAdmission (when given) before it grows; a registration
+// adds no memory (what it locks is already committed and counted) and is bounded by its mode and
+// ceiling. The host backend checks RLIMIT_MEMLOCK, which both of its routes share.
+// See Note [Host staging routes].
 #pragma once
 
 #include <cstdint>

@@ -64,15 +64,7 @@ const ddo_model_vtable kVtable{
 extern "C" {
 
 DDO_PLUGIN_EXPORT ddo_status ddo_plugin_negotiate(uint32_t, uint32_t, ddo_plugin_info * info) {
-    if (info == nullptr || info->struct_size < sizeof(ddo_plugin_info)) return DDO_STATUS_INVALID_ARGUMENT;
-    info->abi_major = DDO_ABI_VERSION_MAJOR;
-    info->abi_minor = DDO_ABI_VERSION_MINOR;
-    info->kind = DDO_PLUGIN_KIND_MODEL;
-    info->name = kName;
-    info->version = kVersion;
-    info->aliases = kAliases;
-    info->build_fingerprint = DDO_BUILD_FINGERPRINT;
-    return DDO_STATUS_OK;
+    return ddo_plugin_info_fill(info, DDO_PLUGIN_KIND_MODEL, kName, kVersion, kAliases, DDO_BUILD_FINGERPRINT);
 }
 
 DDO_PLUGIN_EXPORT const void * ddo_plugin_get_vtable(const ddo_host_api * host) {
