@@ -63,6 +63,67 @@ std::string text(const json & v) {
 const char * kMonitors[] = {"rss", "uss", "mem_available", "cgroup", "gpu_absolute", "gpu_delta", "torch_allocated",
                             "torch_reserved"};
 
+std::string bytes(const json & v) {
+    if (!v.is_number()) return "null";
+    const double b = v.get<double>();
+    char out[32];
+    if (b >= 1073741824.0) std::snprintf(out, sizeof out, "%.3f GiB", b / 1073741824.0);
+    else if (b >= 1048576.0) std::snprintf(out, sizeof out, "%.2f MiB", b / 1048576.0);
+    else if (b >= 1024.0) std::snprintf(out, sizeof out, "%.2f KiB", b / 1024.0);
+    else std::snprintf(out, sizeof out, "%.0f B", b);
+    return out;
+}
+
+// One staging route: "pinned on: 2/2 ok, 80 KiB" or "registration off (reason): 0 attempts".
+std::string staging_route(const json & hs, const char * route) {
+    const json & c = hs.value(route, json::object());
+    const json & lim = hs.value("limits", json::object());
+    std::string mode;
+    if (std::string(route) == "pinned") {
+        mode = lim.contains("pinned_route") ? text(lim["pinned_route"]) : "on";
+        if (mode == "off" && lim.contains("pinned_route_reason") && !lim["pinned_route_reason"].is_null())
+            mode += " (" + text(lim["pinned_route_reason"]) + ")";
+    } else {
+        mode = text(lim.value("registration", json()));
+    }
+    return std::string(route) + " " + mode + ": " + text(c.value("successes", json())) + "/" +
+           text(c.value("attempts", json())) + " ok, " + text(c.value("refusals", json())) + " refused, " +
+           text(c.value("failures", json())) + " failed, " + bytes(c.value("bytes_total", json()));
+}
+
+// Components streamed by the offload engine (counters.<c>.engine): the plan, the bytes moved by source and the
+// host staging routes, in three lines each.
+void streaming(const json & counters) {
+    bool header = false;
+    for (const auto & [c, e] : counters.items()) {
+        if (!e.is_object() || !e.contains("engine") || !e["engine"].is_object()) continue;
+        if (!header) std::cout << "\nSTREAMING (offload engine; bytes moved to the compute device, by source)\n";
+        header = true;
+        const json & en = e["engine"];
+        const json & plan = en.value("plan", json::object());
+        const json & k = en.value("counters", json::object());
+        std::map<std::string, int> by;
+        for (const auto & g : plan.value("groups", json::array())) ++by[g.value("residency", std::string("?"))];
+        std::printf("  %-16s plan %s: %zu groups (%d resident, %d pinned, %d pageable, %d file), %s slots of %s\n",
+                    c.c_str(), text(plan.value("route", json())).c_str(), plan.value("groups", json::array()).size(),
+                    by["resident"], by["pinned"], by["pageable"], by["file"], text(plan.value("slots", json())).c_str(),
+                    bytes(plan.value("slot_bytes", json())).c_str());
+        const json & mv = k.value("bytes_moved", json::object());
+        std::printf("  %-16s moved resident %s, pinned %s, pageable %s, file %s; %s uploads, %s hits, %s misses, "
+                    "stall %s\n",
+                    "", bytes(mv.value("resident", json())).c_str(), bytes(mv.value("pinned", json())).c_str(),
+                    bytes(mv.value("pageable", json())).c_str(), bytes(mv.value("file", json())).c_str(),
+                    text(k.value("uploads", json())).c_str(), text(k.value("hits", json())).c_str(),
+                    text(k.value("misses", json())).c_str(), secs(k.value("stall_s", json())).c_str());
+        const json & hs = en.value("host_staging", json());
+        if (hs.is_object())
+            std::printf("  %-16s staging (%s) %s; %s\n", "", text(hs.value("backend", json())).c_str(),
+                        staging_route(hs, "pinned").c_str(), staging_route(hs, "registration").c_str());
+        else
+            std::printf("  %-16s staging: none (%s)\n", "", text(en.value("host_staging_reason", json())).c_str());
+    }
+}
+
 void summarize(const json & r) {
     std::cout << "status: " << text(r["status"]) << "  exit_code: " << text(r["exit_code"]);
     if (r.contains("error") && !r["error"].is_null()) std::cout << "  error: " << text(r["error"]["message"]);
@@ -86,6 +147,10 @@ void summarize(const json & r) {
     std::printf("  %-16s %-14s %-10s %-9s %s\n", "MONITOR", "PEAK", "SAMPLES", "COMPLETE", "SCOPE / REASON");
     for (const char * m : kMonitors) {
         const json & mon = at_path(r, std::string("memory.") + m);
+        if (!mon.is_object()) {  // an older or partial report: say so instead of failing
+            std::printf("  %-16s %-14s %-10s %-9s %s\n", m, "null", "-", "-", "absent from the report");
+            continue;
+        }
         std::string why = mon.contains("reason") && !mon["reason"].is_null() ? text(mon["reason"]) : text(mon["scope"]);
         std::printf("  %-16s %-14s %-10s %-9s %s\n", m, gib(mon["peak_bytes"]).c_str(), text(mon["samples"]).c_str(),
                     text(mon["complete"]).c_str(), why.c_str());
@@ -95,10 +160,15 @@ void summarize(const json & r) {
     for (const auto & [c, e] : routes.items())
         std::printf("  %-16s intended %-12s executed %-12s %s\n", c.c_str(), text(e["intended"]).c_str(),
                     text(e["executed"]).c_str(), e["executed"].is_null() ? text(e["executed_reason"]).c_str() : "");
-    std::cout << "\nCOUNTERS\n";
     const json counters = r.value("counters", json::object());
+    streaming(counters);
+    // Scalars only: nested objects (the engine's plan and counters, placement) would not fit one screen.
+    std::cout << "\nCOUNTERS (scalars; nested objects are in the report)\n";
     for (const auto & [c, e] : counters.items())
-        for (const auto & [k, v] : e.items()) std::printf("  %-16s %-32s %s\n", c.c_str(), k.c_str(), text(v).c_str());
+        for (const auto & [k, v] : e.items()) {
+            const std::string shown = v.is_structured() ? "(see counters." + c + "." + k + ")" : text(v);
+            std::printf("  %-16s %-32s %s\n", c.c_str(), k.c_str(), shown.c_str());
+        }
 }
 
 // Fields that must be equal for two runs to be a matched comparison (seed 003).

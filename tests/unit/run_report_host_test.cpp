@@ -260,6 +260,39 @@ TEST_F(HostTest, ReportSummarizeAndDiffRefuseUnmatched) {
     EXPECT_NE(same.out.find("matched comparison: workload and identity fields are equal"), std::string::npos) << same.out;
 }
 
+TEST_F(HostTest, ReportSummarizeShowsStreamingOnOneLinePerAspect) {
+    // A report as the qwen plugin writes it (trimmed): counters.<component>.engine with plan, counters, staging.
+    const auto path = dir_ / "streamed.json";
+    nlohmann::json r = {{"status", "completed"}, {"exit_code", 0}, {"dry_run", false}};
+    r["counters"]["transformer"] = {
+        {"route", "dynamic"},
+        {"bytes_streamed", 787968},
+        {"engine",
+         {{"plan",
+           {{"route", "dynamic"}, {"slots", 2}, {"slot_bytes", 41472},
+            {"groups", {{{"residency", "resident"}}, {{"residency", "pageable"}}, {{"residency", "pageable"}}}}}},
+          {"counters",
+           {{"bytes_moved", {{"resident", 82944}, {"pinned", 0}, {"pageable", 705024}, {"file", 0}}},
+            {"uploads", 19}, {"hits", 23}, {"misses", 1}, {"stall_s", 0.0036}}},
+          {"host_staging",
+           {{"backend", "host"},
+            {"limits", {{"pinned_route", "off"}, {"pinned_route_reason", "capacities.pin_host_memory = false"},
+                        {"registration", "off"}}},
+            {"pinned", {{"attempts", 0}, {"successes", 0}, {"refusals", 0}, {"failures", 0}, {"bytes_total", 0}}},
+            {"registration", {{"attempts", 0}, {"successes", 0}, {"refusals", 0}, {"failures", 0}, {"bytes_total", 0}}}}}}}};
+    std::ofstream(path) << r.dump();
+    auto s = run(kHost.string() + " report summarize " + path.string());
+    EXPECT_EQ(s.code, 0) << s.out;
+    EXPECT_NE(s.out.find("plan dynamic: 3 groups (1 resident, 0 pinned, 2 pageable, 0 file), 2 slots of 40.50 KiB"),
+              std::string::npos) << s.out;
+    EXPECT_NE(s.out.find("moved resident 81.00 KiB, pinned 0 B, pageable 688.50 KiB, file 0 B; 19 uploads, 23 hits, 1 misses"),
+              std::string::npos) << s.out;
+    EXPECT_NE(s.out.find("pinned off (capacities.pin_host_memory = false): 0/0 ok"), std::string::npos) << s.out;
+    // Nested objects are pointed at, not dumped.
+    EXPECT_NE(s.out.find("(see counters.transformer.engine)"), std::string::npos) << s.out;
+    EXPECT_EQ(s.out.find("\"bytes_moved\""), std::string::npos) << s.out;
+}
+
 // ---- the dry-run report against the catalog (needs the "good" fixture model plugin) -------
 
 TEST_F(HostTest, DryRunReportFieldsMatchMetricsCatalog) {
