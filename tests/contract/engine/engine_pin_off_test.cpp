@@ -17,6 +17,7 @@
 #include "ddo/engine/engine.hpp"
 #include "ddo/platform/host_staging.hpp"
 #include "ddo/store/weight_store.hpp"
+#include "contract/engine/engine_test_model.hpp"
 #include "synthetic_model.hpp"
 
 namespace fs = std::filesystem;
@@ -31,28 +32,7 @@ namespace {
 
 const char * const kReason = "capacities.pin_host_memory = false";
 
-const ddo_allocator_vtable * linear() {
-    static const ddo_allocator_vtable * vt = bench::load_allocator_for_tests(bench::linear_plugin_path(DDO_BINARY_DIR));
-    return vt;
-}
-
-const bench::SyntheticShape kShape{4, 64, 3, 4};  // 4 groups of 208 KiB (float32)
-
-const store::WeightStore & store_once() {
-    static store::WeightStore ws = [] {
-        fs::path p = fs::temp_directory_path() / ("ddo_engine_pin_off_test_" + std::to_string(::getpid()) + ".safetensors");
-        bench::write_synthetic_checkpoint(p, kShape);
-        return store::WeightStore::open_file(p);
-    }();
-    return ws;
-}
-
-Capacities big_caps() {
-    Capacities c;
-    c.device_free = 1ull << 34;
-    c.mem_available = 1ull << 34;
-    return c;
-}
+using namespace ddo::testing::engine_model;  // linear(), kShape, store_once(), big_caps()
 
 // resident: uploaded from the file through the 2 staging buffers. dynamic: group 0 resident (through the staging
 // buffers), group 1 planned `pinned`, groups 2 and 3 pageable. disk: every group through the staging buffers.

@@ -24,6 +24,7 @@
 #include "ddo/platform/host_staging.hpp"
 #include "ddo/store/weight_store.hpp"
 #include "contract/engine/staging_cases.hpp"
+#include "contract/engine/engine_test_model.hpp"
 #include "synthetic_model.hpp"
 
 namespace fs = std::filesystem;
@@ -39,28 +40,7 @@ using ddo::testing::staging::Case;
 
 namespace {
 
-const ddo_allocator_vtable * linear() {
-    static const ddo_allocator_vtable * vt = bench::load_allocator_for_tests(bench::linear_plugin_path(DDO_BINARY_DIR));
-    return vt;
-}
-
-const bench::SyntheticShape kShape{4, 64, 3, 4};  // 4 groups of 208 KiB (float32)
-
-const store::WeightStore & store_once() {
-    static store::WeightStore ws = [] {
-        fs::path p = fs::temp_directory_path() / ("ddo_engine_staging_test_" + std::to_string(::getpid()) + ".safetensors");
-        bench::write_synthetic_checkpoint(p, kShape);
-        return store::WeightStore::open_file(p);
-    }();
-    return ws;
-}
-
-Capacities big_caps() {
-    Capacities c;
-    c.device_free = 1ull << 34;
-    c.mem_available = 1ull << 34;
-    return c;
-}
+using namespace ddo::testing::engine_model;  // linear(), kShape, store_once(), big_caps()
 
 std::uint64_t group_bytes() { return ModelLayout::build(bench::synthetic_groups(kShape), store_once()).group(0).bytes; }
 

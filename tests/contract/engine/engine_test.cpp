@@ -15,6 +15,7 @@
 #include "ddo/engine/engine.hpp"
 #include "ddo/error.hpp"
 #include "ddo/store/weight_store.hpp"
+#include "contract/engine/engine_test_model.hpp"
 #include "synthetic_model.hpp"
 
 namespace fs = std::filesystem;
@@ -23,28 +24,7 @@ using namespace ddo::engine;
 
 namespace {
 
-const ddo_allocator_vtable * linear() {
-    static const ddo_allocator_vtable * vt = bench::load_allocator_for_tests(bench::linear_plugin_path(DDO_BINARY_DIR));
-    return vt;
-}
-
-const bench::SyntheticShape kShape{4, 64, 3, 4};
-
-const store::WeightStore & store_once() {
-    static store::WeightStore ws = [] {
-        fs::path p = fs::temp_directory_path() / ("ddo_engine_test_" + std::to_string(::getpid()) + ".safetensors");
-        bench::write_synthetic_checkpoint(p, kShape);
-        return store::WeightStore::open_file(p);
-    }();
-    return ws;
-}
-
-Capacities big_caps() {
-    Capacities c;
-    c.device_free = 1ull << 34;
-    c.mem_available = 1ull << 34;
-    return c;
-}
+using namespace ddo::testing::engine_model;  // linear(), kShape, store_once(), big_caps()
 
 struct RunOut {
     std::vector<float> out;
