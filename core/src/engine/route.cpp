@@ -2,7 +2,7 @@
 
 namespace ddo::engine {
 
-std::string_view to_string(Route r) noexcept {
+const char * to_string(Route r) noexcept {
     switch (r) {
         case Route::resident: return "resident";
         case Route::component: return "component";

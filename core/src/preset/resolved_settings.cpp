@@ -37,17 +37,6 @@ nlohmann::json Provenance::to_json() const {
     return j;
 }
 
-const char * to_string(Route r) {
-    switch (r) {
-    case Route::resident: return "resident";
-    case Route::component: return "component";
-    case Route::group_block: return "group_block";
-    case Route::group_leaf: return "group_leaf";
-    case Route::dynamic: return "dynamic";
-    case Route::disk: return "disk";
-    }
-    return "?";
-}
 const char * to_string(HostRegistration r) {
     switch (r) {
     case HostRegistration::full: return "full";
@@ -81,12 +70,6 @@ const char * to_string(VaeStrategyKind k) {
     case VaeStrategyKind::automatic: return "auto";
     }
     return "?";
-}
-
-std::optional<Route> parse_route(std::string_view s) {
-    for (Route r : {Route::resident, Route::component, Route::group_block, Route::group_leaf, Route::dynamic, Route::disk})
-        if (s == to_string(r)) return r;
-    return std::nullopt;
 }
 
 namespace {

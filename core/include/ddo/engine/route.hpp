@@ -1,4 +1,5 @@
-// Routes of the preset vocabulary (docs/presets.md): how a component's weights reach compute.
+// Routes of the preset vocabulary (docs/presets.md, design.md §4): how a component's weights reach compute.
+// One enum for presets (ddo::Route, resolved_settings.hpp) and the engine.
 #pragma once
 
 #include <optional>
@@ -15,7 +16,7 @@ enum class Route {
     disk,         // streamed from the checkpoint file through bounded staging slots
 };
 
-std::string_view to_string(Route r) noexcept;
+const char * to_string(Route r) noexcept;  // static storage
 std::optional<Route> parse_route(std::string_view s) noexcept;
 
 }  // namespace ddo::engine

@@ -13,6 +13,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "ddo/engine/route.hpp"
+
 namespace ddo {
 
 // Where a resolved value came from. Lowest first; a higher layer beats every lower one.
@@ -39,18 +41,18 @@ struct ResolvedValue {
 };
 
 // Canonical route vocabulary (design.md §4), one for every model.
-enum class Route { resident, component, group_block, group_leaf, dynamic, disk };
+using engine::Route;  // ddo/engine/route.hpp: one route vocabulary for presets and the engine
+using engine::to_string;
+using engine::parse_route;
 enum class HostRegistration { full, bounded, off };
 enum class AllocatorBackend { automatic, host, cuda };  // preset spelling: auto | host | cuda
 enum class Selection { first, spread, largest };
 enum class VaeStrategyKind { resident, leaf_offload, tiled, temporal_stream, automatic };  // `auto`
 
-const char * to_string(Route r);
 const char * to_string(HostRegistration r);
 const char * to_string(AllocatorBackend b);
 const char * to_string(Selection s);
 const char * to_string(VaeStrategyKind k);
-std::optional<Route> parse_route(std::string_view s);
 
 // Capacities. A *_gb value of 0 means "auto" (decided by the engine from detected memory), never
 // "none"; see docs/presets.md for each key.

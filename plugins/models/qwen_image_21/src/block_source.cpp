@@ -59,12 +59,12 @@ public:
             throw UsageError(std::string("qwen_image_21: the transformer route '") + to_string(o.route) +
                              "' runs through the offload engine, which needs an allocator plugin; none was loaded "
                              "(capacities.allocator = '" + o.allocator_name + "'; list them with: ddo-host plugins)");
-        const auto route = en::parse_route(to_string(o.route));
-        if (!route || *route == en::Route::component)
+        const Route route = o.route;
+        if (route == Route::component)
             throw UsageError(std::string("qwen_image_21: transformer route '") + to_string(o.route) +
                              "' is not run by this plugin (resident, dynamic, disk, group_block and group_leaf are); "
                              "choose one with --set components.transformer.route=disk");
-        const auto gran = *route == en::Route::group_leaf ? en::Granularity::leaf : en::Granularity::block;
+        const auto gran = route == Route::group_leaf ? en::Granularity::leaf : en::Granularity::block;
         std::vector<en::GroupDecl> decls;
         for (int64_t i = 0; i < c.num_layers; ++i) {
             en::GroupDecl g{"transformer_blocks." + std::to_string(i), {}, {}};
@@ -82,7 +82,7 @@ public:
 
         const auto & k = o.capacities;
         en::EngineConfig cfg;
-        cfg.route = *route;
+        cfg.route = route;
         cfg.resident_budget = Capacities::gib_to_bytes(k.resident_budget_gb);
         if (k.device_budget_gb > 0) cfg.device_budget = Capacities::gib_to_bytes(k.device_budget_gb);
         if (k.pinned_host_budget_gb > 0) cfg.pinned_budget = Capacities::gib_to_bytes(k.pinned_host_budget_gb);
@@ -191,7 +191,7 @@ public:
         for (auto & l : it->second) l.release();
         leases_.erase(it);
     }
-    std::string route() const override { return std::string(ddo::engine::to_string(engine_->plan().route)); }
+    std::string route() const override { return to_string(engine_->plan().route); }
     uint64_t bytes_streamed() const override {
         const auto k = engine_->counters();
         return k.bytes_resident + k.bytes_from_pinned + k.bytes_from_pageable + k.bytes_from_file;
