@@ -4,12 +4,12 @@
 
 #include <algorithm>
 #include <cmath>
-#include <cstdio>
 #include <numeric>
 
 #include <nlohmann/json.hpp>
 
 #include "ddo/error.hpp"
+#include "ddo/util/format_bytes.hpp"
 
 namespace ddo::engine {
 
@@ -40,12 +40,6 @@ std::string_view to_string(Residency r) noexcept {
 }
 
 namespace {
-
-std::string mib(std::uint64_t b) {
-    char buf[64];
-    std::snprintf(buf, sizeof buf, "%.1f MiB", static_cast<double>(b) / (1024.0 * 1024.0));
-    return buf;
-}
 
 // Candidate order under a policy (indices into `items`, whose bytes are `bytes`).
 std::vector<std::size_t> policy_order(const std::vector<std::size_t> & items, const std::vector<std::uint64_t> & bytes,
@@ -118,19 +112,19 @@ Plan plan_residency(const ModelLayout & layout, const EngineConfig & cfg, const 
     std::optional<std::uint64_t> device_cap;
     if (cfg.device_budget) {
         device_cap = cfg.device_budget;
-        p.notes.push_back("device capacity " + mib(*device_cap) + " from device_budget");
+        p.notes.push_back("device capacity " + format_mib(*device_cap) + " from device_budget");
     } else if (caps.device_free) {
         device_cap = *caps.device_free > cfg.device_headroom ? *caps.device_free - cfg.device_headroom : 0;
-        p.notes.push_back("device capacity " + mib(*device_cap) + " = observed free " + mib(*caps.device_free) +
-                          " - headroom " + mib(cfg.device_headroom));
+        p.notes.push_back("device capacity " + format_mib(*device_cap) + " = observed free " + format_mib(*caps.device_free) +
+                          " - headroom " + format_mib(cfg.device_headroom));
     } else {
         p.notes.push_back("device capacity unknown (no device_budget, device free memory not observed): no residents beyond what the route requires");
     }
 
     auto all_resident = [&](const std::string & reason) {
         if (device_cap && total > *device_cap)
-            throw UsageError("route " + route_name + " keeps the whole component (" + mib(total) + ") on the device, but the device capacity is " +
-                             mib(*device_cap) + "; choose route = \"dynamic\" or \"group_block\", or raise device_budget");
+            throw UsageError("route " + route_name + " keeps the whole component (" + format_mib(total) + ") on the device, but the device capacity is " +
+                             format_mib(*device_cap) + "; choose route = \"dynamic\" or \"group_block\", or raise device_budget");
         for (auto & g : p.groups) { g.residency = Residency::resident; g.reason = reason; }
         p.resident_bytes = total;
         return p;
@@ -148,7 +142,7 @@ Plan plan_residency(const ModelLayout & layout, const EngineConfig & cfg, const 
         if (device_cap && *device_cap >= total && (!cfg.resident_budget || *cfg.resident_budget >= total)) {
             for (auto & g : p.groups) {
                 g.residency = Residency::resident;
-                g.reason = "resident: the whole component (" + mib(total) + ") fits the device capacity " + mib(*device_cap);
+                g.reason = "resident: the whole component (" + format_mib(total) + ") fits the device capacity " + format_mib(*device_cap);
             }
             p.resident_bytes = total;
             return p;
@@ -163,12 +157,12 @@ Plan plan_residency(const ModelLayout & layout, const EngineConfig & cfg, const 
             const std::uint64_t cap = *device_cap > slot_cost ? *device_cap - slot_cost : 0;
             if (cfg.resident_budget) {
                 budget = std::min(*cfg.resident_budget, cap);
-                why = "resident budget " + mib(budget) + (budget < *cfg.resident_budget ? " (resident_budget " + mib(*cfg.resident_budget) +
-                      " capped by device capacity " + mib(*device_cap) + " - " + std::to_string(cfg.slots) + " slots x " + mib(largest) + ")" : " from resident_budget");
+                why = "resident budget " + format_mib(budget) + (budget < *cfg.resident_budget ? " (resident_budget " + format_mib(*cfg.resident_budget) +
+                      " capped by device capacity " + format_mib(*device_cap) + " - " + std::to_string(cfg.slots) + " slots x " + format_mib(largest) + ")" : " from resident_budget");
             } else {
                 budget = cap;
-                why = "resident budget " + mib(budget) + " = device capacity " + mib(*device_cap) + " - " + std::to_string(cfg.slots) +
-                      " slots x " + mib(largest);
+                why = "resident budget " + format_mib(budget) + " = device capacity " + format_mib(*device_cap) + " - " + std::to_string(cfg.slots) +
+                      " slots x " + format_mib(largest);
             }
         }
         p.notes.push_back(why);
@@ -208,8 +202,8 @@ Plan plan_residency(const ModelLayout & layout, const EngineConfig & cfg, const 
     p.prefetch_depth = p.slots - 1;
     p.slot_bytes = slot_bytes;
     if (device_cap && p.resident_bytes + slot_bytes * p.slots > *device_cap)
-        throw UsageError("device capacity " + mib(*device_cap) + " cannot hold " + std::to_string(p.slots) + " slots of " + mib(slot_bytes) +
-                         (p.resident_bytes ? " plus " + mib(p.resident_bytes) + " of residents" : std::string()) +
+        throw UsageError("device capacity " + format_mib(*device_cap) + " cannot hold " + std::to_string(p.slots) + " slots of " + format_mib(slot_bytes) +
+                         (p.resident_bytes ? " plus " + format_mib(p.resident_bytes) + " of residents" : std::string()) +
                          "; raise device_budget, lower slots, or use a finer granularity (half | leaf)");
 
     if (cfg.route == Route::disk) {
@@ -217,7 +211,7 @@ Plan plan_residency(const ModelLayout & layout, const EngineConfig & cfg, const 
         for (auto i : streamed) {
             p.groups[i].residency = Residency::file;
             p.groups[i].reason = "streamed from the checkpoint file (route disk, read_mode " + std::string(store::to_string(cfg.read_mode)) +
-                                 ") through " + std::to_string(p.staging_slots) + " staging buffers of " + mib(slot_bytes);
+                                 ") through " + std::to_string(p.staging_slots) + " staging buffers of " + format_mib(slot_bytes);
             p.file_bytes += bytes[i];
         }
         return p;
@@ -236,12 +230,12 @@ Plan plan_residency(const ModelLayout & layout, const EngineConfig & cfg, const 
         return p;
     }
     const std::uint64_t host_cap = *usable > cfg.ram_headroom ? *usable - cfg.ram_headroom : 0;
-    p.notes.push_back("host capacity " + mib(host_cap) + " = usable RAM " + mib(*usable) + " - headroom " + mib(cfg.ram_headroom));
+    p.notes.push_back("host capacity " + format_mib(host_cap) + " = usable RAM " + format_mib(*usable) + " - headroom " + format_mib(cfg.ram_headroom));
     if (caps.overcommit_mode && *caps.overcommit_mode == 2)
         p.notes.push_back("overcommit_memory = 2 (strict): host copies count against the commit limit");
     std::uint64_t pin_budget = cfg.pinned_budget ? *cfg.pinned_budget : host_cap;
     if (pin_budget > host_cap) {
-        p.notes.push_back("pinned budget " + mib(pin_budget) + " capped by host capacity " + mib(host_cap));
+        p.notes.push_back("pinned budget " + format_mib(pin_budget) + " capped by host capacity " + format_mib(host_cap));
         pin_budget = host_cap;
     }
     std::vector<Residency> src(n, Residency::pageable);
@@ -253,8 +247,8 @@ Plan plan_residency(const ModelLayout & layout, const EngineConfig & cfg, const 
         for (auto i : streamed) {
             src[i] = Residency::pinned;
             p.groups[i].reason += p.pin_snapped_to_full
-                ? "; pinned: budget " + mib(pin_budget) + " >= " + std::to_string(static_cast<int>(cfg.snap_to_full_pin * 100)) + " % of " + mib(candidates) + ", snapped to full pinning"
-                : "; pinned: the pinned budget " + mib(pin_budget) + " holds every streamed group (" + mib(candidates) + ")";
+                ? "; pinned: budget " + format_mib(pin_budget) + " >= " + std::to_string(static_cast<int>(cfg.snap_to_full_pin * 100)) + " % of " + format_mib(candidates) + ", snapped to full pinning"
+                : "; pinned: the pinned budget " + format_mib(pin_budget) + " holds every streamed group (" + format_mib(candidates) + ")";
         }
         pinned = candidates;
     } else if (pin_budget > 0) {
@@ -265,17 +259,17 @@ Plan plan_residency(const ModelLayout & layout, const EngineConfig & cfg, const 
     for (auto i : streamed) {
         auto & g = p.groups[i];
         if (src[i] == Residency::pinned) {
-            if (!snap) g.reason += "; pinned: within the pinned budget " + mib(pin_budget) + " (policy " + std::string(to_string(cfg.policy)) + ")";
+            if (!snap) g.reason += "; pinned: within the pinned budget " + format_mib(pin_budget) + " (policy " + std::string(to_string(cfg.policy)) + ")";
             g.residency = Residency::pinned;
             p.pinned_bytes += bytes[i];
         } else if (host_used + bytes[i] <= host_cap) {
             g.residency = Residency::pageable;
-            g.reason += pin_budget == 0 ? "; pageable: pinned budget is 0" : "; pageable: outside the pinned budget " + mib(pin_budget);
+            g.reason += pin_budget == 0 ? "; pageable: pinned budget is 0" : "; pageable: outside the pinned budget " + format_mib(pin_budget);
             host_used += bytes[i];
             p.pageable_bytes += bytes[i];
         } else {
             g.residency = Residency::file;
-            g.reason += "; from the file: host capacity " + mib(host_cap) + " exhausted";
+            g.reason += "; from the file: host capacity " + format_mib(host_cap) + " exhausted";
             p.file_bytes += bytes[i];
         }
     }

@@ -6,8 +6,8 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
-#include <sstream>
 
+#include "ddo/util/format_bytes.hpp"
 #include "proc_text.hpp"
 
 namespace ddo::platform {
@@ -17,14 +17,6 @@ namespace fs = std::filesystem;
 
 // v1 reports "no limit" as PAGE_COUNTER_MAX pages (0x7FFFFFFFFFFFF000 on 4 KiB pages).
 constexpr std::uint64_t kV1Unlimited = 1ull << 62;
-
-std::string mib(std::uint64_t bytes) {
-    std::ostringstream s;
-    s.setf(std::ios::fixed);
-    s.precision(1);
-    s << static_cast<double>(bytes) / (1 << 20) << " MiB";
-    return s.str();
-}
 
 std::optional<std::uint64_t> default_rlimit(int resource, std::string * error) {
     rlimit rl{};
@@ -324,7 +316,7 @@ AdmissionDecision LinuxAdmission::admit(const GrowthRequest & request) const { r
 AdmissionDecision LinuxAdmission::decide(const LinuxObservations & obs, const GrowthRequest & request) {
     AdmissionDecision d;
     const std::string what = request.what.empty() ? std::string("growth") : request.what;
-    const std::string asked = what + " of " + mib(request.bytes);
+    const std::string asked = what + " of " + format_mib(request.bytes);
     auto refuse = [&](const std::string & why) {
         d.admitted = false;
         d.reason = asked + " refused: " + why;
@@ -341,12 +333,12 @@ AdmissionDecision LinuxAdmission::decide(const LinuxObservations & obs, const Gr
         return unknown("MemAvailable", obs.mem_available);
     }
     if (request.bytes + request.headroom > obs.mem_available.value) {
-        return refuse("MemAvailable is " + mib(obs.mem_available.value) + ", below the request plus " +
-                      mib(request.headroom) + " headroom; free memory, or " +
+        return refuse("MemAvailable is " + format_mib(obs.mem_available.value) + ", below the request plus " +
+                      format_mib(request.headroom) + " headroom; free memory, or " +
                       (request.route == GrowthRoute::unspecified ? std::string("lower the pinned/resident budgets")
                                                                  : lower_locked_hint(request.route)));
     }
-    d.checks.push_back("MemAvailable " + mib(obs.mem_available.value) + " >= request + headroom");
+    d.checks.push_back("MemAvailable " + format_mib(obs.mem_available.value) + " >= request + headroom");
 
     // Commit accounting: enforced by the kernel in mode 2 only, so we refuse what it would refuse.
     if (obs.overcommit_mode.is_unknown()) {
@@ -360,11 +352,11 @@ AdmissionDecision LinuxAdmission::decide(const LinuxObservations & obs, const Gr
             return unknown("Committed_AS", obs.committed_as);
         }
         if (obs.committed_as.value + request.bytes > obs.commit_limit.value) {
-            return refuse("vm.overcommit_memory = 2 (strict) and Committed_AS " + mib(obs.committed_as.value) +
-                          " + request exceeds CommitLimit " + mib(obs.commit_limit.value) +
+            return refuse("vm.overcommit_memory = 2 (strict) and Committed_AS " + format_mib(obs.committed_as.value) +
+                          " + request exceeds CommitLimit " + format_mib(obs.commit_limit.value) +
                           "; add swap, raise vm.overcommit_ratio, or lower the budgets");
         }
-        d.checks.push_back("overcommit mode 2: Committed_AS + request <= CommitLimit " + mib(obs.commit_limit.value));
+        d.checks.push_back("overcommit mode 2: Committed_AS + request <= CommitLimit " + format_mib(obs.commit_limit.value));
     } else {
         d.checks.push_back("overcommit mode " + std::to_string(obs.overcommit_mode.value) + ": CommitLimit not enforced");
     }
@@ -378,11 +370,11 @@ AdmissionDecision LinuxAdmission::decide(const LinuxObservations & obs, const Gr
             return unknown("the cgroup memory usage", obs.cgroup_memory_current);
         }
         if (obs.cgroup_memory_current.value + request.bytes + request.headroom > obs.cgroup_memory_max.value) {
-            return refuse("cgroup " + obs.cgroup_version + " limit " + mib(obs.cgroup_memory_max.value) + " (" +
-                          obs.cgroup_memory_max.source + ") with " + mib(obs.cgroup_memory_current.value) +
+            return refuse("cgroup " + obs.cgroup_version + " limit " + format_mib(obs.cgroup_memory_max.value) + " (" +
+                          obs.cgroup_memory_max.source + ") with " + format_mib(obs.cgroup_memory_current.value) +
                           " in use leaves less than the request plus headroom; raise the container's memory limit or lower the budgets");
         }
-        d.checks.push_back("cgroup " + obs.cgroup_version + " limit " + mib(obs.cgroup_memory_max.value) +
+        d.checks.push_back("cgroup " + obs.cgroup_version + " limit " + format_mib(obs.cgroup_memory_max.value) +
                            " >= usage + request + headroom");
     } else {
         d.checks.push_back("cgroup: no finite memory limit (" + obs.cgroup_memory_max.source + ")");
@@ -397,10 +389,10 @@ AdmissionDecision LinuxAdmission::decide(const LinuxObservations & obs, const Gr
             return unknown("VmSize", obs.vm_size);
         }
         if (obs.vm_size.value + request.bytes > obs.rlimit_as.value) {
-            return refuse("RLIMIT_AS " + mib(obs.rlimit_as.value) + " with VmSize " + mib(obs.vm_size.value) +
+            return refuse("RLIMIT_AS " + format_mib(obs.rlimit_as.value) + " with VmSize " + format_mib(obs.vm_size.value) +
                           " leaves less than the request; raise it (ulimit -v) or lower the budgets");
         }
-        d.checks.push_back("RLIMIT_AS " + mib(obs.rlimit_as.value) + " >= VmSize + request");
+        d.checks.push_back("RLIMIT_AS " + format_mib(obs.rlimit_as.value) + " >= VmSize + request");
     } else {
         d.checks.push_back("RLIMIT_AS unlimited");
     }
@@ -413,11 +405,11 @@ AdmissionDecision LinuxAdmission::decide(const LinuxObservations & obs, const Gr
                 return unknown("VmLck", obs.vm_locked);
             }
             if (obs.vm_locked.value + request.bytes > obs.rlimit_memlock.value) {
-                return refuse("RLIMIT_MEMLOCK " + mib(obs.rlimit_memlock.value) + " with " + mib(obs.vm_locked.value) +
+                return refuse("RLIMIT_MEMLOCK " + format_mib(obs.rlimit_memlock.value) + " with " + format_mib(obs.vm_locked.value) +
                               " already locked leaves less than the request; raise it (ulimit -l, memlock in "
                               "/etc/security/limits.conf) or " + lower_locked_hint(request.route));
             }
-            d.checks.push_back("RLIMIT_MEMLOCK " + mib(obs.rlimit_memlock.value) + " >= VmLck + request");
+            d.checks.push_back("RLIMIT_MEMLOCK " + format_mib(obs.rlimit_memlock.value) + " >= VmLck + request");
         } else {
             d.checks.push_back("RLIMIT_MEMLOCK unlimited");
         }
