@@ -9,10 +9,10 @@
 #include <cerrno>
 #include <cstring>
 #include <mutex>
-#include <sstream>
 #include <utility>
 
 #include "ddo/platform/linux_admission.hpp"
+#include "ddo/util/format_bytes.hpp"
 
 #if DDO_HAVE_CUDA_HEADERS
 #include "ddo/platform/cuda_driver.hpp"
@@ -21,14 +21,6 @@
 namespace ddo::platform {
 
 namespace {
-
-std::string mib(std::uint64_t bytes) {
-    std::ostringstream s;
-    s.setf(std::ios::fixed);
-    s.precision(1);
-    s << static_cast<double>(bytes) / (1 << 20) << " MiB";
-    return s.str();
-}
 
 std::uint64_t page_size() { return static_cast<std::uint64_t>(sysconf(_SC_PAGESIZE)); }
 
@@ -95,9 +87,9 @@ struct StagingState {
             return std::string("RLIMIT_MEMLOCK is unknown (getrlimit: ") + std::strerror(errno) + "); growth refused";
         }
         if (rl.rlim_cur != RLIM_INFINITY && locked_bytes + bytes > rl.rlim_cur) {
-            return "RLIMIT_MEMLOCK " + mib(rl.rlim_cur) + " with " + mib(locked_bytes) +
+            return "RLIMIT_MEMLOCK " + format_mib(rl.rlim_cur) + " with " + format_mib(locked_bytes) +
                    " already locked by staging (pinned allocations and registrations share it on the host backend) "
-                   "leaves less than " + mib(bytes) + "; raise it (ulimit -l, memlock in /etc/security/limits.conf) or " +
+                   "leaves less than " + format_mib(bytes) + "; raise it (ulimit -l, memlock in /etc/security/limits.conf) or " +
                    lower_locked_hint(route);
         }
         return {};
@@ -169,47 +161,12 @@ nlohmann::json RouteCounters::to_json() const {
 
 // --- RAII handles -------------------------------------------------------------------------------
 
-PinnedBuffer::PinnedBuffer(PinnedBuffer && o) noexcept
-    : state_(std::move(o.state_)), ptr_(std::exchange(o.ptr_, nullptr)), bytes_(std::exchange(o.bytes_, 0)) {}
-PinnedBuffer & PinnedBuffer::operator=(PinnedBuffer && o) noexcept {
-    if (this != &o) {
-        reset();
-        state_ = std::move(o.state_);
-        ptr_ = std::exchange(o.ptr_, nullptr);
-        bytes_ = std::exchange(o.bytes_, 0);
-    }
-    return *this;
+namespace detail {
+void release_range(StagingState & state, StagingRoute route, void * ptr, std::uint64_t bytes) noexcept {
+    if (route == StagingRoute::pinned) state.free_pinned(ptr, bytes);
+    else state.unregister(ptr, bytes);
 }
-PinnedBuffer::~PinnedBuffer() { reset(); }
-void PinnedBuffer::reset() noexcept {
-    if (ptr_ != nullptr && state_) {
-        state_->free_pinned(ptr_, bytes_);
-    }
-    ptr_ = nullptr;
-    bytes_ = 0;
-    state_.reset();
-}
-
-HostRegistration::HostRegistration(HostRegistration && o) noexcept
-    : state_(std::move(o.state_)), ptr_(std::exchange(o.ptr_, nullptr)), bytes_(std::exchange(o.bytes_, 0)) {}
-HostRegistration & HostRegistration::operator=(HostRegistration && o) noexcept {
-    if (this != &o) {
-        reset();
-        state_ = std::move(o.state_);
-        ptr_ = std::exchange(o.ptr_, nullptr);
-        bytes_ = std::exchange(o.bytes_, 0);
-    }
-    return *this;
-}
-HostRegistration::~HostRegistration() { reset(); }
-void HostRegistration::reset() noexcept {
-    if (ptr_ != nullptr && state_) {
-        state_->unregister(ptr_, bytes_);
-    }
-    ptr_ = nullptr;
-    bytes_ = 0;
-    state_.reset();
-}
+}  // namespace detail
 
 // --- HostStaging ----------------------------------------------------------------------------------
 
@@ -262,8 +219,8 @@ StagingResult<PinnedBuffer> HostStaging::allocate_pinned(std::uint64_t bytes) {
         return out;
     }
     if (s.limits.pinned_limit != 0 && c.bytes_current + bytes > s.limits.pinned_limit) {
-        out.reason = s.refuse(c, "pinned_limit " + mib(s.limits.pinned_limit) + " with " + mib(c.bytes_current) +
-                                     " pinned leaves less than " + mib(bytes) +
+        out.reason = s.refuse(c, "pinned_limit " + format_mib(s.limits.pinned_limit) + " with " + format_mib(c.bytes_current) +
+                                     " pinned leaves less than " + format_mib(bytes) +
                                      "; raise the pinned-host budget (capacities.pinned_host_budget_gb)");
         return out;
     }
@@ -285,13 +242,13 @@ StagingResult<PinnedBuffer> HostStaging::allocate_pinned(std::uint64_t bytes) {
         }
         ptr = ::mmap(nullptr, rounded, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
         if (ptr == MAP_FAILED) {
-            out.reason = s.fail(c, "mmap of " + mib(rounded) + " for a pinned allocation failed: " + std::strerror(errno));
+            out.reason = s.fail(c, "mmap of " + format_mib(rounded) + " for a pinned allocation failed: " + std::strerror(errno));
             return out;
         }
         if (::mlock(ptr, rounded) != 0) {
             const int err = errno;
             ::munmap(ptr, rounded);
-            out.reason = s.fail(c, "mlock of a " + mib(rounded) + " pinned allocation failed: " + std::strerror(err) +
+            out.reason = s.fail(c, "mlock of a " + format_mib(rounded) + " pinned allocation failed: " + std::strerror(err) +
                                        (err == ENOMEM || err == EPERM ? " (RLIMIT_MEMLOCK; raise it with ulimit -l, or " +
                                                                           lower_locked_hint(GrowthRoute::pinned) + ")"
                                                                     : std::string()));
@@ -306,7 +263,7 @@ StagingResult<PinnedBuffer> HostStaging::allocate_pinned(std::uint64_t bytes) {
         }
         CUresult rc = s.driver->api().mem_host_alloc(&ptr, rounded, CU_MEMHOSTALLOC_PORTABLE);
         if (rc != CUDA_SUCCESS) {
-            out.reason = s.fail(c, "cuMemHostAlloc(" + mib(rounded) + ") returned " + s.driver->describe(rc));
+            out.reason = s.fail(c, "cuMemHostAlloc(" + format_mib(rounded) + ") returned " + s.driver->describe(rc));
             return out;
         }
 #endif
@@ -334,8 +291,8 @@ StagingResult<HostRegistration> HostStaging::register_range(void * ptr, std::uin
         return out;
     }
     if (s.limits.registration == RegistrationMode::bounded && c.bytes_current + bytes > s.limits.registration_ceiling) {
-        out.reason = s.refuse(c, "registration = bounded: ceiling " + mib(s.limits.registration_ceiling) + " with " +
-                                     mib(c.bytes_current) + " registered leaves less than " + mib(bytes) +
+        out.reason = s.refuse(c, "registration = bounded: ceiling " + format_mib(s.limits.registration_ceiling) + " with " +
+                                     format_mib(c.bytes_current) + " registered leaves less than " + format_mib(bytes) +
                                      "; raise the host registration ceiling or register less");
         return out;
     }
@@ -353,7 +310,7 @@ StagingResult<HostRegistration> HostStaging::register_range(void * ptr, std::uin
         }
         if (::mlock(reinterpret_cast<void *>(span.first), span.second) != 0) {
             const int err = errno;
-            out.reason = s.fail(c, "mlock of a " + mib(span.second) + " existing range failed: " + std::strerror(err) +
+            out.reason = s.fail(c, "mlock of a " + format_mib(span.second) + " existing range failed: " + std::strerror(err) +
                                        (err == ENOMEM || err == EPERM ? " (RLIMIT_MEMLOCK or unmapped pages; raise it with ulimit -l, or " +
                                                                           lower_locked_hint(GrowthRoute::registration) + ")"
                                                                     : std::string()));
@@ -368,7 +325,7 @@ StagingResult<HostRegistration> HostStaging::register_range(void * ptr, std::uin
         }
         CUresult rc = s.driver->api().mem_host_register(ptr, bytes, CU_MEMHOSTREGISTER_PORTABLE);
         if (rc != CUDA_SUCCESS) {
-            out.reason = s.fail(c, "cuMemHostRegister(" + mib(bytes) + ") returned " + s.driver->describe(rc));
+            out.reason = s.fail(c, "cuMemHostRegister(" + format_mib(bytes) + ") returned " + s.driver->describe(rc));
             return out;
         }
 #endif

@@ -18,6 +18,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -58,52 +59,57 @@ struct RouteCounters {
     nlohmann::json to_json() const;
 };
 
+class HostStaging;
+
 namespace detail {
 struct StagingState;
-}
+enum class StagingRoute { pinned, registration };
+// Hands a range back to the route it came from (HostStaging's state; host_staging.cpp).
+void release_range(StagingState & state, StagingRoute route, void * ptr, std::uint64_t bytes) noexcept;
+
+// What a pinned buffer and a registration share: move-only ownership of one page-locked range, handed back to
+// its own route on destruction. One type per route (PinnedBuffer, HostRegistration): neither stands for the other.
+template <StagingRoute R>
+class LockedRange {
+public:
+    LockedRange() = default;
+    LockedRange(LockedRange && o) noexcept
+        : state_(std::move(o.state_)), ptr_(std::exchange(o.ptr_, nullptr)), bytes_(std::exchange(o.bytes_, 0)) {}
+    LockedRange & operator=(LockedRange && o) noexcept {
+        if (this != &o) {
+            reset();
+            state_ = std::move(o.state_);
+            ptr_ = std::exchange(o.ptr_, nullptr);
+            bytes_ = std::exchange(o.bytes_, 0);
+        }
+        return *this;
+    }
+    LockedRange(const LockedRange &) = delete;
+    LockedRange & operator=(const LockedRange &) = delete;
+    ~LockedRange() { reset(); }
+    void * data() const { return ptr_; }
+    std::uint64_t size() const { return bytes_; }
+    explicit operator bool() const { return ptr_ != nullptr; }
+
+private:
+    friend class ddo::platform::HostStaging;
+    void reset() noexcept {
+        if (ptr_ != nullptr && state_) release_range(*state_, R, ptr_, bytes_);
+        ptr_ = nullptr;
+        bytes_ = 0;
+        state_.reset();
+    }
+    std::shared_ptr<StagingState> state_;  // shared with HostStaging: the buffer may outlive it
+    void * ptr_ = nullptr;
+    std::uint64_t bytes_ = 0;
+};
+}  // namespace detail
 
 // A pinned allocation. Move-only; frees (munlock+munmap or cuMemFreeHost) on destruction.
-class PinnedBuffer {
-public:
-    PinnedBuffer() = default;
-    PinnedBuffer(PinnedBuffer && o) noexcept;
-    PinnedBuffer & operator=(PinnedBuffer && o) noexcept;
-    PinnedBuffer(const PinnedBuffer &) = delete;
-    PinnedBuffer & operator=(const PinnedBuffer &) = delete;
-    ~PinnedBuffer();
-    void * data() const { return ptr_; }
-    std::uint64_t size() const { return bytes_; }
-    explicit operator bool() const { return ptr_ != nullptr; }
-
-private:
-    friend class HostStaging;
-    void reset() noexcept;
-    std::shared_ptr<detail::StagingState> state_;
-    void * ptr_ = nullptr;
-    std::uint64_t bytes_ = 0;
-};
-
+using PinnedBuffer = detail::LockedRange<detail::StagingRoute::pinned>;
 // A registration of an existing range. Move-only; unregisters (munlock or cuMemHostUnregister) on
 // destruction. The memory itself stays owned by whoever owned it before.
-class HostRegistration {
-public:
-    HostRegistration() = default;
-    HostRegistration(HostRegistration && o) noexcept;
-    HostRegistration & operator=(HostRegistration && o) noexcept;
-    HostRegistration(const HostRegistration &) = delete;
-    HostRegistration & operator=(const HostRegistration &) = delete;
-    ~HostRegistration();
-    void * data() const { return ptr_; }
-    std::uint64_t size() const { return bytes_; }
-    explicit operator bool() const { return ptr_ != nullptr; }
-
-private:
-    friend class HostStaging;
-    void reset() noexcept;
-    std::shared_ptr<detail::StagingState> state_;
-    void * ptr_ = nullptr;
-    std::uint64_t bytes_ = 0;
-};
+using HostRegistration = detail::LockedRange<detail::StagingRoute::registration>;
 
 template <typename T>
 struct StagingResult {
