@@ -1,6 +1,6 @@
-// What the engine contract tests share (engine_test, engine_staging_test, engine_pin_off_test): the built linear
-// allocator plugin, one synthetic checkpoint of 4 groups of 208 KiB (float32) written once per process, and
-// capacities large enough that the planner never refuses for lack of memory.
+// What the engine tests share: the built linear allocator plugin (also for tensor_views_test and the cuda
+// engine tests), one synthetic checkpoint of 4 groups of 208 KiB (float32) written once per process, and
+// capacities large enough that the planner never refuses for lack of memory (also for tensor_views_test).
 #pragma once
 
 #include <unistd.h>

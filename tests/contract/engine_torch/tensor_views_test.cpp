@@ -15,6 +15,7 @@
 #include "ddo/store/weight_store.hpp"
 #include "ddo/torch/cuda_transport.hpp"
 #include "ddo/torch/tensor_views.hpp"
+#include "contract/engine/engine_test_model.hpp"
 #include "contract/engine_torch/aten_forward.hpp"
 #include "synthetic_model.hpp"
 
@@ -24,17 +25,8 @@ using namespace ddo::engine;
 
 namespace {
 
-const ddo_allocator_vtable * linear() {
-    static const ddo_allocator_vtable * vt = bench::load_allocator_for_tests(bench::linear_plugin_path(DDO_BINARY_DIR));
-    return vt;
-}
-
-Capacities big_caps() {
-    Capacities c;
-    c.device_free = 1ull << 34;
-    c.mem_available = 1ull << 34;
-    return c;
-}
+using ddo::testing::engine_model::big_caps;
+using ddo::testing::engine_model::linear;
 
 fs::path temp_file(const std::string & stem) {
     return fs::temp_directory_path() / ("ddo_views_" + stem + "_" + std::to_string(::getpid()) + ".safetensors");

@@ -6,6 +6,7 @@
 
 #include <string>
 
+#include "contract/engine/engine_test_model.hpp"
 #include "ddo/torch/cuda_transport.hpp"
 #include "synthetic_model.hpp"
 
@@ -18,9 +19,6 @@
 
 namespace ddo::testing::cuda {
 
-inline const ddo_allocator_vtable * linear() {
-    static const ddo_allocator_vtable * vt = bench::load_allocator_for_tests(bench::linear_plugin_path(DDO_BINARY_DIR));
-    return vt;
-}
+using engine_model::linear;  // the built linear allocator plugin, as the CPU engine contract tests load it
 
 }  // namespace ddo::testing::cuda
