@@ -38,7 +38,10 @@ function(ddo_add_plugin name)
     PREFIX "lib" OUTPUT_NAME ${P_OUTPUT_NAME}
     LIBRARY_OUTPUT_DIRECTORY ${dir}
     C_VISIBILITY_PRESET hidden CXX_VISIBILITY_PRESET hidden VISIBILITY_INLINES_HIDDEN ON
-    BUILD_RPATH "$ORIGIN/../..;$ORIGIN/../../..;${TORCH_INSTALL_PREFIX}/lib")
+    # No RPATH: a plugin is loaded through /proc/self/fd/N, where $ORIGIN names /proc/self/fd. Its libddo_* and
+    # LibTorch dependencies resolve through ddo-host's DT_RPATH ($ORIGIN/../lib + LibTorch), the same in the build
+    # and the installed tree, so the built bytes are the installed bytes. Note [Plugin dependencies].
+    SKIP_BUILD_RPATH ON INSTALL_RPATH "")
   if(P_NO_VERSION_SCRIPT)
     target_link_options(${name} PRIVATE -Wl,-z,defs)
   else()

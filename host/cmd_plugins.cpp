@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <iomanip>
 #include <iostream>
+#include <map>
 #include <memory>
 #include <sstream>
 
@@ -49,6 +50,37 @@ std::string join(const std::vector<std::string> & items, const char * sep) {
     return out;
 }
 
+std::vector<std::string> c_list(const char * const * list) {
+    std::vector<std::string> out;
+    for (; list && *list; ++list) out.emplace_back(*list);
+    return out;
+}
+
+// What a loaded model plugin says of itself (its vtable): description, components, supported options.
+struct ModelFacts {
+    std::string description;
+    std::vector<std::string> components, options;
+};
+
+// Loads every verified model plugin to read its table (verified bytes only; a failure to load is recorded as the
+// record's refusal, as a run would see it).
+std::map<std::string, ModelFacts> model_facts(PluginRegistry & registry) {
+    std::map<std::string, ModelFacts> out;
+    std::vector<std::string> names;
+    for (const auto & r : registry.records())
+        if (r.status != PluginStatus::refused && r.kind == "model") names.push_back(r.name);
+    for (const auto & n : names) {
+        try {
+            const LoadedPlugin & p = registry.load(n, "model");
+            if (!p.model) continue;
+            out[n] = {p.model->description ? p.model->description : "", c_list(p.model->components),
+                      c_list(p.model->supported_options)};
+        } catch (const std::exception &) {  // the record now says why
+        }
+    }
+    return out;
+}
+
 nlohmann::json to_json(const PluginRecord & r) {
     nlohmann::json j;
     j["name"] = r.name;
@@ -69,7 +101,7 @@ nlohmann::json to_json(const PluginRecord & r) {
     return j;
 }
 
-void print_table(const PluginRegistry & registry) {
+void print_table(const PluginRegistry & registry, const std::map<std::string, ModelFacts> & facts) {
     std::cout << "plugin directories (in lookup order):\n";
     for (const auto & dir : registry.dirs()) {
         std::error_code ec;
@@ -96,6 +128,11 @@ void print_table(const PluginRegistry & registry) {
                   << std::setw(14) << sha << status_text(r) << "\n"
                   << "    file: " << r.artifact.path.string() << "\n";
         if (r.status == PluginStatus::refused) std::cout << "    reason: " << r.refusal_reason << "\n";
+        if (const auto it = facts.find(r.name); it != facts.end() && r.status != PluginStatus::refused) {
+            std::cout << "    " << it->second.description << "\n"
+                      << "    components: " << join(it->second.components, ", ") << "\n"
+                      << "    options: " << (it->second.options.empty() ? "-" : join(it->second.options, ", ")) << "\n";
+        }
     }
 }
 
@@ -109,17 +146,31 @@ void install(CLI::App & app, HostOptions & options) {
     plugins->callback([args, &options] {
         PluginRegistry registry = PluginRegistry::discover(directories(options, *args));
         registry.probe_all();  // verify + negotiate each; refusals are recorded, not thrown
+        const auto facts = model_facts(registry);
+        std::size_t refused = 0;
+        for (const auto & r : registry.records()) refused += r.status == PluginStatus::refused;
         if (args->json) {
             nlohmann::json out;
             out["directories"] = nlohmann::json::array();
             for (const auto & d : registry.dirs()) out["directories"].push_back(d.string());
             out["plugins"] = nlohmann::json::array();
-            for (const auto & r : registry.records()) out["plugins"].push_back(to_json(r));
+            for (const auto & r : registry.records()) {
+                auto j = to_json(r);
+                if (const auto it = facts.find(r.name); it != facts.end() && r.status != PluginStatus::refused) {
+                    j["description"] = it->second.description;
+                    j["components"] = it->second.components;
+                    j["supported_options"] = it->second.options;
+                }
+                out["plugins"].push_back(std::move(j));
+            }
+            out["refused"] = refused;
             std::cout << out.dump(2) << "\n";
         } else {
-            print_table(registry);
+            print_table(registry, facts);
+            if (refused > 0) std::cerr << refused << " plugin(s) refused (see the reasons above)\n";
         }
-        options.exit_code = static_cast<int>(ExitCode::ok);
+        // Like verify: a listing with a refused plugin is a verification failure (exit 3).
+        options.exit_code = static_cast<int>(refused == 0 ? ExitCode::ok : ExitCode::verification);
     });
 
     auto * verify = app.add_subcommand(

@@ -53,6 +53,7 @@ struct RunArgs {
     std::string model, prompt_embeds, output, report;
     std::optional<long long> steps, width, height, seed;
     bool dry_run = false;
+    bool hash_weights = false;
 };
 
 std::vector<std::string> c_list(const char * const * list) {
@@ -144,6 +145,13 @@ int run_once(const RunArgs & a, const HostOptions & options, const std::vector<s
         ctx.prompt_embeds = a.prompt_embeds;
         ctx.interrupted = &g_interrupted;
         ctx.dry_run = a.dry_run;
+        ctx.report_path = report_path;
+        ctx.hash_weights = a.hash_weights;
+        // Progress events of the kit (phase begun, step done): the console display of a run.
+        ctx.progress = [](const ProgressEvent & e) {
+            if (e.step == 0) spdlog::debug("phase {}", e.phase);
+            else spdlog::debug("{} {}/{} ({:.3f} s)", e.phase, e.step, e.total, e.step_seconds);
+        };
         {  // The allocator the offload engine runs on: capacities.allocator ("auto" = linear), verified and recorded.
             std::string name = settings.capacities("transformer").allocator;
             if (name.empty() || name == "auto") name = "linear";
@@ -220,6 +228,10 @@ void install(CLI::App & app, HostOptions & options) {
     app.add_option("--height", a->height, "shorthand for --set workload.height=H")->group(g);
     app.add_option("--seed", a->seed, "shorthand for --set workload.seed=S")->group(g);
     app.add_flag("--dry-run", a->dry_run, "resolve, load and record; the plugin computes nothing")->group(g);
+    app.add_flag("--hash-weights", a->hash_weights,
+                 "record a full content hash (sha256 + xxh3) of every checkpoint file in the report (reads the whole "
+                 "checkpoint once more; the cost is recorded); default: header hashes only")
+        ->group(g);
     app.final_callback([&app, a, &options] {
         if (!app.get_subcommands().empty()) return;
         if (a->plugin.empty()) {

@@ -14,7 +14,7 @@ namespace ddo::host {
 struct HostOptions {
     std::vector<std::filesystem::path> plugin_dirs;  // --plugin-dir (repeatable), then DDO_PLUGIN_PATH
     std::filesystem::path builtin_plugin_dir;        // <exe>/../lib/ddo/plugins
-    std::filesystem::path preset_dir;                // presets/ of the source tree or install
+    std::filesystem::path preset_dir;                // <exe>/../share/ddo/presets (build and installed tree)
     std::string log_level = "info";
     int exit_code = 0;                               // a command sets it; main returns it
 };

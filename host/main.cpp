@@ -31,7 +31,7 @@ int main(int argc, char ** argv) {
 
     HostOptions options;
     options.builtin_plugin_dir = fs::weakly_canonical(executable_dir() / DDO_DEFAULT_PLUGIN_DIR_REL);
-    options.preset_dir = DDO_DEFAULT_PRESET_DIR;
+    options.preset_dir = fs::weakly_canonical(executable_dir() / DDO_DEFAULT_PRESET_DIR_REL);
     app.add_option("--plugin-dir", options.plugin_dirs,
                    "extra plugin directory with its own artifacts.toml (repeatable; also DDO_PLUGIN_PATH)");
     app.add_option("--log-level", options.log_level, "trace|debug|info|warn|error")->capture_default_str();

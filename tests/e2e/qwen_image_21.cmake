@@ -19,3 +19,14 @@ if(TARGET qwen_image_21_impl AND TARGET qwen_image_21 AND TARGET ddo-host)
     QI21_FIXTURE_DIR="${CMAKE_BINARY_DIR}/fixtures/qwen_image_21" DDO_HOST_BIN="$<TARGET_FILE:ddo-host>")
   add_dependencies(qwen_image_21_placement_test ddo-host qwen_image_21 linear)
 endif()
+
+# ddo-host's outputs on the parity fixtures: an RGB VAE's PNG equals diffusers' pixels, RGBA stays RGBA, PNG text
+# chunks, checkpoint identity across runs and --hash-weights.
+if(TARGET qwen_image_21_impl AND TARGET qwen_image_21 AND TARGET ddo-host)
+  ddo_add_gtest(qwen_image_21_outputs_test LABELS e2e TIMEOUT 300
+    SOURCES ${CMAKE_CURRENT_LIST_DIR}/qwen_image_21_outputs_test.cpp
+    LIBS qwen_image_21_impl PNG::PNG)
+  target_compile_definitions(qwen_image_21_outputs_test PRIVATE
+    QI21_FIXTURE_DIR="${CMAKE_BINARY_DIR}/fixtures/qwen_image_21" DDO_HOST_BIN="$<TARGET_FILE:ddo-host>")
+  add_dependencies(qwen_image_21_outputs_test ddo-host qwen_image_21 linear)
+endif()

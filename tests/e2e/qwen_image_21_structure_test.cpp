@@ -1,7 +1,7 @@
 // Real-size structure test for qwen_image_21 (issue 5, item 8): the real 2.1 transformer config (width 4096,
 // 32 heads x 128, SwiGLU 3x, context 4096, 64 latent channels) with num_layers = 2 and a synthetic checkpoint
 // of the real tensor shapes in bf16, written as a sparse safetensors file (zero bytes on disk for the payload)
-// into the build tree. The blocks run on the core offload engine's `disk` route (make_engine_blocks: CPU transport,
+// into the build tree. The blocks run on the core offload engine's `disk` route (make_engine_blocks on the model kit's ComponentWeights: CPU transport,
 // the built linear allocator plugin): each block is read from the file into a staging buffer and copied into a
 // slot when it runs. The test checks the validated shapes, the output shape, the bytes the engine streamed and
 // that the phase ends with no outstanding owner, and prints the real per-block payload size. No real weights needed.
@@ -81,13 +81,15 @@ TEST(Qi21Structure, RealConfigTwoBlocksThroughEngineDiskRoute) {
               << " MiB bf16); 32 blocks: " << double(payload) * 32 / (1ull << 30) << " GiB\n";
 
     qi::Transformer tr(parsed, qi::load_transformer_globals(f, parsed, at::kBFloat16));
-    qi::EngineBlocksOptions eo;
-    eo.route = ddo::Route::disk;
-    eo.capacities.staging_slots = 2;
-    eo.capacities.prefetch_depth = 1;
-    eo.capacities.ram_headroom_gb = 0;
-    eo.allocator = linear;
-    auto disk = qi::make_engine_blocks(dir, parsed, at::kBFloat16, at::kCPU, eo);
+    ddo::model::ComponentPlan plan;  // what ModelRun::plan makes from a preset (CPU placement)
+    plan.component = "transformer";
+    plan.route = ddo::Route::disk;
+    plan.capacities.staging_slots = 2;
+    plan.capacities.prefetch_depth = 1;
+    plan.capacities.ram_headroom_gb = 0;
+    plan.allocator = linear;
+    plan.allocator_name = "linear";
+    auto disk = qi::make_engine_blocks(dir, parsed, at::kBFloat16, plan);
     EXPECT_EQ(disk->route(), "disk");
     const int64_t L = 4, h = 4, w = 4;
     qi::TransformerInputs inputs{at::randn({1, h * w, 64}), at::randn({1, L, 4096}), at::full({1}, 0.5),

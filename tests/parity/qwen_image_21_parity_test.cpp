@@ -316,18 +316,20 @@ TEST_F(Qi21Parity, RoutesGiveBitwiseEqualLatents) {
     };
     // dynamic: 2 slots and a budget for one block -> one block resident, the other streamed through the slots.
     const double one_block_gb = double(one_block + 1024) / 1073741824.0;  // margin for the GiB round trip
-    for (const Case & k : {Case{ddo::Route::resident, 0, "resident"}, Case{ddo::Route::dynamic, one_block_gb, "dynamic"},
+    for (const Case & k : {Case{ddo::Route::resident, 0, "resident"}, Case{ddo::Route::component, 0, "component"},
+                           Case{ddo::Route::dynamic, one_block_gb, "dynamic"},
                            Case{ddo::Route::disk, 0, "disk"}, Case{ddo::Route::group_block, 0, "group_block"},
                            Case{ddo::Route::group_leaf, 0, "group_leaf"}}) {
-        qi::EngineBlocksOptions eo;
-        eo.route = k.route;
-        eo.capacities.resident_budget_gb = k.resident_gb;
-        eo.capacities.staging_slots = 2;
-        eo.capacities.prefetch_depth = 1;
-        eo.capacities.ram_headroom_gb = 0;
-        eo.allocator = linear;
-        auto src = qi::make_engine_blocks(kDir / "checkpoint" / "transformer", t.m.transformer_config, at::kFloat,
-                                          at::kCPU, eo);
+        ddo::model::ComponentPlan plan;  // what ModelRun::plan makes from a preset (CPU placement)
+        plan.component = "transformer";
+        plan.route = k.route;
+        plan.capacities.resident_budget_gb = k.resident_gb;
+        plan.capacities.staging_slots = 2;
+        plan.capacities.prefetch_depth = 1;
+        plan.capacities.ram_headroom_gb = 0;
+        plan.allocator = linear;
+        plan.allocator_name = "linear";
+        auto src = qi::make_engine_blocks(kDir / "checkpoint" / "transformer", t.m.transformer_config, at::kFloat, plan);
         auto got = qi::denoise(t.m, t.transformer, *src, embeds, o);
         EXPECT_EQ(src->finish(), 0u) << k.executed;
         const auto rep = src->report();

@@ -25,6 +25,9 @@ Files written:
                                    num_res_blocks 2): exercises conv_shortcut and the grouped AvgDown/DupUp paths
                                    that the pipeline VAE (dim_mult all 1) never takes
   pipeline.safetensors             embeddings -> pixels (seeded noise, CFG + KV cache; no CFG, no cache)
+  checkpoint_rgb/                  the same transformer with a 3-channel (RGB) VAE (in/out_channels 3)
+  pipeline_rgb.safetensors         rgb.pixels: QwenImage21Pipeline(output_type="np") on checkpoint_rgb as uint8 HWC
+                                   (numpy_to_pil's rounding), the image a PNG writer must reproduce
 """
 
 import argparse
@@ -390,6 +393,38 @@ def pipeline_fixtures(out, transformer, vae, meta, size):
     meta["pipeline_runs"] = runs
 
 
+def rgb_fixtures(out, transformer, meta):
+    """A checkpoint whose VAE has 3 channels (the plugin must write an RGB PNG from it). Own generators, written
+    after every other fixture, so the files above stay bitwise what they were."""
+    torch.manual_seed(SEED + 7)
+    cfg = dict(VAE_CONFIG, in_channels=3, out_channels=3)
+    z_dim = cfg["z_dim"]
+    vae = AutoencoderKLQwenImage21(**cfg, latents_mean=(torch.randn(z_dim) * 0.5).tolist(),
+                                   latents_std=(torch.rand(z_dim) + 0.5).tolist()).eval()
+    _randomise_vae(vae)
+    ckpt = out / "checkpoint_rgb"
+    transformer.save_pretrained(ckpt / "transformer", safe_serialization=True)
+    vae.save_pretrained(ckpt / "vae", safe_serialization=True)
+    FlowMatchEulerDiscreteScheduler(**SCHEDULER_CONFIG).save_pretrained(ckpt / "scheduler")
+    index = json.loads((out / "checkpoint" / "model_index.json").read_text())
+    (ckpt / "model_index.json").write_text(json.dumps(index, indent=2) + "\n")
+    g = torch.Generator().manual_seed(SEED + 4)
+    pos, pos_mask = _embeds(g, 1, 9, 7)
+    pipe = QwenImage21Pipeline(scheduler=FlowMatchEulerDiscreteScheduler(**SCHEDULER_CONFIG), vae=vae, text_encoder=None,
+                               processor=_NoProcessor(), transformer=transformer)
+    pipe.set_progress_bar_config(disable=True)
+    run = dict(true_cfg_scale=1.0, use_kv_cache=True, steps=2, height=64, width=96, seed=SEED)
+    with torch.no_grad():
+        image = pipe(prompt_embeds=pos, prompt_embeds_mask=pos_mask, height=run["height"], width=run["width"],
+                     num_inference_steps=run["steps"], true_cfg_scale=run["true_cfg_scale"],
+                     use_kv_cache=run["use_kv_cache"], generator=torch.Generator().manual_seed(SEED),
+                     output_type="np", return_dict=False)[0]
+    assert image.shape[-1] == 3, f"the RGB VAE produced {image.shape}"
+    pixels = torch.from_numpy((image[0] * 255).round().astype("uint8"))  # diffusers' numpy_to_pil
+    _save(out / "pipeline_rgb.safetensors", {"rgb.pixels": pixels}, {"reference": "diffusers"})
+    meta["pipeline_rgb"] = run
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("out_dir")
@@ -413,6 +448,7 @@ def main():
     vae_fixtures(out, vae, meta)
     pipeline_fixtures(out, transformer, vae, meta, 64)
     vae_encode_fixtures(out, transformer, vae, meta)
+    rgb_fixtures(out, transformer, meta)
     # Written last: its presence marks a complete fixture set.
     (out / "reference.json").write_text(json.dumps(meta, indent=2, default=list) + "\n")
     print(f"qwen_image_21 fixtures: diffusers {diffusers.__version__}, torch {torch.__version__} -> {out}")

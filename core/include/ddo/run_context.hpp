@@ -4,6 +4,7 @@
 
 #include <atomic>
 #include <filesystem>
+#include <functional>
 #include <string>
 
 #include "ddo/ddo_allocator_plugin.h"
@@ -13,6 +14,15 @@ namespace ddo {
 
 class ResolvedSettings;  // ddo/preset/resolved_settings.hpp
 class RunTracker;        // ddo/report/run_tracker.hpp
+
+// One progress event of a run (ddo/model/model_run.hpp sends them): the host turns them into its display.
+struct ProgressEvent {
+    std::string phase;           // load | encode | denoise | decode | write
+    int step = 0;                // 1-based steps done in this phase (0: the phase began)
+    int total = 0;               // steps of the phase (0: unknown)
+    double step_seconds = 0;     // host wall time of the last step
+    double phase_seconds = 0;    // host wall time since the phase began
+};
 
 struct RunContext {
     const ResolvedSettings * settings = nullptr;   // borrowed: resolved preset with provenance
@@ -28,6 +38,9 @@ struct RunContext {
     std::filesystem::path prompt_embeds;           // optional: precomputed prompt embeddings
     std::atomic<bool> * interrupted = nullptr;     // set by the host on SIGINT; poll between steps
     bool dry_run = false;                          // resolve and plan, compute nothing
+    std::filesystem::path report_path;             // where the host writes the run report (for output metadata)
+    bool hash_weights = false;                     // --hash-weights: full content hash of every checkpoint file
+    std::function<void(const ProgressEvent &)> progress;  // may be empty; called on the plugin's thread
 
     static RunContext & from_c(ddo_run_context * c) { return *reinterpret_cast<RunContext *>(c); }
     ddo_run_context * to_c() { return reinterpret_cast<ddo_run_context *>(this); }

@@ -8,6 +8,7 @@
 #include <string_view>
 
 #include "ddo/error.hpp"
+#include "ddo/util/atomic_write.hpp"
 
 namespace ddo {
 
@@ -123,6 +124,40 @@ ArtifactManifest read_artifact_manifest(const fs::path & manifest_file) {
         manifest.artifacts.push_back(std::move(entry));
     }
     return manifest;
+}
+
+namespace {
+
+toml::table entry_table(const ArtifactEntry & e) {
+    return toml::table{{"name", e.name},         {"kind", e.kind},         {"file", e.file},
+                       {"size", int64_t(e.size)}, {"sha256", e.sha256},     {"platform", e.platform},
+                       {"fingerprint", e.fingerprint}};
+}
+
+// toml++ prints a table's keys sorted; the manifest's order is name, kind, file, size, sha256, platform,
+// fingerprint (kArtifactKeys), so each key is formatted on its own.
+std::string entry_text(const ArtifactEntry & e) {
+    const toml::table t = entry_table(e);
+    std::ostringstream out;
+    out << "[[artifact]]\n";
+    for (std::string_view key : kArtifactKeys) {
+        toml::table one;
+        one.insert(key, *t.get(key));
+        out << one << "\n";
+    }
+    return out.str();
+}
+
+}  // namespace
+
+std::string format_artifact_entry(const ArtifactEntry & entry) { return entry_text(entry); }
+
+void write_artifact_manifest(const ArtifactManifest & m) {
+    std::ostringstream out;
+    out << "# Each [[artifact]] is verified before load (docs/architecture.md, Note [Artifact manifest]).\n";
+    out << "schema_version = " << kArtifactManifestSchemaVersion << "\n";
+    for (const auto & a : m.artifacts) out << "\n" << entry_text(a);
+    write_text_atomically(m.file, out.str(), "artifact manifest");
 }
 
 }  // namespace ddo

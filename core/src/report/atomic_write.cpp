@@ -7,6 +7,7 @@
 
 #include "ddo/error.hpp"
 #include "ddo/report/run_tracker.hpp"
+#include "ddo/util/atomic_write.hpp"
 
 namespace ddo {
 
@@ -16,8 +17,12 @@ namespace fs = std::filesystem;
 // never a torn file: write a temp file in the same directory, fsync it, rename over the target,
 // then fsync the directory so the rename itself is durable.
 void write_json_atomically(const fs::path & path, const nlohmann::json & j) {
+    write_text_atomically(path, j.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) + "\n", "report");
+}
+
+void write_text_atomically(const fs::path & path, const std::string & text, const std::string & what_file) {
     auto fail = [&](const std::string & what) {
-        throw RuntimeError("report " + path.string() + ": " + what + ": " + std::strerror(errno) +
+        throw RuntimeError(what_file + " " + path.string() + ": " + what + ": " + std::strerror(errno) +
                            "; check that the directory exists and is writable");
     };
     fs::path dir = path.parent_path().empty() ? fs::path(".") : path.parent_path();
@@ -26,7 +31,6 @@ void write_json_atomically(const fs::path & path, const nlohmann::json & j) {
     std::string tmpl = (dir / ("." + path.filename().string() + ".tmp.XXXXXX")).string();
     int fd = mkstemp(tmpl.data());
     if (fd < 0) fail("cannot create temp file in " + dir.string());
-    std::string text = j.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) + "\n";
     const char * p = text.data();
     size_t left = text.size();
     while (left > 0) {

@@ -25,4 +25,11 @@ struct ArtifactManifest {
 // Throws VerificationError naming file:line:column, what was expected and found, and the next step.
 ArtifactManifest read_artifact_manifest(const std::filesystem::path & manifest_file);
 
+// Writes `manifest` to manifest.file atomically (temp file + rename), in the format read_artifact_manifest
+// reads, artifacts in the given order. Throws RuntimeError naming the file when it cannot be written.
+void write_artifact_manifest(const ArtifactManifest & manifest);
+
+// One [[artifact]] entry as the manifest writes it (for review before it is written).
+std::string format_artifact_entry(const ArtifactEntry & entry);
+
 }  // namespace ddo

@@ -1,7 +1,7 @@
-// Where a transformer block's weights come from while it runs (one block = one engine execution group). The
-// pipeline asks for block i, runs it, and hands it back. Every executed route (resident, dynamic, disk,
-// group_block, group_leaf) goes through the core offload engine (make_engine_blocks); the in-plugin resident
-// source (make_resident_blocks) remains only as the parity tests' independent reference.
+// Where a transformer block's weights come from while it runs (one block = one execution group of the model kit's
+// ComponentWeights). The pipeline asks for block i, runs it, and hands it back. Every executed route (resident,
+// dynamic, disk, group_block, group_leaf) goes through the core offload engine (engine_blocks); the in-plugin
+// resident source (make_resident_blocks) remains only as the parity tests' independent reference.
 #pragma once
 
 #include <cstdint>
@@ -13,8 +13,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "ddo/ddo_allocator_plugin.h"
-#include "ddo/preset/resolved_settings.hpp"
+#include "ddo/model/component_weights.hpp"
 
 #include "checkpoint.hpp"
 #include "transformer.hpp"
@@ -35,32 +34,18 @@ public:
     virtual nlohmann::json report() const { return {{"route", route()}, {"bytes_streamed", bytes_streamed()}}; }
 };
 
-// The preset's view of one component, mapped onto the engine's EngineConfig, its EngineOptions and a HostStaging.
-struct EngineBlocksOptions {
-    Route route = Route::dynamic;                    // resident | dynamic | disk | group_block | group_leaf
-    // resident/device/pinned budgets, RAM headroom, staging slots, prefetch depth, selection, host registration
-    // (mode + ceiling); allocator and allocator_backend are decided by the caller (the device it passes).
-    Capacities capacities;
-    const ddo_allocator_vtable * allocator = nullptr;  // borrowed; must outlive the source
-    std::string allocator_name = "linear";
-    // The allocator plugin's own options (preset plugin.<allocator_name>.*), as strings, for ddo_alloc_config.
-    std::vector<std::pair<std::string, std::string>> allocator_options;
-    // Build a HostStaging from the capacities (backend = the transport's: cuda on CUDA, host (mlock) on the CPU)
-    // with Linux admission on /proc and /sys, and hand it to the engine. False: the transport's pinned memory as
-    // before and no registration (the report says so).
-    bool host_staging = true;
-    // What the caller requested vs used (allocator backend, device, allocator options): recorded as-is under
-    // report()["placement"].
-    nlohmann::json placement = nlohmann::json::object();
-};
+// Every block is one execution group of component "transformer" ("transformer_blocks.<i>"; group_leaf splits it
+// into leaf groups, all acquired together for the block).
+std::vector<model::GroupSpec> transformer_groups(const TransformerConfig & c);
 
-// Every block is one execution group ("transformer_blocks.<i>"; group_leaf splits it into leaf groups, all
-// acquired together for the block). CPU device: the CPU transport and the allocator's host backend; CUDA: the ATen
-// CUDA transport and the allocator's cuda backend. Weights are viewed in place (no copy) when the checkpoint dtype
-// is `dt`, else converted per acquire. Host staging: see EngineBlocksOptions::host_staging and docs/presets.md.
-// Throws UsageError for a route the engine does not run here (component) or a missing allocator.
+// Block weights from the kit's engine-backed weights of the transformer (borrowed: must outlive the source; the
+// run unloads them). Weights are viewed in place when the checkpoint dtype is the compute dtype, else converted
+// per acquire.
+std::unique_ptr<BlockSource> engine_blocks(model::ComponentWeights & weights, const TransformerConfig & c);
+
+// The same, owning the weights: opened from `transformer_dir` on `plan` (tests, tools).
 std::unique_ptr<BlockSource> make_engine_blocks(const std::filesystem::path & transformer_dir, const TransformerConfig & c,
-                                                at::ScalarType dt, at::Device device, const EngineBlocksOptions & o);
+                                                at::ScalarType dt, const model::ComponentPlan & plan);
 
 // Reference (tests): all blocks loaded once onto the device, outside the engine.
 std::unique_ptr<BlockSource> make_resident_blocks(const TensorFile & f, const TransformerConfig & c, at::ScalarType dt,

@@ -119,8 +119,7 @@ at::Tensor denoise(const ModelFiles & m, const Transformer & transformer, BlockS
     const std::vector<ImageShape> shapes{{1, h, w}};
 
     for (int i = 0; i < o.steps; ++i) {
-        if (cb.interrupted && cb.interrupted->load())
-            throw Error(ExitCode::interrupted, "qwen_image_21: interrupted at step " + std::to_string(i));
+        if (cb.check_interrupted) cb.check_interrupted(i);
         const KvMode mode = cache_on ? (i == 0 ? KvMode::extract : KvMode::cached) : KvMode::off;
         auto timestep = (at::full({B}, double(sched.timesteps[size_t(i)]), opts.dtype(at::kFloat)).to(o.dtype)) / 1000;
         TransformerInputs in{latents, pos, timestep, shapes, pos_img_mask, pos_mask};

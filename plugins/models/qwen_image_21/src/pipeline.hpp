@@ -3,7 +3,6 @@
 // decode -> RGBA pixels in [0, 1].
 #pragma once
 
-#include <atomic>
 #include <filesystem>
 #include <functional>
 #include <optional>
@@ -40,7 +39,7 @@ struct PipelineOptions {
 
 struct PipelineCallbacks {
     std::function<void(int step, int total)> on_step;  // after each denoising step
-    std::atomic<bool> * interrupted = nullptr;
+    std::function<void(int step)> check_interrupted;   // before each step: throws to stop the run
 };
 
 struct ModelFiles {

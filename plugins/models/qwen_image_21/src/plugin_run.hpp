@@ -1,15 +1,11 @@
-// The plugin's job: read the resolved settings, load the checkpoint, denoise, decode, write the PNG, and record
-// phases, routes and counters in the run report.
+// The plugin's job on the model kit: workload and plans from the run, load the checkpoint, denoise, decode, write
+// the image. Phases, routes, counters, identity and outputs are recorded by the kit (ddo/model/model_run.hpp).
 #pragma once
 
-#include <functional>
-#include <string>
-
-#include "ddo/run_context.hpp"
+#include "ddo/model/model_run.hpp"
 
 namespace ddo::qwen_image_21 {
 
-using LogFn = std::function<void(int level, const std::string & message)>;
-void run_plugin(RunContext & ctx, const LogFn & log);
+void run_qwen_image_21(model::ModelRun & run);
 
 }  // namespace ddo::qwen_image_21

@@ -1,0 +1,57 @@
+// ComponentPlan: the typed, resolved plan of one component of a model (transformer, text_encoder, vae, ...),
+// made by the kit from the resolved settings with their provenance. A model plugin asks ModelRun::plan(c) for
+// it and never reads preset keys one by one. The plan is what the weight source (component_weights.hpp) and
+// the VAE strategies run on; to_json() is what the report records as requested vs effective.
+#pragma once
+
+#include <string>
+#include <utility>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "ddo/ddo_allocator_plugin.h"
+#include "ddo/engine/route.hpp"
+#include "ddo/model/device_placement.hpp"
+#include "ddo/preset/resolved_settings.hpp"
+
+namespace ddo::model {
+
+// The VAE strategy a plugin runs, after `auto` was decided by the plugin from the image size (it knows the
+// model's tile geometry): tiles in pixels as the reference's tile_sample_min_* / tile_sample_stride_*.
+struct VaeTiles {
+    int tile = 512;     // vae.tile_size
+    int overlap = 64;   // vae.tile_overlap
+    int stride() const { return tile - overlap; }
+};
+
+struct ComponentPlan {
+    std::string component;
+    engine::Route route = engine::Route::dynamic;  // components.<c>.route
+    std::string route_source;                      // its provenance
+    Capacities capacities;                         // global capacities with the component's overrides
+    DevicePlacement placement;                     // where it computes (one device per run)
+    VaeStrategyKind vae_strategy = VaeStrategyKind::automatic;  // vae.strategy (VAE components)
+    std::string vae_strategy_source;
+    VaeTiles vae_tiles;
+    // The allocator plugin the engine runs on: capacities.allocator ("auto" = linear), loaded by the host.
+    std::string allocator_requested;
+    std::string allocator_name;
+    const ddo_allocator_vtable * allocator = nullptr;  // borrowed from the host (process lifetime); may be null
+    std::string allocator_error;                       // why it is null
+    // plugin.<allocator>.* as the strings ddo_alloc_config carries, and their provenance for the report.
+    std::vector<std::pair<std::string, std::string>> allocator_options;
+    nlohmann::json allocator_options_report = nlohmann::json::object();
+
+    // {"route": {requested, source}, "allocator_backend": {...}, "allocator": {...}, "allocator_options",
+    //  "device", "transport"}: the report's counters.<component>.placement.
+    nlohmann::json placement_json() const;
+};
+
+// A plan for `component` from the settings. allocator/allocator_name/allocator_error come from the host's
+// run context (make_plan fills the rest). Throws UsageError for an unknown component.
+ComponentPlan make_plan(const ResolvedSettings & settings, const std::string & component, const DevicePlacement & placement,
+                        const ddo_allocator_vtable * allocator, const std::string & allocator_name,
+                        const std::string & allocator_error);
+
+}  // namespace ddo::model

@@ -1,0 +1,96 @@
+// ComponentWeights: the weights of one component (DiT blocks, text-encoder layers, VAE leaves) as an ordered list
+// of execution groups, opened from a diffusers/transformers component folder (one *.safetensors or a sharded
+// *.safetensors.index.json, via store::WeightStore), planned by the core planner from the ComponentPlan, streamed
+// by the offload engine on the plan's device, and viewed as at::Tensor. Every route the engine runs is available
+// (resident | component | dynamic | disk | group_block | group_leaf); a plugin writes only which tensors form each
+// group. `component` uploads every group when the phase begins and frees them when it ends (unload).
+//
+//   auto w = run.open_weights("transformer", dir, groups, at::kBFloat16);
+//   const auto & t = w->acquire(i);          // t.at("transformer_blocks.3.attn.to_q.weight")
+//   ... compute ...
+//   w->release(i);
+//   run.unload(std::move(w));                // end of phase: outstanding owners must be 0
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <filesystem>
+#include <functional>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <unordered_map>
+#include <vector>
+
+#include <ATen/core/Tensor.h>
+#include <nlohmann/json.hpp>
+
+#include "ddo/model/component_plan.hpp"
+
+namespace ddo::store {
+class WeightStore;
+}
+
+namespace ddo::model {
+
+// One execution group: a name for reports and errors, and the tensors it holds (checkpoint names).
+struct GroupSpec {
+    std::string name;
+    std::vector<std::string> tensors;
+};
+
+// The tensors of an acquired group, on the plan's device in the compute dtype. Valid until release().
+class GroupTensors {
+public:
+    // Throws RuntimeError naming the tensor and the group when absent.
+    const at::Tensor & at(std::string_view name) const;
+    bool contains(std::string_view name) const { return map_.count(std::string(name)) != 0; }
+    const std::string & group() const noexcept { return group_; }
+
+private:
+    friend class ComponentWeights;
+    std::string group_;
+    std::unordered_map<std::string, at::Tensor> map_;
+};
+
+class ComponentWeights {
+public:
+    // dir: the component folder. Throws UsageError when no allocator plugin was loaded, RuntimeError naming file and tensor for a tensor missing from the checkpoint.
+    static std::unique_ptr<ComponentWeights> open(const std::filesystem::path & dir, std::vector<GroupSpec> groups,
+                                                  const ComponentPlan & plan, at::ScalarType compute_dtype);
+    ~ComponentWeights();
+    ComponentWeights(const ComponentWeights &) = delete;
+    ComponentWeights & operator=(const ComponentWeights &) = delete;
+
+    const std::string & component() const noexcept;
+    std::size_t size() const noexcept;                  // execution groups declared
+    const store::WeightStore & store() const noexcept;  // the checkpoint files (for header checks, globals)
+    // Bytes of group i as stored in the checkpoint.
+    std::uint64_t payload_bytes(std::size_t i) const;
+
+    // Begins the engine phase `name` (host copies, resident uploads); idempotent. ModelRun calls it when a run
+    // phase begins; otherwise the first acquire begins a phase named after the component.
+    void begin_phase(std::string_view name);
+    // Group i's tensors: views into the engine's slot or resident buffer when the stored dtype is the compute
+    // dtype, converted otherwise. The first acquire begins the engine phase (host copies, resident uploads).
+    const GroupTensors & acquire(std::size_t i);
+    void release(std::size_t i);
+
+    std::string route() const;              // the route the engine executes
+    std::uint64_t bytes_streamed() const;   // bytes moved to the compute device or read from disk so far
+    // Ends the engine phase; returns the outstanding owners (must be 0). Idempotent.
+    std::uint64_t finish();
+    // {"route", "bytes_streamed", "execution_groups", "placement", "engine": Engine::to_json()}
+    nlohmann::json report() const;
+
+    // Called once from the destructor (never throws out of it): ModelRun records the counters of weights that
+    // were destroyed without unload() (a failed or interrupted run). Empty: nothing.
+    void set_on_destroy(std::function<void(const ComponentWeights &)> hook);
+
+private:
+    ComponentWeights();
+    struct Impl;
+    std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace ddo::model

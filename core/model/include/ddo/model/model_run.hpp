@@ -1,0 +1,149 @@
+// ModelRun: the scaffolding of one model plugin run, so that a plugin holds only model math. It owns what every
+// model needs and no model needs to know:
+//   - the workload and the plugin's options, typed (Workload, option<T>), read from the resolved settings;
+//   - the device (capacities.allocator_backend) and one ComponentPlan per component (route, capacities, VAE
+//     strategy, allocator) with requested vs effective values recorded in the report;
+//   - weight sources on the offload engine (open_weights) and their unload at a phase boundary with the
+//     outstanding owners checked (unload);
+//   - phases (load, encode, denoise, decode, write), per-step progress events, interruption checks, the torch
+//     memory monitors;
+//   - checkpoint and input identity (ddo/store/checkpoint_identity.hpp) and the outputs (write_images).
+//
+//   void run_my_model(ddo::model::ModelRun & run) {
+//       const auto w = run.workload({.width = 1024, .height = 1024, .steps = 30});
+//       run.begin_phase("load");
+//       auto blocks = run.open_weights(run.plan("transformer"), run.model_dir() / "transformer", groups, w.dtype);
+//       run.begin_phase("denoise");
+//       for (int i = 0; i < w.steps; ++i) { run.check_interrupted("denoise"); ...; run.step(i + 1, w.steps); }
+//       run.unload(std::move(blocks));
+//       run.begin_phase("write");
+//       run.write_images(pixels);
+//   }
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <ATen/core/Tensor.h>
+#include <nlohmann/json.hpp>
+
+#include "ddo/model/component_plan.hpp"
+#include "ddo/model/component_weights.hpp"
+#include "ddo/model/device_placement.hpp"
+#include "ddo/run_context.hpp"
+
+namespace ddo {
+class RunTracker;
+}
+
+namespace ddo::model {
+
+using LogFn = std::function<void(int level, const std::string & message)>;  // level: spdlog's (2 = info)
+
+// The plugin's defaults for the common workload keys (workload.* in docs/presets.md).
+struct WorkloadDefaults {
+    std::int64_t width = 1024;
+    std::int64_t height = 1024;
+    int steps = 40;
+    std::uint64_t seed = 0;
+};
+
+// The common workload, resolved: workload.<key>, else plugin.<plugin>.<key>, else the plugin's default.
+struct Workload {
+    std::int64_t width = 0, height = 0;
+    int steps = 0;
+    std::uint64_t seed = 0;
+    std::optional<double> guidance_scale;  // workload.guidance_scale; unset = the plugin's own option or default
+    std::string precision;                 // bf16 | fp16 | fp32 (unset: bf16 on CUDA, fp32 on the CPU)
+    at::ScalarType dtype = at::kFloat;     // the compute dtype for `precision`
+};
+
+class ModelRun {
+public:
+    // ctx and its settings/tracker are borrowed for the run. Throws UsageError without resolved settings.
+    ModelRun(RunContext & ctx, std::string plugin_name, LogFn log);
+    ~ModelRun();  // ends the open phase; records the counters of weights still open (failure, interrupt)
+    ModelRun(const ModelRun &) = delete;
+    ModelRun & operator=(const ModelRun &) = delete;
+
+    const std::string & plugin_name() const noexcept { return plugin_; }
+    bool dry_run() const noexcept { return ctx_.dry_run; }
+    const std::filesystem::path & model_dir() const noexcept { return ctx_.model_dir; }
+    const std::filesystem::path & prompt_embeds() const noexcept { return ctx_.prompt_embeds; }
+    RunTracker * tracker() const noexcept { return ctx_.tracker; }
+    void log(int level, const std::string & message) const;
+
+    // plugin.<plugin>.<key>: its value, or `fallback` when unset. UsageError naming the key and its source for a
+    // value of the wrong type.
+    template <class T> T option(const std::string & key, T fallback) const {
+        std::string source;
+        const nlohmann::json * v = option_value(key, &source);
+        if (!v) return fallback;
+        try {
+            return v->get<T>();
+        } catch (const std::exception & e) {
+            throw_option_type(key, source, e.what());
+        }
+    }
+    Workload workload(const WorkloadDefaults & defaults);
+
+    // Decided on first use: capacities.allocator_backend against the machine; attaches the torch memory monitors.
+    const DevicePlacement & device();
+    // The resolved plan of one component on this run's device.
+    ComponentPlan plan(const std::string & component);
+    // A component's weights on the engine (component_weights.hpp). Records the intended and executed route and
+    // the plan's counters in the report under the component's name.
+    std::unique_ptr<ComponentWeights> open_weights(const ComponentPlan & plan, const std::filesystem::path & folder,
+                                                   std::vector<GroupSpec> groups, at::ScalarType compute_dtype);
+    // End of a component's phase: finishes the engine phase, records the counters and the phase it was unloaded
+    // in, frees the weights. RuntimeError when owners are still outstanding (a lease or upload never returned).
+    void unload(std::unique_ptr<ComponentWeights> weights);
+
+    // Phases: begin_phase ends the open one. Weights opened earlier begin their engine phase here.
+    void begin_phase(const std::string & name);
+    void end_phase();
+    const std::string & phase() const noexcept { return phase_name_; }
+    // Step `step` of `total` of the open phase is done: report step time, log a line, progress event.
+    void step(int step, int total);
+    // Throws Error(interrupted) naming `where` when the host saw SIGINT.
+    void check_interrupted(const std::string & where) const;
+
+    // The report's workload object (what the run does, after the plugin's decisions).
+    void record_workload(nlohmann::json workload);
+    void record_route(const std::string & component, const std::string & intended, const std::string & executed,
+                      const std::string & note = "");
+    void record_counters(const std::string & component, nlohmann::json counters);
+    // checkpoint: {"path", "identity": checkpoint_identity(model_dir, components), "hash_weights", "inputs"}, from
+    // the headers alone: call it before the checkpoint is validated, so a failed load still says what it read.
+    void record_checkpoint(const std::vector<std::string> & components);
+    // Model facts added to the checkpoint record (block counts, payloads) once the plugin has read them.
+    void add_checkpoint_facts(const nlohmann::json & facts);
+    // inputs.<role>: {"file", "size", "sha256"}.
+    void record_input(const std::string & role, const std::filesystem::path & file);
+
+    // [B, C, H, W] in [0, 1] with C = 1..4 -> <output>/<stem>.png (B = 1) or <stem>_<b>.png, 8-bit, text chunks
+    // naming the plugin, preset, report and settings; each file is hashed into the report's outputs.
+    std::vector<std::filesystem::path> write_images(const at::Tensor & images, const std::string & stem = "image");
+
+private:
+    const nlohmann::json * option_value(const std::string & key, std::string * source) const;
+    [[noreturn]] void throw_option_type(const std::string & key, const std::string & source, const char * what) const;
+    struct PhaseState;
+
+    RunContext & ctx_;
+    std::string plugin_;
+    LogFn log_;
+    std::optional<DevicePlacement> device_;
+    std::vector<ComponentWeights *> open_;  // borrowed: owned by the plugin until unload()
+    std::unique_ptr<PhaseState> phase_;
+    std::string phase_name_;
+    nlohmann::json inputs_ = nlohmann::json::object();
+    nlohmann::json checkpoint_ = nlohmann::json::object();
+};
+
+}  // namespace ddo::model

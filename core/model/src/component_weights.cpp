@@ -1,0 +1,244 @@
+#include "ddo/model/component_weights.hpp"
+
+#include <ATen/ATen.h>
+
+#include <algorithm>
+#include <map>
+#include <optional>
+
+#include "ddo/engine/cpu_transport.hpp"
+#include "ddo/engine/engine.hpp"
+#include "ddo/error.hpp"
+#include "ddo/platform/host_staging.hpp"
+#include "ddo/platform/linux_admission.hpp"
+#include "ddo/store/weight_store.hpp"
+#include "ddo/torch/cuda_transport.hpp"
+#include "ddo/torch/tensor_views.hpp"
+
+namespace ddo::model {
+
+namespace en = ddo::engine;
+namespace pf = ddo::platform;
+
+const at::Tensor & GroupTensors::at(std::string_view name) const {
+    const auto it = map_.find(std::string(name));
+    if (it == map_.end())
+        throw RuntimeError("tensor " + std::string(name) + " is not in execution group " + group_ +
+                           " (the plugin's group declaration and its state-dict mapping disagree)");
+    return it->second;
+}
+
+struct ComponentWeights::Impl {
+    std::string component;
+    at::ScalarType dtype = at::kFloat;
+    std::optional<store::WeightStore> store;
+    std::vector<GroupSpec> specs;
+    std::unique_ptr<en::ModelLayout> layout;
+    std::vector<std::vector<std::size_t>> groups_of;  // declared group -> its engine groups (leaf: several)
+    nlohmann::json placement;
+    std::unique_ptr<en::Transport> transport;
+    // Declared before the engine, which borrows them: destroyed after it.
+    std::unique_ptr<pf::LinuxAdmission> admission;
+    std::unique_ptr<pf::HostStaging> staging;
+    std::unique_ptr<en::Engine> engine;
+    std::map<std::size_t, std::vector<en::Lease>> leases;
+    std::map<std::size_t, GroupTensors> tensors;
+    bool begun = false, ended = false;
+    std::function<void(const ComponentWeights &)> on_destroy;
+
+    ~Impl() {
+        tensors.clear();
+        leases.clear();
+        if (engine && begun && !ended) engine->end_phase();
+    }
+};
+
+ComponentWeights::ComponentWeights() : impl_(std::make_unique<Impl>()) {}
+ComponentWeights::~ComponentWeights() {
+    if (impl_ && impl_->on_destroy) {
+        try {
+            impl_->on_destroy(*this);
+        } catch (...) {  // a report that cannot be updated must not turn unwinding into terminate()
+        }
+    }
+}
+
+void ComponentWeights::set_on_destroy(std::function<void(const ComponentWeights &)> hook) {
+    impl_->on_destroy = std::move(hook);
+}
+
+namespace {
+
+en::EngineConfig engine_config(const ComponentPlan & p) {
+    const auto & k = p.capacities;
+    en::EngineConfig cfg;
+    cfg.route = p.route;
+    cfg.resident_budget = Capacities::gib_to_bytes(k.resident_budget_gb);
+    if (k.device_budget_gb > 0) cfg.device_budget = Capacities::gib_to_bytes(k.device_budget_gb);
+    if (k.pinned_host_budget_gb > 0) cfg.pinned_budget = Capacities::gib_to_bytes(k.pinned_host_budget_gb);
+    // capacities.pin_host_memory = false: nothing pinned at all, so the planner plans no group `pinned` (0 here is
+    // an explicit budget of none; the preset's 0 is auto).
+    if (!k.pin_host_memory) cfg.pinned_budget = 0;
+    cfg.ram_headroom = Capacities::gib_to_bytes(k.ram_headroom_gb);
+    // slots = prefetch depth + 1 (>= 2, >= staging slots); group_block/group_leaf: the planner uses 2.
+    cfg.slots = uint32_t(std::max<int64_t>({2, int64_t(k.prefetch_depth) + 1, int64_t(k.staging_slots)}));
+    cfg.staging_slots = uint32_t(std::max(2, k.staging_slots));
+    cfg.policy = k.selection == Selection::first     ? en::SelectionPolicy::first
+                 : k.selection == Selection::largest ? en::SelectionPolicy::largest
+                                                     : en::SelectionPolicy::spread;
+    return cfg;
+}
+
+constexpr const char * kPinOffReason = "capacities.pin_host_memory = false";
+
+}  // namespace
+
+std::unique_ptr<ComponentWeights> ComponentWeights::open(const std::filesystem::path & dir, std::vector<GroupSpec> groups,
+                                                         const ComponentPlan & plan, at::ScalarType compute_dtype) {
+    std::unique_ptr<ComponentWeights> self(new ComponentWeights());
+    auto & m = *self->impl_;
+    m.component = plan.component;
+    m.dtype = compute_dtype;
+    if (!plan.allocator)
+        throw UsageError(plan.component + ": route '" + to_string(plan.route) +
+                         "' runs through the offload engine, which needs an allocator plugin; none was loaded "
+                         "(capacities.allocator = '" + plan.allocator_requested + "'" +
+                         (plan.allocator_error.empty() ? std::string() : ": " + plan.allocator_error) +
+                         "; list them with: ddo-host plugins)");
+    m.store.emplace(store::WeightStore::open_component(dir));
+    m.specs = std::move(groups);
+    const auto gran = plan.route == Route::group_leaf ? en::Granularity::leaf : en::Granularity::block;
+    std::vector<en::GroupDecl> decls;
+    for (const auto & g : m.specs) decls.push_back(en::GroupDecl{g.name, g.tensors, {}});
+    m.layout = std::make_unique<en::ModelLayout>(en::ModelLayout::build(decls, *m.store, gran));
+    std::map<std::string, std::size_t> spec_index;
+    for (std::size_t i = 0; i < m.specs.size(); ++i) spec_index.emplace(m.specs[i].name, i);
+    m.groups_of.resize(m.specs.size());
+    for (std::size_t g = 0; g < m.layout->size(); ++g) m.groups_of.at(spec_index.at(m.layout->group(g).decl)).push_back(g);
+
+    const auto & k = plan.capacities;
+    const auto cfg = engine_config(plan);
+    const c10::Device d = plan.placement.device();
+    auto caps = en::Capacities::observe_host();
+    if (d.is_cuda()) {
+        m.transport = ddo::torch::make_cuda_transport(plan.placement.index);
+    } else {
+        m.transport = en::make_cpu_transport();
+        caps.device_free = caps.device_total = caps.usable_host_ram();  // host memory stands in for the device
+    }
+    en::EngineOptions eo;
+    eo.device = d.is_cuda() ? plan.placement.index : 0;
+    eo.allocator_name = plan.allocator_name;
+    eo.allocator_options = plan.allocator_options;
+    if (!k.pin_host_memory) {  // also without a HostStaging: no cudaHostAlloc from the transport
+        eo.pinned_route = false;
+        eo.pinned_route_reason = kPinOffReason;
+    }
+    m.placement = plan.placement_json();
+    // Pinned route (unless pin_host_memory = false): host copies planned pinned + the disk staging buffers; limit =
+    // the pinned-host budget (0 = auto: admission, RLIMIT_MEMLOCK on the host backend and the planner's pinned
+    // budget bound it). Registration route: pageable host copies, per host_registration. Note [Engine host staging].
+    pf::StagingLimits limits;
+    limits.pinned_route = k.pin_host_memory;
+    if (!k.pin_host_memory) limits.pinned_route_reason = kPinOffReason;
+    limits.pinned_limit = k.pinned_host_budget_gb > 0 ? Capacities::gib_to_bytes(k.pinned_host_budget_gb) : 0;
+    limits.registration = k.host_registration == HostRegistration::off       ? pf::RegistrationMode::off
+                          : k.host_registration == HostRegistration::bounded ? pf::RegistrationMode::bounded
+                                                                              : pf::RegistrationMode::full;
+    limits.registration_ceiling = Capacities::gib_to_bytes(k.host_registration_ceiling_gb);
+    limits.ram_headroom = Capacities::gib_to_bytes(k.ram_headroom_gb);
+    const auto backend = d.is_cuda() ? pf::StagingBackend::cuda : pf::StagingBackend::host;
+    m.admission = std::make_unique<pf::LinuxAdmission>();  // the real /proc and /sys
+    std::string why;
+    m.staging = pf::HostStaging::create(backend, limits, m.admission.get(), &why);
+    if (!m.staging) {
+        if (limits.registration == pf::RegistrationMode::bounded && limits.registration_ceiling == 0)
+            throw UsageError("capacities.host_registration = \"bounded\" needs capacities.host_registration_ceiling_gb > 0; " + why);
+        // CUDA staging without a usable driver API: the engine runs on the transport's pinned memory.
+        m.placement["host_staging"] = {{"created", false}, {"reason", why}};
+    } else {
+        m.placement["host_staging"] = {{"created", true}, {"backend", pf::to_string(backend)}};
+        eo.staging = m.staging.get();
+    }
+    m.engine = std::make_unique<en::Engine>(*m.layout, en::plan_residency(*m.layout, cfg, caps), plan.allocator,
+                                            *m.transport, eo);
+    return self;
+}
+
+const std::string & ComponentWeights::component() const noexcept { return impl_->component; }
+std::size_t ComponentWeights::size() const noexcept { return impl_->specs.size(); }
+const store::WeightStore & ComponentWeights::store() const noexcept { return *impl_->store; }
+
+std::uint64_t ComponentWeights::payload_bytes(std::size_t i) const {
+    std::uint64_t b = 0;
+    for (const auto & n : impl_->specs.at(i).tensors) b += impl_->store->at(n).nbytes;
+    return b;
+}
+
+void ComponentWeights::begin_phase(std::string_view name) {
+    auto & m = *impl_;
+    if (m.begun) return;
+    m.engine->begin_phase(name);  // host copies and resident uploads happen here, never in a dry run
+    m.begun = true;
+}
+
+const GroupTensors & ComponentWeights::acquire(std::size_t i) {
+    auto & m = *impl_;
+    begin_phase(m.component);
+    auto & held = m.leases[i];
+    held.clear();
+    GroupTensors out;
+    out.group_ = m.specs.at(i).name;
+    const auto & engine_groups = m.groups_of.at(i);
+    for (std::size_t g : engine_groups) {
+        held.push_back(m.engine->acquire(g));
+        const auto views = ddo::torch::tensor_views(held.back());  // named: .all() refers into it
+        if (engine_groups.size() == 1) {
+            for (const auto & [n, t] : views.all())
+                out.map_.emplace(n, t.scalar_type() == m.dtype ? t : t.to(m.dtype));  // in place when the dtype matches
+        } else {
+            // Leaf groups (group_leaf: one group ahead, 2 slots): a group's leaves do not fit the slots at once, so
+            // each leaf is copied out of its slot and the slot handed back before the next leaf.
+            for (const auto & [n, t] : views.all()) out.map_.emplace(n, t.to(m.dtype, /*non_blocking=*/false, /*copy=*/true));
+            held.back().release();
+        }
+    }
+    auto [it, inserted] = m.tensors.insert_or_assign(i, std::move(out));
+    (void)inserted;
+    return it->second;
+}
+
+void ComponentWeights::release(std::size_t i) {
+    auto & m = *impl_;
+    m.tensors.erase(i);
+    auto it = m.leases.find(i);
+    if (it == m.leases.end()) return;
+    for (auto & l : it->second) l.release();
+    m.leases.erase(it);
+}
+
+std::string ComponentWeights::route() const { return to_string(impl_->engine->plan().route); }
+
+std::uint64_t ComponentWeights::bytes_streamed() const {
+    const auto k = impl_->engine->counters();
+    return k.bytes_resident + k.bytes_from_pinned + k.bytes_from_pageable + k.bytes_from_file;
+}
+
+std::uint64_t ComponentWeights::finish() {
+    auto & m = *impl_;
+    m.tensors.clear();
+    m.leases.clear();
+    if (!m.begun || m.ended) return 0;
+    m.ended = true;
+    return m.engine->end_phase();
+}
+
+nlohmann::json ComponentWeights::report() const {
+    return {{"route", route()},
+            {"bytes_streamed", bytes_streamed()},
+            {"execution_groups", impl_->layout->size()},
+            {"placement", impl_->placement},
+            {"engine", impl_->engine->to_json()}};
+}
+
+}  // namespace ddo::model

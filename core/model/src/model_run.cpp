@@ -1,0 +1,228 @@
+#include "ddo/model/model_run.hpp"
+
+#include <ATen/ATen.h>
+
+#include <algorithm>
+#include <chrono>
+
+#include "ddo/error.hpp"
+#include "ddo/model/image_output.hpp"
+#include "ddo/preset/resolved_settings.hpp"
+#include "ddo/report/run_tracker.hpp"
+#include "ddo/store/checkpoint_identity.hpp"
+#include "ddo/torch/torch_memory.hpp"
+#include "ddo/util/build_info.hpp"
+
+namespace ddo::model {
+namespace fs = std::filesystem;
+using Clock = std::chrono::steady_clock;
+
+struct ModelRun::PhaseState {
+    std::optional<RunTracker::Phase> phase;
+    Clock::time_point begun = Clock::now();
+    Clock::time_point last_step = begun;
+};
+
+ModelRun::ModelRun(RunContext & ctx, std::string plugin_name, LogFn log)
+    : ctx_(ctx), plugin_(std::move(plugin_name)), log_(std::move(log)) {
+    if (!ctx_.settings) throw UsageError(plugin_ + ": run without resolved settings (the host passes them)");
+}
+
+ModelRun::~ModelRun() {
+    for (auto * w : open_) w->set_on_destroy({});  // the plugin outlived the run: nothing to report into
+    try {
+        end_phase();
+    } catch (...) {
+    }
+}
+
+void ModelRun::log(int level, const std::string & message) const {
+    if (log_) log_(level, message);
+}
+
+const nlohmann::json * ModelRun::option_value(const std::string & key, std::string * source) const {
+    const std::string full = "plugin." + plugin_ + "." + key;
+    if (!ctx_.settings->has(full)) return nullptr;
+    const auto & rv = ctx_.settings->at(full);
+    if (rv.value.is_null()) return nullptr;
+    if (source) *source = rv.provenance.to_string();
+    return &rv.value;
+}
+
+void ModelRun::throw_option_type(const std::string & key, const std::string & source, const char * what) const {
+    throw UsageError("plugin." + plugin_ + "." + key + " (" + source + "): wrong type: " + what);
+}
+
+Workload ModelRun::workload(const WorkloadDefaults & d) {
+    const auto & s = *ctx_.settings;
+    auto pick = [&](const char * key, auto fallback) {
+        using T = decltype(fallback);
+        if (auto v = s.get_optional<T>(std::string("workload.") + key)) return *v;
+        return option<T>(key, fallback);
+    };
+    Workload w;
+    w.steps = pick("steps", d.steps);
+    w.width = pick("width", d.width);
+    w.height = pick("height", d.height);
+    w.seed = pick("seed", d.seed);
+    w.guidance_scale = s.get_optional<double>("workload.guidance_scale");
+    // workload.precision (bf16 | fp16 | fp32); unset = bf16 on CUDA, fp32 on the CPU.
+    const bool cuda = device().cuda;
+    w.precision = s.get_optional<std::string>("workload.precision").value_or(cuda ? "bf16" : "fp32");
+    if (w.precision == "fp32") w.dtype = at::kFloat;
+    else if (w.precision == "bf16") w.dtype = at::kBFloat16;
+    else if (w.precision == "fp16") w.dtype = at::kHalf;
+    else throw UsageError("workload.precision must be bf16, fp16 or fp32 (got '" + w.precision + "')");
+    return w;
+}
+
+const DevicePlacement & ModelRun::device() {
+    if (!device_) {
+        device_ = place_device(*ctx_.settings);
+        ddo::torch::attach_torch_memory(ctx_.tracker, device_->device());  // torch_allocated / torch_reserved
+    }
+    return *device_;
+}
+
+ComponentPlan ModelRun::plan(const std::string & component) {
+    return make_plan(*ctx_.settings, component, device(), ctx_.allocator_vtable, ctx_.allocator_name,
+                     ctx_.allocator_error);
+}
+
+std::unique_ptr<ComponentWeights> ModelRun::open_weights(const ComponentPlan & plan, const fs::path & folder,
+                                                         std::vector<GroupSpec> groups, at::ScalarType compute_dtype) {
+    auto w = ComponentWeights::open(folder, std::move(groups), plan, compute_dtype);
+    if (auto * tr = ctx_.tracker) {
+        tr->set_route_intended(plan.component, to_string(plan.route), plan.route_source);
+        tr->set_route_executed(plan.component, w->route());
+        tr->set_counters(plan.component, w->report());  // the plan; replaced by the counters at unload
+    }
+    open_.push_back(w.get());
+    w->set_on_destroy([this](const ComponentWeights & cw) {
+        open_.erase(std::remove(open_.begin(), open_.end(), &cw), open_.end());
+        if (auto * tr = ctx_.tracker) {
+            auto j = cw.report();
+            j["unloaded"] = false;
+            j["unloaded_reason"] = "the run ended in phase '" + phase_name_ + "' before the component was unloaded";
+            tr->set_counters(cw.component(), std::move(j));
+        }
+    });
+    return w;
+}
+
+void ModelRun::unload(std::unique_ptr<ComponentWeights> w) {
+    if (!w) return;
+    w->set_on_destroy({});
+    open_.erase(std::remove(open_.begin(), open_.end(), w.get()), open_.end());
+    const std::uint64_t outstanding = w->finish();
+    auto j = w->report();
+    j["unloaded"] = true;
+    j["unloaded_in_phase"] = phase_name_;
+    j["outstanding_owners_at_unload"] = outstanding;
+    const std::string component = w->component();
+    if (auto * tr = ctx_.tracker) tr->set_counters(component, std::move(j));
+    w.reset();
+    if (outstanding != 0)
+        throw RuntimeError(plugin_ + ": the offload engine unloaded '" + component + "' in phase '" + phase_name_ +
+                           "' with " + std::to_string(outstanding) + " outstanding lease(s) or upload(s)");
+}
+
+void ModelRun::begin_phase(const std::string & name) {
+    end_phase();
+    phase_ = std::make_unique<PhaseState>();
+    phase_name_ = name;
+    if (ctx_.tracker) phase_->phase.emplace(ctx_.tracker->phase(name));
+    if (!ctx_.dry_run)
+        for (auto * w : open_) w->begin_phase(name);
+    if (ctx_.progress) ctx_.progress(ProgressEvent{name, 0, 0, 0, 0});
+}
+
+void ModelRun::end_phase() {
+    if (!phase_) return;
+    if (phase_->phase) phase_->phase->end();
+    phase_.reset();
+}
+
+void ModelRun::step(int step, int total) {
+    const auto now = Clock::now();
+    if (!phase_) begin_phase("steps");
+    const double dt = std::chrono::duration<double>(now - phase_->last_step).count();
+    const double since = std::chrono::duration<double>(now - phase_->begun).count();
+    phase_->last_step = now;
+    if (ctx_.tracker) ctx_.tracker->step(phase_name_, step - 1, dt);
+    log(2, phase_name_ + " step " + std::to_string(step) + "/" + std::to_string(total));
+    if (ctx_.progress) ctx_.progress(ProgressEvent{phase_name_, step, total, dt, since});
+}
+
+void ModelRun::check_interrupted(const std::string & where) const {
+    if (ctx_.interrupted && ctx_.interrupted->load())
+        throw Error(ExitCode::interrupted, plugin_ + ": interrupted " + where);
+}
+
+void ModelRun::record_workload(nlohmann::json workload) {
+    if (ctx_.tracker) ctx_.tracker->set_workload(std::move(workload));
+}
+
+void ModelRun::record_route(const std::string & component, const std::string & intended, const std::string & executed,
+                            const std::string & note) {
+    if (!ctx_.tracker) return;
+    ctx_.tracker->set_route_intended(component, intended);
+    ctx_.tracker->set_route_executed(component, executed, note);
+}
+
+void ModelRun::record_counters(const std::string & component, nlohmann::json counters) {
+    if (ctx_.tracker) ctx_.tracker->set_counters(component, std::move(counters));
+}
+
+void ModelRun::record_checkpoint(const std::vector<std::string> & components) {
+    store::IdentityOptions o;
+    o.hash_weights = ctx_.hash_weights;
+    checkpoint_["path"] = fs::absolute(ctx_.model_dir).string();
+    checkpoint_["identity"] = store::checkpoint_identity(ctx_.model_dir, components, o);
+    checkpoint_["hash_weights"] = ctx_.hash_weights;
+    checkpoint_["inputs"] = inputs_;
+    if (ctx_.tracker) ctx_.tracker->set_checkpoint(checkpoint_);
+}
+
+void ModelRun::add_checkpoint_facts(const nlohmann::json & facts) {
+    for (const auto & [k, v] : facts.items()) checkpoint_[k] = v;
+    if (ctx_.tracker) ctx_.tracker->set_checkpoint(checkpoint_);
+}
+
+void ModelRun::record_input(const std::string & role, const fs::path & file) {
+    inputs_[role] = store::input_identity(file);
+    checkpoint_["inputs"] = inputs_;
+    if (ctx_.tracker && checkpoint_.contains("identity")) ctx_.tracker->set_checkpoint(checkpoint_);
+}
+
+std::vector<fs::path> ModelRun::write_images(const at::Tensor & images, const std::string & stem) {
+    if (images.dim() != 4 || images.size(1) < 1 || images.size(1) > 4)
+        throw RuntimeError(plugin_ + ": images to write must be [B, C, H, W] with 1 to 4 channels");
+    std::error_code ec;
+    fs::create_directories(ctx_.output_dir, ec);
+    if (ec) throw RuntimeError(ctx_.output_dir.string() + ": cannot create the output directory (" + ec.message() + ")");
+    const auto & s = *ctx_.settings;
+    nlohmann::json values = nlohmann::json::object();
+    for (const auto & [k, v] : s.values()) values[k] = v.value;
+    const auto & b = build_info();
+    PngText text{{"Software", "ddo " + b.version + " (" + b.git_revision + ")"},
+                 {"ddo:plugin", plugin_},
+                 {"ddo:preset", s.preset().effective.empty() ? s.preset().requested : s.preset().effective},
+                 {"ddo:report", ctx_.report_path.empty() ? std::string() : fs::absolute(ctx_.report_path).string()},
+                 {"ddo:settings", values.dump()}};
+    std::vector<fs::path> out;
+    const auto pixels = images.detach();
+    for (int64_t i = 0; i < pixels.size(0); ++i) {
+        check_interrupted("while writing outputs");
+        const auto hwc = to_pixels_hwc(pixels[i]);
+        const auto path = ctx_.output_dir / (pixels.size(0) == 1 ? stem + ".png" : stem + "_" + std::to_string(i) + ".png");
+        write_png(path, hwc.data_ptr<std::uint8_t>(), std::uint32_t(hwc.size(1)), std::uint32_t(hwc.size(0)),
+                  int(hwc.size(2)), text);
+        if (ctx_.tracker) ctx_.tracker->add_output(path, "image/png");
+        log(2, "wrote " + path.string());
+        out.push_back(path);
+    }
+    return out;
+}
+
+}  // namespace ddo::model

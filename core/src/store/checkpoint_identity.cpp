@@ -1,0 +1,134 @@
+#include "ddo/store/checkpoint_identity.hpp"
+
+#include <fcntl.h>
+#include <unistd.h>
+#include <xxhash.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdint>
+#include <cerrno>
+#include <cstring>
+
+#include "ddo/error.hpp"
+#include "ddo/util/file_digest.hpp"
+#include "ddo/util/unique_fd.hpp"
+
+namespace ddo::store {
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+namespace {
+
+constexpr std::uint64_t kMaxHeader = 100ull << 20;  // the safetensors format's own limit
+
+void pread_exact(int fd, void * dst, std::size_t n, off_t offset, const fs::path & file) {
+    auto * p = static_cast<char *>(dst);
+    while (n > 0) {
+        const ssize_t r = ::pread(fd, p, n, offset);
+        if (r < 0 && errno == EINTR) continue;
+        if (r <= 0)
+            throw RuntimeError(file.string() + ": cannot read the safetensors header (" +
+                               (r < 0 ? std::string(std::strerror(errno)) : std::string("file truncated")) +
+                               "); re-download or re-export the checkpoint");
+        p += r;
+        n -= std::size_t(r);
+        offset += r;
+    }
+}
+
+std::string hex128(XXH128_hash_t h) {
+    XXH128_canonical_t c;
+    XXH128_canonicalFromHash(&c, h);
+    std::string out(32, '0');
+    static const char * d = "0123456789abcdef";
+    for (int i = 0; i < 16; ++i) {
+        out[std::size_t(2 * i)] = d[c.digest[i] >> 4];
+        out[std::size_t(2 * i + 1)] = d[c.digest[i] & 15];
+    }
+    return out;
+}
+
+json file_entry(const fs::path & file, const IdentityOptions & o) {
+    UniqueFd fd(::open(file.c_str(), O_RDONLY | O_CLOEXEC));
+    if (!fd) throw RuntimeError(file.string() + ": cannot open (" + std::strerror(errno) + "); check the checkpoint path");
+    std::error_code ec;
+    const auto size = fs::file_size(file, ec);
+    if (ec || size < 8) throw RuntimeError(file.string() + ": not a safetensors file (shorter than 8 bytes)");
+    unsigned char len_bytes[8];
+    pread_exact(fd.get(), len_bytes, 8, 0, file);
+    std::uint64_t n = 0;
+    for (int i = 7; i >= 0; --i) n = (n << 8) | len_bytes[i];  // little-endian
+    if (n > kMaxHeader || 8 + n > size)
+        throw RuntimeError(file.string() + ": invalid safetensors header length " + std::to_string(n) +
+                           "; the file is damaged");
+    std::string bytes(8 + n, '\0');
+    std::copy(len_bytes, len_bytes + 8, bytes.begin());
+    pread_exact(fd.get(), bytes.data() + 8, n, 8, file);
+    json e = {{"file", file.filename().string()}, {"size", size}, {"header_bytes", n},
+              {"header_xxh3_128", hex128(XXH3_128bits(bytes.data(), bytes.size()))}};
+    if (o.hash_weights) {
+        const auto d = digest_fd(fd.get(), file);
+        e["sha256"] = d.sha256;
+        e["xxh3_128"] = d.xxh3_128;
+    }
+    return e;
+}
+
+json config_entry(const fs::path & file) {
+    if (!fs::exists(file)) return nullptr;
+    const auto sha = file_sha256(file);
+    if (!sha) throw RuntimeError(file.string() + ": cannot be read; check its permissions");
+    return {{"file", file.filename().string()}, {"sha256", *sha}};
+}
+
+}  // namespace
+
+json component_identity(const fs::path & folder, const IdentityOptions & o) {
+    const auto t0 = std::chrono::steady_clock::now();
+    json j = {{"folder", folder.filename().string()}, {"files", json::array()}};  // path-free: copies compare equal
+    // diffusers: config.json; schedulers: scheduler_config.json; transformers: config.json too.
+    json cfg = config_entry(folder / "config.json");
+    if (cfg.is_null()) cfg = config_entry(folder / "scheduler_config.json");
+    j["config"] = cfg;
+    std::vector<fs::path> weights, indexes;
+    std::error_code ec;
+    for (const auto & e : fs::directory_iterator(folder, ec)) {
+        const auto name = e.path().filename().string();
+        if (name.ends_with(".safetensors")) weights.push_back(e.path());
+        else if (name.ends_with(".safetensors.index.json")) indexes.push_back(e.path());
+    }
+    if (ec) throw RuntimeError(folder.string() + ": cannot list the component folder (" + ec.message() + ")");
+    std::sort(weights.begin(), weights.end());
+    std::sort(indexes.begin(), indexes.end());
+    for (const auto & w : weights) j["files"].push_back(file_entry(w, o));
+    for (const auto & i : indexes) j["files"].push_back(config_entry(i));
+    if (o.hash_weights)
+        j["hash_weights_s"] = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    return j;
+}
+
+json checkpoint_identity(const fs::path & model_dir, const std::vector<std::string> & components,
+                         const IdentityOptions & o) {
+    json j = {{"model_index", config_entry(model_dir / "model_index.json")}, {"components", json::object()}};
+    for (const auto & c : components) {
+        const auto folder = model_dir / c;
+        if (!fs::is_directory(folder)) {
+            j["components"][c] = nullptr;
+            j["components_missing"][c] = folder.string() + " is not a directory";
+            continue;
+        }
+        j["components"][c] = component_identity(folder, o);
+    }
+    return j;
+}
+
+json input_identity(const fs::path & file) {
+    std::error_code ec;
+    const auto size = fs::file_size(file, ec);
+    const auto sha = file_sha256(file);
+    if (ec || !sha) throw RuntimeError(file.string() + ": cannot be read; check the path given on the command line");
+    return {{"file", fs::absolute(file).string()}, {"size", size}, {"sha256", *sha}};
+}
+
+}  // namespace ddo::store

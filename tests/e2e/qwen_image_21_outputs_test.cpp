@@ -1,0 +1,158 @@
+// What a qwen_image_21 run leaves behind, through ddo-host on the parity fixtures: the PNG (its channel count is
+// the VAE's: an RGB VAE writes an RGB PNG whose pixels equal diffusers' output, an RGBA VAE an RGBA one; text
+// chunks tie it to its run) and the report's checkpoint identity (equal across runs of the same checkpoint).
+#include <gtest/gtest.h>
+#include <png.h>
+
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <map>
+
+#include <nlohmann/json.hpp>
+
+#include "checkpoint.hpp"
+
+namespace fs = std::filesystem;
+
+namespace {
+
+const fs::path kFixtures = QI21_FIXTURE_DIR;
+
+struct Png {
+    uint32_t width = 0, height = 0;
+    int color_type = -1, channels = 0;
+    std::vector<uint8_t> pixels;
+    std::map<std::string, std::string> text;
+};
+
+Png read_png(const fs::path & path) {
+    Png out;
+    std::FILE * fp = std::fopen(path.c_str(), "rb");
+    if (!fp) return out;
+    png_structp png = png_create_read_struct(PNG_LIBPNG_VER_STRING, nullptr, nullptr, nullptr);
+    png_infop info = png_create_info_struct(png);
+    if (setjmp(png_jmpbuf(png))) {
+        png_destroy_read_struct(&png, &info, nullptr);
+        std::fclose(fp);
+        return Png{};
+    }
+    png_init_io(png, fp);
+    png_read_info(png, info);
+    out.width = png_get_image_width(png, info);
+    out.height = png_get_image_height(png, info);
+    out.color_type = png_get_color_type(png, info);
+    out.channels = png_get_channels(png, info);
+    const size_t row = png_get_rowbytes(png, info);
+    out.pixels.resize(row * out.height);
+    for (uint32_t y = 0; y < out.height; ++y) png_read_row(png, out.pixels.data() + y * row, nullptr);
+    png_read_end(png, info);
+    png_textp text = nullptr;
+    int n = 0;
+    png_get_text(png, info, &text, &n);
+    for (int i = 0; i < n; ++i) out.text[text[i].key] = text[i].text;
+    png_destroy_read_struct(&png, &info, nullptr);
+    std::fclose(fp);
+    return out;
+}
+
+struct HostRun {
+    int exit_code = -1;
+    nlohmann::json report;
+    std::string log;
+    Png image;
+};
+
+HostRun run_host(const std::string & tag, const fs::path & model, const std::string & extra) {
+    const fs::path dir = fs::temp_directory_path() / ("ddo_qi21_outputs_" + std::to_string(::getpid()) + "_" + tag);
+    fs::remove_all(dir);
+    fs::create_directories(dir);
+    const std::string cmd = std::string("'") + DDO_HOST_BIN + "' --plugin qwen_image --preset low_ram_safe.toml --model '" +
+                            model.string() + "' --prompt-embeds '" + (kFixtures / "prompt_embeds.safetensors").string() +
+                            "' --output '" + dir.string() + "' --report '" + (dir / "report.json").string() + "' " +
+                            extra + " > '" + (dir / "log").string() + "' 2>&1";
+    HostRun r;
+    const int st = std::system(cmd.c_str());
+    r.exit_code = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+    std::ifstream log(dir / "log");
+    r.log.assign(std::istreambuf_iterator<char>(log), {});
+    std::ifstream in(dir / "report.json");
+    if (in) r.report = nlohmann::json::parse(in);
+    r.image = read_png(dir / "image.png");
+    fs::remove_all(dir);
+    return r;
+}
+
+class Qi21Outputs : public ::testing::Test {
+protected:
+    void SetUp() override {
+        ASSERT_TRUE(fs::exists(kFixtures / "checkpoint_rgb" / "model_index.json"))
+            << kFixtures << " has no checkpoint_rgb: build target qwen_image_21_fixtures (tools/ddo build)";
+    }
+};
+
+}  // namespace
+
+// Before the kit's writer, a 3-channel image was written as RGBA from a 3-channel buffer (a heap over-read).
+TEST_F(Qi21Outputs, RgbVaeWritesAnRgbPngEqualToDiffusers) {
+    const auto ref = nlohmann::json::parse(std::ifstream(kFixtures / "reference.json")).at("pipeline_rgb");
+    auto r = run_host("rgb", kFixtures / "checkpoint_rgb",
+                      "--steps " + std::to_string(ref.at("steps").get<int>()) + " --width " +
+                          std::to_string(ref.at("width").get<int>()) + " --height " +
+                          std::to_string(ref.at("height").get<int>()) + " --seed " +
+                          std::to_string(ref.at("seed").get<int>()) + " --set plugin.qwen_image_21.use_kv_cache=" +
+                          (ref.at("use_kv_cache").get<bool>() ? "true" : "false"));
+    ASSERT_EQ(r.exit_code, 0) << r.log;
+    const auto want = ddo::qwen_image_21::TensorFile::open_file(kFixtures / "pipeline_rgb.safetensors").read("rgb.pixels");
+    ASSERT_EQ(want.dim(), 3);
+    EXPECT_EQ(r.image.color_type, PNG_COLOR_TYPE_RGB);
+    ASSERT_EQ(r.image.channels, 3);
+    ASSERT_EQ(int64_t(r.image.height), want.size(0));
+    ASSERT_EQ(int64_t(r.image.width), want.size(1));
+    ASSERT_EQ(int64_t(r.image.pixels.size()), want.numel());
+    const uint8_t * w = want.data_ptr<uint8_t>();
+    int max_diff = 0;
+    for (size_t i = 0; i < r.image.pixels.size(); ++i) max_diff = std::max(max_diff, std::abs(int(r.image.pixels[i]) - int(w[i])));
+    EXPECT_LE(max_diff, 1) << "RGB PNG pixels vs QwenImage21Pipeline(output_type='np') rounded as numpy_to_pil";
+    std::cout << "[ rgb png   ] " << r.image.width << "x" << r.image.height << "x3, max pixel difference " << max_diff
+              << "/255 against diffusers\n";
+    EXPECT_EQ(r.image.text["ddo:plugin"], "qwen_image_21");
+    EXPECT_NE(r.image.text["ddo:report"].find("report.json"), std::string::npos);
+    EXPECT_NO_THROW((void)nlohmann::json::parse(r.image.text["ddo:settings"]));
+    EXPECT_EQ(r.report.at("outputs").size(), 1u);
+}
+
+TEST_F(Qi21Outputs, RgbaVaeWritesAnRgbaPng) {
+    auto r = run_host("rgba", kFixtures / "checkpoint", "--steps 1 --width 64 --height 64");
+    ASSERT_EQ(r.exit_code, 0) << r.log;
+    EXPECT_EQ(r.image.color_type, PNG_COLOR_TYPE_RGBA);
+    EXPECT_EQ(r.image.channels, 4);
+    EXPECT_EQ(r.image.width, 64u);
+}
+
+TEST_F(Qi21Outputs, TwoRunsOfOneCheckpointRecordTheSameIdentity) {
+    auto a = run_host("id_a", kFixtures / "checkpoint", "--steps 1 --width 32 --height 32 --dry-run");
+    auto b = run_host("id_b", kFixtures / "checkpoint", "--steps 1 --width 32 --height 32 --dry-run");
+    ASSERT_EQ(a.exit_code, 0) << a.log;
+    ASSERT_EQ(b.exit_code, 0) << b.log;
+    const auto & ia = a.report.at("identity").at("checkpoint");
+    const auto & ib = b.report.at("identity").at("checkpoint");
+    EXPECT_EQ(ia.at("identity"), ib.at("identity"));
+    EXPECT_EQ(ia.at("inputs"), ib.at("inputs"));
+    const auto & tr = ia.at("identity").at("components").at("transformer");
+    EXPECT_EQ(tr.at("files").size(), 1u);
+    EXPECT_EQ(tr.at("files")[0].at("header_xxh3_128").get<std::string>().size(), 32u);
+    EXPECT_FALSE(tr.at("files")[0].contains("sha256")) << "full content hashes are opt-in (--hash-weights)";
+    EXPECT_EQ(ia.at("inputs").at("prompt_embeds").at("sha256").get<std::string>().size(), 64u);
+
+    auto h = run_host("id_h", kFixtures / "checkpoint", "--steps 1 --width 32 --height 32 --dry-run --hash-weights");
+    ASSERT_EQ(h.exit_code, 0) << h.log;
+    const auto & th = h.report.at("identity").at("checkpoint").at("identity").at("components").at("transformer");
+    EXPECT_EQ(th.at("files")[0].at("sha256").get<std::string>().size(), 64u);
+    EXPECT_GE(th.at("hash_weights_s").get<double>(), 0.0);
+    EXPECT_EQ(th.at("files")[0].at("header_xxh3_128"), tr.at("files")[0].at("header_xxh3_128"));
+}

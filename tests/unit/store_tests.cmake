@@ -1,0 +1,4 @@
+# Weight store helpers that need no LibTorch: checkpoint identity (header hashes, --hash-weights).
+ddo_add_gtest(checkpoint_identity_test LABELS unit
+  SOURCES ${CMAKE_CURRENT_LIST_DIR}/checkpoint_identity_test.cpp
+  LIBS ddo_core)
