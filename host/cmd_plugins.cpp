@@ -2,6 +2,7 @@
 // status; `ddo-host verify` hashes every listed artifact without loading any (exit 0 / 3).
 // Order of checks: docs/architecture.md, "Artifact manifest, verification and loading order".
 #include <nlohmann/json.hpp>
+#include <spdlog/spdlog.h>
 
 #include <algorithm>
 #include <iomanip>
@@ -38,7 +39,7 @@ std::string status_text(const PluginRecord & r) {
     switch (r.status) {
         case PluginStatus::listed: return "listed";
         case PluginStatus::verified: return "verified";
-        case PluginStatus::loaded: return "loaded";
+        case PluginStatus::loaded: return "verified";  // loaded to read its table: verified first
         case PluginStatus::refused: return std::string("refused: ") + to_string(r.refusal);
     }
     return "unknown";
@@ -66,6 +67,14 @@ struct ModelFacts {
 // record's refusal, as a run would see it).
 std::map<std::string, ModelFacts> model_facts(PluginRegistry & registry) {
     std::map<std::string, ModelFacts> out;
+    // A plugin's own info lines while it hands over its table are noise in a listing (and would break --json on
+    // stdout): warnings and errors only, for the duration.
+    const auto level = spdlog::get_level();
+    spdlog::set_level(spdlog::level::warn);
+    struct Restore {
+        spdlog::level::level_enum level;
+        ~Restore() { spdlog::set_level(level); }
+    } restore{level};
     std::vector<std::string> names;
     for (const auto & r : registry.records())
         if (r.status != PluginStatus::refused && r.kind == "model") names.push_back(r.name);

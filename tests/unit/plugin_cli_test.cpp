@@ -37,7 +37,9 @@ Result run_host(const std::string & args, const std::string & env_prefix = "") {
 
 TEST(PluginCli, PluginsListsBuiltFixturesAsVerified) {
     const Result r = run_host("plugins --plugin-dir " + quote(fixture_plugin_dir()));
-    ASSERT_EQ(r.exit_code, 0) << r.output;
+    // The fixture directory holds refused plugins on purpose: the listing says so with exit 3, like verify.
+    ASSERT_EQ(r.exit_code, 3) << r.output;
+    EXPECT_NE(r.output.find("plugin(s) refused"), std::string::npos) << r.output;
     const auto line_of = [&](const std::string & name) {
         const auto at = r.output.find("\n" + name + " ");
         return at == std::string::npos ? std::string() : r.output.substr(at + 1, r.output.find('\n', at + 1) - at - 1);
@@ -48,11 +50,22 @@ TEST(PluginCli, PluginsListsBuiltFixturesAsVerified) {
     EXPECT_NE(line_of("fixture_wrong_abi").find("refused: abi_major_mismatch"), std::string::npos) << r.output;
     EXPECT_NE(r.output.find("file: " + (fixture_plugin_dir() / "libddo_model_fixture_good.so").string()),
               std::string::npos);
+    // A verified model plugin's own table: description, components, supported options.
+    EXPECT_NE(r.output.find("    components: "), std::string::npos) << r.output;
+    EXPECT_NE(r.output.find("    options: "), std::string::npos) << r.output;
+}
+
+TEST(PluginCli, PluginsOfTheBuiltTreeExitZeroAndShowWhatEachModelTakes) {
+    const Result r = run_host("plugins");
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+    EXPECT_NE(r.output.find("Qwen-Image 2.1"), std::string::npos) << r.output;
+    EXPECT_NE(r.output.find("    components: transformer, vae"), std::string::npos) << r.output;
+    EXPECT_NE(r.output.find("    options: plugin.qwen_image_21.*"), std::string::npos) << r.output;
 }
 
 TEST(PluginCli, PluginsJsonCarriesNameKindVersionAliasesFileDigestStatus) {
     const Result r = run_host("plugins --json", "DDO_PLUGIN_PATH=" + quote(fixture_plugin_dir()));
-    ASSERT_EQ(r.exit_code, 0) << r.output;
+    ASSERT_EQ(r.exit_code, 3) << r.output;  // refused fixtures are listed, and the exit code says so
     const auto j = nlohmann::json::parse(r.output);
     bool seen_good = false, seen_throws = false;
     for (const auto & p : j.at("plugins")) {
@@ -65,6 +78,8 @@ TEST(PluginCli, PluginsJsonCarriesNameKindVersionAliasesFileDigestStatus) {
             EXPECT_EQ(p.at("sha256"), fixture_entry("fixture_good").sha256);
             EXPECT_EQ(p.at("sha256_short"), fixture_entry("fixture_good").sha256.substr(0, 12));
             EXPECT_EQ(p.at("status"), "verified");
+            EXPECT_TRUE(p.contains("description") && p.contains("components") && p.contains("supported_options"))
+                << p.dump();
         }
         if (p.at("name") == "fixture_missing_symbol") {
             seen_throws = true;
