@@ -79,10 +79,13 @@ Catalog read_catalog() {
 
 // Objects whose keys are data (components, setting keys): their children are written as "*".
 const std::set<std::string> kDynamicMaps = {"settings.values", "settings.effective_components", "routes", "counters",
-                                            "workload", "memory", "phases[].memory"};
+                                            "workload", "memory", "phases[].memory",
+                                            "identity.checkpoint.identity.components",
+                                            "identity.checkpoint.identity.components_missing",
+                                            "identity.checkpoint.inputs"};
 // Values whose inside belongs to someone else (plugin, engine, user): not descended into.
 const std::set<std::string> kOpaque = {"settings.values.*.value", "counters.*", "notes", "phases[].notes", "steps[].extra",
-                                       "workload.*", "identity.checkpoint", "error.exit_code_detail"};
+                                       "workload.*", "identity.checkpoint.facts", "error.exit_code_detail"};
 
 void flatten(const json & j, const std::string & path, std::set<std::string> & out, std::set<std::string> & empty) {
     if (!path.empty()) out.insert(path);

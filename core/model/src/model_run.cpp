@@ -185,7 +185,7 @@ void ModelRun::record_checkpoint(const std::vector<std::string> & components) {
 }
 
 void ModelRun::add_checkpoint_facts(const nlohmann::json & facts) {
-    for (const auto & [k, v] : facts.items()) checkpoint_[k] = v;
+    for (const auto & [k, v] : facts.items()) checkpoint_["facts"][k] = v;
     if (ctx_.tracker) ctx_.tracker->set_checkpoint(checkpoint_);
 }
 

@@ -121,7 +121,7 @@ public:
     // checkpoint: {"path", "identity": checkpoint_identity(model_dir, components), "hash_weights", "inputs"}, from
     // the headers alone: call it before the checkpoint is validated, so a failed load still says what it read.
     void record_checkpoint(const std::vector<std::string> & components);
-    // Model facts added to the checkpoint record (block counts, payloads) once the plugin has read them.
+    // Model facts added under checkpoint.facts (block counts, payloads) once the plugin has read them.
     void add_checkpoint_facts(const nlohmann::json & facts);
     // inputs.<role>: {"file", "size", "sha256"}.
     void record_input(const std::string & role, const std::filesystem::path & file);
