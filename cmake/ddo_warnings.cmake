@@ -7,4 +7,12 @@ endif()
 if(DDO_SANITIZE)
   add_compile_options(-fsanitize=address,undefined -fno-omit-frame-pointer)
   add_link_options(-fsanitize=address,undefined)
+  # Suppressions for third-party leaks (cmake/sanitizer_defaults.cpp), linked into executables only.
+  add_library(ddo_sanitizer_defaults OBJECT ${CMAKE_CURRENT_LIST_DIR}/sanitizer_defaults.cpp)
 endif()
+# Adds the sanitizer defaults to an executable (no-op without DDO_SANITIZE).
+function(ddo_executable_defaults target)
+  if(TARGET ddo_sanitizer_defaults)
+    target_sources(${target} PRIVATE $<TARGET_OBJECTS:ddo_sanitizer_defaults>)
+  endif()
+endfunction()

@@ -28,5 +28,5 @@ if(TARGET qwen_image_21_impl AND TARGET qwen_image_21 AND TARGET ddo-host)
     LIBS qwen_image_21_impl PNG::PNG)
   target_compile_definitions(qwen_image_21_outputs_test PRIVATE
     QI21_FIXTURE_DIR="${CMAKE_BINARY_DIR}/fixtures/qwen_image_21" DDO_HOST_BIN="$<TARGET_FILE:ddo-host>")
-  add_dependencies(qwen_image_21_outputs_test ddo-host qwen_image_21 linear)
+  add_dependencies(qwen_image_21_outputs_test ddo-host qwen_image_21 linear ddo_manifest_main)
 endif()

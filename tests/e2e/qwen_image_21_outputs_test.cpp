@@ -4,11 +4,8 @@
 #include <gtest/gtest.h>
 #include <png.h>
 
-#include <sys/wait.h>
-#include <unistd.h>
 
 #include <cstdio>
-#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -16,6 +13,7 @@
 #include <nlohmann/json.hpp>
 
 #include "checkpoint.hpp"
+#include "e2e/host_run.hpp"
 
 namespace fs = std::filesystem;
 
@@ -60,30 +58,17 @@ Png read_png(const fs::path & path) {
     return out;
 }
 
-struct HostRun {
-    int exit_code = -1;
-    nlohmann::json report;
-    std::string log;
+struct OutputsRun : ddo::test::HostRun {
     Png image;
 };
 
-HostRun run_host(const std::string & tag, const fs::path & model, const std::string & extra) {
-    const fs::path dir = fs::temp_directory_path() / ("ddo_qi21_outputs_" + std::to_string(::getpid()) + "_" + tag);
-    fs::remove_all(dir);
-    fs::create_directories(dir);
-    const std::string cmd = std::string("'") + DDO_HOST_BIN + "' --plugin qwen_image --preset low_ram_safe.toml --model '" +
-                            model.string() + "' --prompt-embeds '" + (kFixtures / "prompt_embeds.safetensors").string() +
-                            "' --output '" + dir.string() + "' --report '" + (dir / "report.json").string() + "' " +
-                            extra + " > '" + (dir / "log").string() + "' 2>&1";
-    HostRun r;
-    const int st = std::system(cmd.c_str());
-    r.exit_code = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
-    std::ifstream log(dir / "log");
-    r.log.assign(std::istreambuf_iterator<char>(log), {});
-    std::ifstream in(dir / "report.json");
-    if (in) r.report = nlohmann::json::parse(in);
-    r.image = read_png(dir / "image.png");
-    fs::remove_all(dir);
+OutputsRun run_host(const std::string & tag, const fs::path & model, const std::string & extra) {
+    OutputsRun r;
+    static_cast<ddo::test::HostRun &>(r) = ddo::test::run_ddo_host(
+        "outputs_" + tag,
+        "--plugin qwen_image --preset low_ram_safe.toml --model '" + model.string() + "' --prompt-embeds '" +
+            (kFixtures / "prompt_embeds.safetensors").string() + "' " + extra,
+        [&](const fs::path & dir) { r.image = read_png(dir / "image.png"); });
     return r;
 }
 

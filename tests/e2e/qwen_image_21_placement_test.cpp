@@ -5,16 +5,14 @@
 // says of a run's load checks and torch memory monitors.
 #include <gtest/gtest.h>
 
-#include <sys/wait.h>
-#include <unistd.h>
 
-#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 
 #include <nlohmann/json.hpp>
 
 #include "ddo/torch/cuda_transport.hpp"
+#include "e2e/host_run.hpp"
 
 namespace fs = std::filesystem;
 
@@ -22,30 +20,13 @@ namespace {
 
 const fs::path kFixtures = QI21_FIXTURE_DIR;
 
-struct HostRun {
-    int exit_code = -1;
-    nlohmann::json report;
-    std::string log;
-};
+using ddo::test::HostRun;
 
 HostRun run_host(const std::string & tag, const std::string & extra, const fs::path & model = kFixtures / "checkpoint") {
-    const fs::path dir = fs::temp_directory_path() / ("ddo_qi21_placement_" + std::to_string(::getpid()) + "_" + tag);
-    fs::remove_all(dir);
-    fs::create_directories(dir);
-    const std::string cmd = std::string("'") + DDO_HOST_BIN + "' --plugin qwen_image --preset low_ram_safe.toml --model '" +
-                            model.string() + "' --prompt-embeds '" +
-                            (kFixtures / "prompt_embeds.safetensors").string() +
-                            "' --steps 1 --width 64 --height 64 --output '" + dir.string() + "' --report '" +
-                            (dir / "report.json").string() + "' " + extra + " > '" + (dir / "log").string() + "' 2>&1";
-    HostRun r;
-    const int st = std::system(cmd.c_str());
-    r.exit_code = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
-    std::ifstream log(dir / "log");
-    r.log.assign(std::istreambuf_iterator<char>(log), {});
-    std::ifstream in(dir / "report.json");
-    if (in) r.report = nlohmann::json::parse(in);
-    fs::remove_all(dir);
-    return r;
+    return ddo::test::run_ddo_host("placement_" + tag, "--plugin qwen_image --preset low_ram_safe.toml --model '" +
+                                                           model.string() + "' --prompt-embeds '" +
+                                                           (kFixtures / "prompt_embeds.safetensors").string() +
+                                                           "' --steps 1 --width 64 --height 64 " + extra);
 }
 
 class Qi21Placement : public ::testing::Test {
