@@ -30,3 +30,13 @@ if(TARGET qwen_image_21_impl AND TARGET qwen_image_21 AND TARGET ddo-host)
     QI21_FIXTURE_DIR="${CMAKE_BINARY_DIR}/fixtures/qwen_image_21" DDO_HOST_BIN="$<TARGET_FILE:ddo-host>")
   add_dependencies(qwen_image_21_outputs_test ddo-host qwen_image_21 linear ddo_manifest_main)
 endif()
+
+# Settings whose effect lives in the model kit: a changed value changes the report, or the run is refused.
+if(TARGET qwen_image_21 AND TARGET ddo-host)
+  ddo_add_gtest(qwen_image_21_settings_test LABELS e2e TIMEOUT 300
+    SOURCES ${CMAKE_CURRENT_LIST_DIR}/qwen_image_21_settings_test.cpp
+    LIBS nlohmann_json::nlohmann_json PNG::PNG)
+  target_compile_definitions(qwen_image_21_settings_test PRIVATE
+    QI21_FIXTURE_DIR="${CMAKE_BINARY_DIR}/fixtures/qwen_image_21" DDO_HOST_BIN="$<TARGET_FILE:ddo-host>")
+  add_dependencies(qwen_image_21_settings_test ddo-host qwen_image_21 linear ddo_manifest_main)
+endif()

@@ -2,18 +2,16 @@
 // the VAE's: an RGB VAE writes an RGB PNG whose pixels equal diffusers' output, an RGBA VAE an RGBA one; text
 // chunks tie it to its run) and the report's checkpoint identity (equal across runs of the same checkpoint).
 #include <gtest/gtest.h>
-#include <png.h>
 
 
-#include <cstdio>
 #include <filesystem>
 #include <fstream>
-#include <map>
 
 #include <nlohmann/json.hpp>
 
 #include "checkpoint.hpp"
 #include "e2e/host_run.hpp"
+#include "e2e/png_read.hpp"
 
 namespace fs = std::filesystem;
 
@@ -21,42 +19,8 @@ namespace {
 
 const fs::path kFixtures = QI21_FIXTURE_DIR;
 
-struct Png {
-    uint32_t width = 0, height = 0;
-    int color_type = -1, channels = 0;
-    std::vector<uint8_t> pixels;
-    std::map<std::string, std::string> text;
-};
-
-Png read_png(const fs::path & path) {
-    Png out;
-    std::FILE * fp = std::fopen(path.c_str(), "rb");
-    if (!fp) return out;
-    png_structp png = png_create_read_struct(PNG_LIBPNG_VER_STRING, nullptr, nullptr, nullptr);
-    png_infop info = png_create_info_struct(png);
-    if (setjmp(png_jmpbuf(png))) {
-        png_destroy_read_struct(&png, &info, nullptr);
-        std::fclose(fp);
-        return Png{};
-    }
-    png_init_io(png, fp);
-    png_read_info(png, info);
-    out.width = png_get_image_width(png, info);
-    out.height = png_get_image_height(png, info);
-    out.color_type = png_get_color_type(png, info);
-    out.channels = png_get_channels(png, info);
-    const size_t row = png_get_rowbytes(png, info);
-    out.pixels.resize(row * out.height);
-    for (uint32_t y = 0; y < out.height; ++y) png_read_row(png, out.pixels.data() + y * row, nullptr);
-    png_read_end(png, info);
-    png_textp text = nullptr;
-    int n = 0;
-    png_get_text(png, info, &text, &n);
-    for (int i = 0; i < n; ++i) out.text[text[i].key] = text[i].text;
-    png_destroy_read_struct(&png, &info, nullptr);
-    std::fclose(fp);
-    return out;
-}
+using ddo::test::Png;
+using ddo::test::read_png;
 
 struct OutputsRun : ddo::test::HostRun {
     Png image;

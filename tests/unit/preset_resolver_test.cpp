@@ -307,7 +307,7 @@ TEST_F(PresetTest, ShippedPresetsResolveWithDescriptions) {
     EXPECT_EQ(resolve_settings(rq).route("transformer"), Route::resident);
     rq.preset = "warm_process";
     auto w = resolve_settings(rq);
-    EXPECT_TRUE(w.capacities().cache_pinned_weights);
+    EXPECT_EQ(w.get<int>("runtime.generation_repeats"), 2);
     EXPECT_DOUBLE_EQ(w.capacities().ram_headroom_gb, 6.0);  // child beats one_shot_fast's 8
 }
 

@@ -35,6 +35,9 @@ struct ComponentWeights::Impl {
     std::vector<GroupSpec> specs;
     std::unique_ptr<en::ModelLayout> layout;
     std::vector<std::vector<std::size_t>> groups_of;  // declared group -> its engine groups (leaf: several)
+    std::vector<std::vector<std::size_t>> shared_with;  // declared groups in the same engine group (itself included)
+    std::map<std::size_t, std::size_t> held_by;          // engine group -> declared group whose leases hold it
+    std::map<std::size_t, int> users;                    // engine group -> declared groups acquired and not released
     nlohmann::json placement;
     std::unique_ptr<en::Transport> transport;
     // Declared before the engine, which borrows them: destroyed after it.
@@ -82,6 +85,7 @@ en::EngineConfig engine_config(const ComponentPlan & p) {
     cfg.ram_headroom = Capacities::gib_to_bytes(k.ram_headroom_gb);
     // slots = prefetch depth + 1 (>= 2, >= staging slots); group_block/group_leaf: the planner uses 2.
     cfg.slots = uint32_t(std::max<int64_t>({2, int64_t(k.prefetch_depth) + 1, int64_t(k.staging_slots)}));
+    cfg.prefetch_depth = uint32_t(p.prefetch_depth());
     cfg.staging_slots = uint32_t(std::max(2, k.staging_slots));
     cfg.policy = k.selection == Selection::first     ? en::SelectionPolicy::first
                  : k.selection == Selection::largest ? en::SelectionPolicy::largest
@@ -108,13 +112,32 @@ std::unique_ptr<ComponentWeights> ComponentWeights::open(const std::filesystem::
     m.store.emplace(store::WeightStore::open_component(dir));
     m.specs = std::move(groups);
     const auto gran = plan.route == Route::group_leaf ? en::Granularity::leaf : en::Granularity::block;
+    // group_block with blocks_per_group = N: N consecutive declared groups form one engine group ("a+b"), held
+    // while any of them is acquired (Note [Blocks per group]).
+    const std::size_t per = plan.route == Route::group_block ? std::size_t(std::max(1, plan.blocks_per_group)) : 1;
     std::vector<en::GroupDecl> decls;
-    for (const auto & g : m.specs) decls.push_back(en::GroupDecl{g.name, g.tensors, {}});
+    std::vector<std::size_t> decl_of(m.specs.size());
+    for (std::size_t first = 0; first < m.specs.size(); first += per) {
+        en::GroupDecl d{m.specs[first].name, {}, {}};
+        for (std::size_t i = first; i < std::min(first + per, m.specs.size()); ++i) {
+            if (i > first) d.name += "+" + m.specs[i].name;
+            d.tensors.insert(d.tensors.end(), m.specs[i].tensors.begin(), m.specs[i].tensors.end());
+            decl_of[i] = decls.size();
+        }
+        decls.push_back(std::move(d));
+    }
     m.layout = std::make_unique<en::ModelLayout>(en::ModelLayout::build(decls, *m.store, gran));
-    std::map<std::string, std::size_t> spec_index;
-    for (std::size_t i = 0; i < m.specs.size(); ++i) spec_index.emplace(m.specs[i].name, i);
+    std::map<std::string, std::size_t> decl_index;
+    for (std::size_t d = 0; d < decls.size(); ++d) decl_index.emplace(decls[d].name, d);
+    std::vector<std::vector<std::size_t>> groups_of_decl(decls.size());
+    for (std::size_t g = 0; g < m.layout->size(); ++g) groups_of_decl.at(decl_index.at(m.layout->group(g).decl)).push_back(g);
     m.groups_of.resize(m.specs.size());
-    for (std::size_t g = 0; g < m.layout->size(); ++g) m.groups_of.at(spec_index.at(m.layout->group(g).decl)).push_back(g);
+    m.shared_with.resize(m.specs.size());
+    for (std::size_t i = 0; i < m.specs.size(); ++i) {
+        m.groups_of[i] = groups_of_decl[decl_of[i]];
+        for (std::size_t j = 0; j < m.specs.size(); ++j)
+            if (decl_of[j] == decl_of[i]) m.shared_with[i].push_back(j);
+    }
 
     const auto & k = plan.capacities;
     const auto cfg = engine_config(plan);
@@ -185,11 +208,43 @@ void ComponentWeights::begin_phase(std::string_view name) {
 const GroupTensors & ComponentWeights::acquire(std::size_t i) {
     auto & m = *impl_;
     begin_phase(m.component);
-    auto & held = m.leases[i];
-    held.clear();
+    if (m.tensors.count(i)) release(i);
     GroupTensors out;
     out.group_ = m.specs.at(i).name;
     const auto & engine_groups = m.groups_of.at(i);
+    const auto & mine = m.specs.at(i).tensors;
+    const bool merged = m.shared_with.at(i).size() > 1;
+    if (merged) {
+        // Note [Blocks per group]: one engine group for several declared ones: lease it once, view only this
+        // declared group's tensors, keep the lease until the last of them is released.
+        const std::size_t g = engine_groups.front();
+        // An engine group kept for its next members but left for another one: hand it back first.
+        for (auto it = m.held_by.begin(); it != m.held_by.end();) {
+            if (it->first != g && m.users[it->first] == 0) {
+                for (auto & l : m.leases[it->second]) l.release();
+                m.leases.erase(it->second);
+                m.users.erase(it->first);
+                it = m.held_by.erase(it);
+            } else {
+                ++it;
+            }
+        }
+        if (!m.held_by.count(g)) {
+            m.held_by[g] = i;
+            m.leases[i].push_back(m.engine->acquire(g));
+        }
+        ++m.users[g];
+        const auto views = ddo::torch::tensor_views(m.leases.at(m.held_by.at(g)).front());
+        for (const auto & n : mine) {
+            const auto & t = views.at(n);
+            out.map_.emplace(n, t.scalar_type() == m.dtype ? t : t.to(m.dtype));
+        }
+        auto [it, inserted] = m.tensors.insert_or_assign(i, std::move(out));
+        (void)inserted;
+        return it->second;
+    }
+    auto & held = m.leases[i];
+    held.clear();
     for (std::size_t g : engine_groups) {
         held.push_back(m.engine->acquire(g));
         const auto views = ddo::torch::tensor_views(held.back());  // named: .all() refers into it
@@ -210,7 +265,19 @@ const GroupTensors & ComponentWeights::acquire(std::size_t i) {
 
 void ComponentWeights::release(std::size_t i) {
     auto & m = *impl_;
-    m.tensors.erase(i);
+    if (!m.tensors.erase(i)) return;
+    if (m.shared_with.at(i).size() > 1) {
+        const std::size_t g = m.groups_of.at(i).front();
+        if (--m.users[g] > 0) return;  // another declared group of this engine group still uses the lease
+        // Kept until its last member is released (the next member, acquired next, finds it held).
+        if (i != m.shared_with.at(i).back()) return;
+        const std::size_t holder = m.held_by.at(g);
+        for (auto & l : m.leases[holder]) l.release();
+        m.leases.erase(holder);
+        m.held_by.erase(g);
+        m.users.erase(g);
+        return;
+    }
     auto it = m.leases.find(i);
     if (it == m.leases.end()) return;
     for (auto & l : it->second) l.release();
@@ -228,6 +295,8 @@ std::uint64_t ComponentWeights::finish() {
     auto & m = *impl_;
     m.tensors.clear();
     m.leases.clear();
+    m.held_by.clear();
+    m.users.clear();
     if (!m.begun || m.ended) return 0;
     m.ended = true;
     return m.engine->end_phase();

@@ -5,6 +5,8 @@
 #include <algorithm>
 #include <chrono>
 
+#include <xxhash.h>
+
 #include "ddo/error.hpp"
 #include "ddo/model/image_output.hpp"
 #include "ddo/preset/resolved_settings.hpp"
@@ -16,6 +18,22 @@
 namespace ddo::model {
 namespace fs = std::filesystem;
 using Clock = std::chrono::steady_clock;
+
+namespace {
+
+std::string pixel_digest(const at::Tensor & hwc) {
+    XXH128_canonical_t c;
+    XXH128_canonicalFromHash(&c, XXH3_128bits(hwc.data_ptr(), size_t(hwc.numel()) * hwc.element_size()));
+    static const char * d = "0123456789abcdef";
+    std::string out;
+    for (unsigned char b : c.digest) {
+        out += d[b >> 4];
+        out += d[b & 15];
+    }
+    return out;
+}
+
+}  // namespace
 
 struct ModelRun::PhaseState {
     std::optional<RunTracker::Phase> phase;
@@ -127,9 +145,19 @@ void ModelRun::unload(std::unique_ptr<ComponentWeights> w) {
                            "' with " + std::to_string(outstanding) + " outstanding lease(s) or upload(s)");
 }
 
-void ModelRun::begin_phase(const std::string & name) {
+int ModelRun::generations() const {
+    return ctx_.settings->get_optional<int>("runtime.generation_repeats").value_or(1);
+}
+
+void ModelRun::begin_generation(int g) {
+    generation_ = g;
+    if (g > 1) log(2, "generation " + std::to_string(g) + " of " + std::to_string(generations()) + " (weights loaded once)");
+}
+
+void ModelRun::begin_phase(const std::string & base) {
     end_phase();
     phase_ = std::make_unique<PhaseState>();
+    const std::string name = generation_ > 1 ? base + " (generation " + std::to_string(generation_) + ")" : base;
     phase_name_ = name;
     if (ctx_.tracker) phase_->phase.emplace(ctx_.tracker->phase(name));
     if (!ctx_.dry_run)
@@ -215,6 +243,17 @@ std::vector<fs::path> ModelRun::write_images(const at::Tensor & images, const st
     for (int64_t i = 0; i < pixels.size(0); ++i) {
         check_interrupted("while writing outputs");
         const auto hwc = to_pixels_hwc(pixels[i]);
+        const std::string digest = pixel_digest(hwc);
+        if (generation_ > 1) {  // runtime.generation_repeats: compared, not written again
+            const bool same = size_t(i) < first_images_.size() && first_images_[size_t(i)] == digest;
+            generation_notes_.push_back({{"generation", generation_}, {"image", i}, {"pixels_xxh3_128", digest},
+                                         {"identical_to_generation_1", same}});
+            if (ctx_.tracker) ctx_.tracker->note("generations", generation_notes_);
+            if (!same) log(3, "generation " + std::to_string(generation_) + " image " + std::to_string(i) +
+                                  " differs from generation 1's");
+            continue;
+        }
+        first_images_.push_back(digest);
         const auto path = ctx_.output_dir / (pixels.size(0) == 1 ? stem + ".png" : stem + "_" + std::to_string(i) + ".png");
         write_png(path, hwc.data_ptr<std::uint8_t>(), std::uint32_t(hwc.size(1)), std::uint32_t(hwc.size(0)),
                   int(hwc.size(2)), text);

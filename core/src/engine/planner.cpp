@@ -200,6 +200,11 @@ Plan plan_residency(const ModelLayout & layout, const EngineConfig & cfg, const 
     p.slots = cfg.route == Route::group_block || cfg.route == Route::group_leaf ? 2 : cfg.slots;
     if (p.slots != cfg.slots) p.notes.push_back("route " + route_name + ": 2 slots (one group ahead), slots = " + std::to_string(cfg.slots) + " ignored");
     p.prefetch_depth = p.slots - 1;
+    if (cfg.prefetch_depth && *cfg.prefetch_depth < p.prefetch_depth) {
+        p.prefetch_depth = *cfg.prefetch_depth;
+        p.notes.push_back("prefetch depth " + std::to_string(p.prefetch_depth) + " (of " + std::to_string(p.slots - 1) +
+                          " the slots allow)" + (p.prefetch_depth == 0 ? ": each streamed group is uploaded when it is acquired" : ""));
+    }
     p.slot_bytes = slot_bytes;
     if (device_cap && p.resident_bytes + slot_bytes * p.slots > *device_cap)
         throw UsageError("device capacity " + format_mib(*device_cap) + " cannot hold " + std::to_string(p.slots) + " slots of " + format_mib(slot_bytes) +

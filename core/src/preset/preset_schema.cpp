@@ -100,16 +100,11 @@ const std::vector<KeyDef> & preset_schema() {
         s.push_back(choice("planner.selection", {"first", "spread", "largest"}, "spread",
                            "How the `dynamic` planner picks resident modules under the resident budget: "
                            "the first ones, spread evenly over depth, or the largest."));
-        s.push_back(integer("planner.small_tensor_threshold_kb", 0, 1048576, 1024,
-                            "Tensors up to this size (KiB) stay resident instead of being streamed."));
 
         // Runtime lifecycle.
-        s.push_back(boolean("runtime.cache_pinned_weights", false,
-                            "Keep pinned host copies for the life of the process (warm_process)."));
         s.push_back(integer("runtime.generation_repeats", 1, 100, 1,
-                            "Run the generation this many times in one process (warm comparisons)."));
-        s.push_back(integer("runtime.pre_vae_cleanup_repeats", 0, 10, 1,
-                            "Cleanup passes (release intermediates, trim idle pools) before VAE decode."));
+                            "Generations per run on weights loaded once; phases of generation g > 1 are recorded as "
+                            "'<phase> (generation g)' and its outputs are compared with generation 1's, not rewritten."));
 
         // VAE.
         s.push_back(choice("vae.strategy", {"resident", "leaf_offload", "tiled", "temporal_stream", "auto"}, "auto",

@@ -121,7 +121,6 @@ Capacities ResolvedSettings::capacities() const {
                                          AllocatorBackend::automatic);
     if (auto v = get_optional<std::string>("planner.selection"))
         c.selection = parse_enum(*v, {Selection::first, Selection::spread, Selection::largest}, Selection::spread);
-    if (auto v = get_optional<bool>("runtime.cache_pinned_weights")) c.cache_pinned_weights = *v;
     return c;
 }
 

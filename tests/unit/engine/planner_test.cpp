@@ -117,3 +117,22 @@ TEST(Planner, RefusesImpossibleConfigurations) {
     cfg.device_budget = 300 * MiB;
     EXPECT_THROW(plan_residency(f.layout, cfg, caps({}, 8000 * MiB)), ddo::UsageError);
 }
+
+// capacities.prefetch_depth / components.<c>.use_stream reach the plan: at most slots - 1, 0 = synchronous.
+TEST(Planner, PrefetchDepthIsCappedBySlotsAndZeroIsSynchronous) {
+    Fixture f;
+    EngineConfig cfg;
+    cfg.route = Route::disk;
+    cfg.slots = 3;
+    EXPECT_EQ(plan_residency(f.layout, cfg, caps(4096 * MiB, 64000 * MiB)).prefetch_depth, 2u);  // default: slots - 1
+    cfg.prefetch_depth = 1;
+    EXPECT_EQ(plan_residency(f.layout, cfg, caps(4096 * MiB, 64000 * MiB)).prefetch_depth, 1u);
+    cfg.prefetch_depth = 0;
+    const Plan p = plan_residency(f.layout, cfg, caps(4096 * MiB, 64000 * MiB));
+    EXPECT_EQ(p.prefetch_depth, 0u);
+    bool noted = false;
+    for (const auto & n : p.notes) noted |= n.find("uploaded when it is acquired") != std::string::npos;
+    EXPECT_TRUE(noted) << nlohmann::json(p.notes).dump();
+    cfg.prefetch_depth = 9;  // more than the slots allow: the slots bound it
+    EXPECT_EQ(plan_residency(f.layout, cfg, caps(4096 * MiB, 64000 * MiB)).prefetch_depth, 2u);
+}

@@ -34,7 +34,10 @@ struct EngineConfig {
     std::optional<std::uint64_t> pinned_budget;    // bytes of pinned host memory for streamed groups
     std::uint64_t ram_headroom = 2ull << 30;       // kept free of pinned/pageable host copies
     std::uint64_t device_headroom = 512ull << 20;  // kept free on the device
-    std::uint32_t slots = 2;                       // >= 2; prefetch depth = slots - 1
+    std::uint32_t slots = 2;                       // >= 2
+    // Groups uploaded ahead of compute: at most slots - 1 (the default). 0 = none: a streamed group is uploaded
+    // when it is acquired (capacities.prefetch_depth = 0, components.<c>.use_stream = false).
+    std::optional<std::uint32_t> prefetch_depth;
     SelectionPolicy policy = SelectionPolicy::first;
     double snap_to_full_pin = 0.95;                // pin everything when budget >= 95 % of candidates
     std::uint32_t staging_slots = 2;               // disk route: host staging buffers (each fits a group)

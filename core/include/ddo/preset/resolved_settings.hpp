@@ -69,7 +69,6 @@ struct Capacities {
     std::string allocator = "auto";       // allocator plugin name; "auto" = the first verified one
     AllocatorBackend allocator_backend = AllocatorBackend::automatic;
     Selection selection = Selection::spread;  // planner.selection (or the component's override)
-    bool cache_pinned_weights = false;        // runtime.cache_pinned_weights
 
     static std::uint64_t gib_to_bytes(double gib) { return static_cast<std::uint64_t>(gib * 1073741824.0); }
 };

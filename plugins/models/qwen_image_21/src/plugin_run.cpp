@@ -78,25 +78,33 @@ void run_qwen_image_21(model::ModelRun & run) {
         return;
     }
 
-    run.begin_phase("denoise");
-    PipelineCallbacks cb;
-    cb.check_interrupted = [&](int step) { run.check_interrupted("at step " + std::to_string(step)); };
-    cb.on_step = [&](int step, int total) { run.step(step, total); };
-    auto latents = denoise(m, transformer, *blocks, embeds, o, cb);
-    blocks.reset();
-    run.unload(std::move(weights));
+    // runtime.generation_repeats: the transformer's weights stay loaded between generations (the point of a warm
+    // run); each generation's VAE decoder is built for its decode phase, as in a single generation.
+    const int generations = run.generations();
+    for (int g = 1; g <= generations; ++g) {
+        run.begin_generation(g);
+        run.begin_phase("denoise");
+        PipelineCallbacks cb;
+        cb.check_interrupted = [&](int step) { run.check_interrupted("at step " + std::to_string(step)); };
+        cb.on_step = [&](int step, int total) { run.step(step, total); };
+        auto latents = denoise(m, transformer, *blocks, embeds, o, cb);
+        if (g == generations) {
+            blocks.reset();
+            run.unload(std::move(weights));
+        }
 
-    run.begin_phase("decode");
-    VaeDecoder vae(m.vae, m.vae_config, o.dtype, o.device, vae_strategy_used, tiling);
-    auto image = decode_latents(m, vae, latents, o);
-    const bool fell_back = vae_strategy_used == VaeStrategy::tiled && !vae.last_decode_tiled();
-    run.record_route("vae", vae_name(vae_strategy_used), fell_back ? "resident" : vae_name(vae_strategy_used),
-                     fell_back ? "the image fits in one tile: decoded in one piece" : "");
-    run.record_counters("vae", {{"strategy", vae_name(vae_strategy_used)}, {"weight_bytes", vae.weight_bytes()},
-                                {"leaf_uploads", vae.uploads()}});
+        run.begin_phase("decode");
+        VaeDecoder vae(m.vae, m.vae_config, o.dtype, o.device, vae_strategy_used, tiling);
+        auto image = decode_latents(m, vae, latents, o);
+        const bool fell_back = vae_strategy_used == VaeStrategy::tiled && !vae.last_decode_tiled();
+        run.record_route("vae", vae_name(vae_strategy_used), fell_back ? "resident" : vae_name(vae_strategy_used),
+                         fell_back ? "the image fits in one tile: decoded in one piece" : "");
+        run.record_counters("vae", {{"strategy", vae_name(vae_strategy_used)}, {"weight_bytes", vae.weight_bytes()},
+                                    {"leaf_uploads", vae.uploads()}});
 
-    run.begin_phase("write_output");
-    run.write_images(image);
+        run.begin_phase("write_output");
+        run.write_images(image);
+    }
 }
 
 }  // namespace ddo::qwen_image_21

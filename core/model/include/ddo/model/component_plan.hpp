@@ -30,6 +30,15 @@ struct ComponentPlan {
     engine::Route route = engine::Route::dynamic;  // components.<c>.route
     std::string route_source;                      // its provenance
     Capacities capacities;                         // global capacities with the component's overrides
+    // components.<c>.use_stream: false = group routes upload synchronously (prefetch depth 0).
+    bool use_stream = true;
+    // components.<c>.blocks_per_group (group_block): declared groups merged into one engine group, like diffusers'
+    // num_blocks_per_group. Any other route refuses a value other than 1 (make_plan).
+    int blocks_per_group = 1;
+    // The engine's prefetch depth for this plan: capacities.prefetch_depth, 0 when use_stream = false on a group
+    // route; and why.
+    int prefetch_depth() const;
+    std::string prefetch_reason() const;
     DevicePlacement placement;                     // where it computes (one device per run)
     VaeStrategyKind vae_strategy = VaeStrategyKind::automatic;  // vae.strategy (VAE components)
     std::string vae_strategy_source;
@@ -49,7 +58,8 @@ struct ComponentPlan {
 };
 
 // A plan for `component` from the settings. allocator/allocator_name/allocator_error come from the host's
-// run context (make_plan fills the rest). Throws UsageError for an unknown component.
+// run context (make_plan fills the rest). Throws UsageError for an unknown component, and for
+// components.<c>.blocks_per_group != 1 on a route other than group_block (naming the key and the fix).
 ComponentPlan make_plan(const ResolvedSettings & settings, const std::string & component, const DevicePlacement & placement,
                         const ddo_allocator_vtable * allocator, const std::string & allocator_name,
                         const std::string & allocator_error);

@@ -104,6 +104,13 @@ public:
     // in, frees the weights. RuntimeError when owners are still outstanding (a lease or upload never returned).
     void unload(std::unique_ptr<ComponentWeights> weights);
 
+    // runtime.generation_repeats: generations per run on weights loaded once (warm comparisons).
+    int generations() const;
+    // Generation g (1-based) begins: phases of g > 1 are recorded as "<name> (generation g)", and write_images
+    // compares its images with generation 1's instead of writing them again (notes.generations).
+    void begin_generation(int g);
+    int generation() const noexcept { return generation_; }
+
     // Phases: begin_phase ends the open one. Weights opened earlier begin their engine phase here.
     void begin_phase(const std::string & name);
     void end_phase();
@@ -142,6 +149,9 @@ private:
     std::vector<ComponentWeights *> open_;  // borrowed: owned by the plugin until unload()
     std::unique_ptr<PhaseState> phase_;
     std::string phase_name_;
+    int generation_ = 1;
+    std::vector<std::string> first_images_;  // XXH3 of generation 1's pixels, per image
+    nlohmann::json generation_notes_ = nlohmann::json::array();
     nlohmann::json inputs_ = nlohmann::json::object();
     nlohmann::json checkpoint_ = nlohmann::json::object();
 };
