@@ -7,6 +7,8 @@
 #include <atomic>
 #include <csignal>
 #include <fstream>
+#include <random>
+#include <unistd.h>
 #include <iostream>
 
 #include "command_registry.hpp"
@@ -50,11 +52,23 @@ private:
 struct RunArgs {
     std::string plugin, preset;
     std::vector<std::string> sets;
-    std::string model, prompt_embeds, output, report;
+    std::string model, prompt_embeds, output, output_file, report;
+    std::optional<std::string> prompt, negative_prompt;
     std::optional<long long> steps, width, height, seed;
+    std::optional<double> cfg_scale;
     bool dry_run = false;
     bool hash_weights = false;
+    bool overwrite = false;
 };
+
+// A --set value that stays the text given: the resolver strips one pair of surrounding quotes, so wrap it in one.
+std::string quoted(const std::string & s) { return "\"" + s + "\""; }
+
+// --seed -1: a random seed, drawn here so that the report can record it (and the run be repeated).
+std::uint64_t random_seed() {
+    std::random_device rd;
+    return ((std::uint64_t(rd()) << 32) | rd()) & ((1ull << 53) - 1);  // workload.seed is at most 2^53 - 1
+}
 
 std::vector<std::string> c_list(const char * const * list) {
     std::vector<std::string> out;
@@ -63,13 +77,59 @@ std::vector<std::string> c_list(const char * const * list) {
 }
 
 // --steps N etc. are shorthand for --set workload.steps=N (so they carry provenance "--set").
-std::vector<std::string> all_sets(const RunArgs & a) {
+std::vector<std::string> all_sets(const RunArgs & a, std::optional<std::uint64_t> drawn_seed) {
     std::vector<std::string> sets = a.sets;
     if (a.steps) sets.push_back("workload.steps=" + std::to_string(*a.steps));
     if (a.width) sets.push_back("workload.width=" + std::to_string(*a.width));
     if (a.height) sets.push_back("workload.height=" + std::to_string(*a.height));
-    if (a.seed) sets.push_back("workload.seed=" + std::to_string(*a.seed));
+    if (drawn_seed) sets.push_back("workload.seed=" + std::to_string(*drawn_seed));
+    else if (a.seed) sets.push_back("workload.seed=" + std::to_string(*a.seed));
+    if (a.cfg_scale) sets.push_back("workload.guidance_scale=" + std::to_string(*a.cfg_scale));
+    if (a.prompt) sets.push_back("workload.prompt=" + quoted(*a.prompt));
+    if (a.negative_prompt) sets.push_back("workload.negative_prompt=" + quoted(*a.negative_prompt));
     return sets;
+}
+
+// Writable: make the directory and a probe file in it, now, not after denoising.
+void probe_dir(const fs::path & dir, const std::string & flag) {
+    std::error_code ec;
+    const fs::path d = dir.empty() ? fs::current_path() : dir;
+    fs::create_directories(d, ec);
+    const fs::path probe = d / (".ddo_write_probe_" + std::to_string(::getpid()));
+    std::ofstream f(probe);
+    const bool ok = f.good();
+    f.close();
+    fs::remove(probe, ec);
+    if (!ok) throw UsageError(flag + " " + d.string() + " is not writable; choose another directory");
+}
+
+fs::path canonical_of(const fs::path & p) { return fs::weakly_canonical(fs::absolute(p)); }
+
+// The report path, before anything loads (exit 2): not existing unless --overwrite, not a directory, writable.
+void check_report_path(const RunArgs & a, const fs::path & report_path) {
+    if (fs::is_directory(report_path))
+        throw UsageError("--report " + report_path.string() + " is a directory; give a file name");
+    if (fs::exists(report_path) && !a.overwrite)
+        throw UsageError("report " + report_path.string() + " exists; pass --overwrite to replace it, or choose another "
+                         "--report");
+    probe_dir(report_path.parent_path(), "--report");
+}
+
+// The output paths, before anything loads (exit 2): distinct from the report, writable. The files a plugin writes
+// are checked by the model kit (ModelRun::plan_images) once it knows their names.
+void check_output_paths(const RunArgs & a, const fs::path & report_path) {
+    if (!a.output_file.empty()) {
+        if (canonical_of(a.output_file) == canonical_of(report_path))
+            throw UsageError("--output-file and --report are the same file (" + report_path.string() +
+                             "); the report would overwrite the image");
+        if (fs::is_directory(a.output_file))
+            throw UsageError("--output-file " + a.output_file + " is a directory; give a file name (or use --output DIR)");
+        probe_dir(fs::path(a.output_file).parent_path(), "--output-file");
+        return;
+    }
+    if (!a.output.empty() && fs::exists(a.output) && !fs::is_directory(a.output))
+        throw UsageError("--output " + a.output + " exists and is not a directory");
+    probe_dir(a.output, "--output");
 }
 
 json workload_of(const ResolvedSettings & s) {
@@ -82,6 +142,7 @@ json workload_of(const ResolvedSettings & s) {
 int run_once(const RunArgs & a, const HostOptions & options, const std::vector<std::string> & argv) {
     fs::path report_path = !a.report.empty() ? fs::path(a.report)
                            : !a.output.empty() ? fs::path(a.output) / "ddo_report.json"
+                           : !a.output_file.empty() ? fs::path(a.output_file).parent_path() / "ddo_report.json"
                                                : fs::path("ddo_report.json");
     RunTrackerOptions topt;
     topt.report_path = report_path;
@@ -95,12 +156,29 @@ int run_once(const RunArgs & a, const HostOptions & options, const std::vector<s
     SigintScope sigint;
 
     int code = 0;
+    bool report_writable = true;
     try {
         auto setup = tracker.phase("setup");
+        try {
+            check_report_path(a, report_path);
+        } catch (const UsageError &) {
+            // A report that cannot be written where asked (or must not overwrite an existing one) goes to a temp file.
+            report_writable = false;
+            throw;
+        }
+        check_output_paths(a, report_path);
+        std::optional<std::uint64_t> drawn_seed;
+        if (a.seed && *a.seed == -1) {
+            drawn_seed = random_seed();
+            tracker.add_adjustment("workload.seed", -1, *drawn_seed, "--seed -1: a random seed, recorded to repeat the run");
+            spdlog::info("seed {} (random; --seed {} repeats this run)", *drawn_seed, *drawn_seed);
+        } else if (a.seed && *a.seed < 0) {
+            throw UsageError("--seed " + std::to_string(*a.seed) + ": a seed is >= 0, or -1 for a random one");
+        }
         ResolveRequest rq;
         rq.preset = a.preset;
         rq.preset_dirs = {options.preset_dir};
-        rq.sets = all_sets(a);
+        rq.sets = all_sets(a, drawn_seed);
         rq.environment = current_environment();
         // First without the plugin: preset errors are exit 2 before any artifact is touched.
         ResolvedSettings settings = resolve_settings(rq);
@@ -121,7 +199,13 @@ int run_once(const RunArgs & a, const HostOptions & options, const std::vector<s
         tracker.add_artifact("model_plugin", rec.name, rec.artifact.path, rec.actual_sha256);
         if (!plugin.model) throw RuntimeError("plugin '" + a.plugin + "' returned no model vtable");
 
-        // Again with the plugin: its components and supported_options (plugin-specific keys).
+        // Again with the plugin: its components and supported_options (plugin-specific keys), and every plugin name
+        // found (a plugin.<name> table must name one of them).
+        std::vector<std::string> known;
+        for (const auto & r : registry.records())
+            for (const auto & n : {r.artifact.name, r.name})
+                if (!n.empty() && std::find(known.begin(), known.end(), n) == known.end()) known.push_back(n);
+        rq.known_plugins = known;
         rq.plugin_name = rec.name;
         rq.plugin_components = c_list(plugin.model->components);
         rq.supported_options = c_list(plugin.model->supported_options);
@@ -142,6 +226,11 @@ int run_once(const RunArgs & a, const HostOptions & options, const std::vector<s
         ctx.tracker = &tracker;
         ctx.model_dir = a.model;
         ctx.output_dir = a.output.empty() ? fs::current_path() : fs::path(a.output);
+        if (!a.output_file.empty()) {
+            ctx.output_file = fs::absolute(a.output_file);
+            ctx.output_dir = ctx.output_file.parent_path();
+        }
+        ctx.overwrite = a.overwrite;
         ctx.prompt_embeds = a.prompt_embeds;
         ctx.interrupted = &g_interrupted;
         ctx.dry_run = a.dry_run;
@@ -200,9 +289,13 @@ int run_once(const RunArgs & a, const HostOptions & options, const std::vector<s
         tracker.mark_failed(code, std::string("internal error: ") + e.what(), "internal");
         spdlog::error("internal error: {}", e.what());
     }
+    // The report is always written: where asked, or (when that path is taken or not writable) beside it in the
+    // temp directory, and the console says where.
+    fs::path written = report_path;
+    if (!report_writable) written = fs::temp_directory_path() / ("ddo_report_" + std::to_string(::getpid()) + ".json");
     try {
-        tracker.write();
-        spdlog::info("report: {}", report_path.string());
+        tracker.write(written);
+        spdlog::info("report: {}", written.string());
     } catch (const std::exception & e) {
         spdlog::error("{}", e.what());
         if (code == 0) code = static_cast<int>(ExitCode::runtime);
@@ -220,13 +313,22 @@ void install(CLI::App & app, HostOptions & options) {
     app.add_option("--set", a->sets, "key=value override of a preset key (repeatable; docs/presets.md)")->group(g);
     app.add_option("--model", a->model, "checkpoint directory (diffusers layout)")->group(g);
     app.add_option("--prompt-embeds", a->prompt_embeds, "precomputed prompt embeddings file")->group(g);
-    app.add_option("--output", a->output, "output directory")->group(g);
+    app.add_option("-p,--prompt", a->prompt, "prompt text (workload.prompt); needs a plugin with a text encoder")->group(g);
+    app.add_option("-n,--negative-prompt", a->negative_prompt, "negative prompt (workload.negative_prompt)")->group(g);
+    app.add_option("--cfg-scale", a->cfg_scale, "guidance scale (workload.guidance_scale); > 1 guides when there is "
+                                                "a negative prompt")
+        ->group(g);
+    app.add_option("--output", a->output, "output directory (default: the current one)")->group(g);
+    app.add_option("-o,--output-file", a->output_file, "the image file itself (its directory is the output directory)")
+        ->group(g);
+    app.add_flag("--overwrite", a->overwrite, "replace an existing output or report (otherwise exit 2 before loading)")
+        ->group(g);
     app.add_option("--report", a->report, "report JSON path (default: <output>/ddo_report.json, else ./ddo_report.json)")
         ->group(g);
     app.add_option("--steps", a->steps, "shorthand for --set workload.steps=N")->group(g);
     app.add_option("--width", a->width, "shorthand for --set workload.width=W")->group(g);
     app.add_option("--height", a->height, "shorthand for --set workload.height=H")->group(g);
-    app.add_option("--seed", a->seed, "shorthand for --set workload.seed=S")->group(g);
+    app.add_option("--seed", a->seed, "shorthand for --set workload.seed=S; -1 = random (recorded)")->group(g);
     app.add_flag("--dry-run", a->dry_run, "resolve, load and record; the plugin computes nothing")->group(g);
     app.add_flag("--hash-weights", a->hash_weights,
                  "record a full content hash (sha256 + xxh3) of every checkpoint file in the report (reads the whole "

@@ -34,7 +34,17 @@ int main(int argc, char ** argv) {
     options.preset_dir = fs::weakly_canonical(executable_dir() / DDO_DEFAULT_PRESET_DIR_REL);
     app.add_option("--plugin-dir", options.plugin_dirs,
                    "extra plugin directory with its own artifacts.toml (repeatable; also DDO_PLUGIN_PATH)");
-    app.add_option("--log-level", options.log_level, "trace|debug|info|warn|error")->capture_default_str();
+    // Applied as soon as it is parsed (before any command runs): -v = debug, -q = warnings and errors only.
+    const auto set_level = [&options](const std::string & level) {
+        options.log_level = level;
+        spdlog::set_level(spdlog::level::from_str(level));
+    };
+    app.add_option("--log-level", options.log_level, "trace|debug|info|warn|error")
+        ->check(CLI::IsMember({"trace", "debug", "info", "warn", "error", "critical", "off"}))
+        ->each(set_level)
+        ->capture_default_str();
+    app.add_flag_callback("-v,--verbose", [set_level] { set_level("debug"); }, "more output: --log-level debug");
+    app.add_flag_callback("-q,--quiet", [set_level] { set_level("warn"); }, "warnings and errors only: --log-level warn");
 
     auto & installers = CommandRegistry::installers();
     std::stable_sort(installers.begin(), installers.end(),

@@ -35,6 +35,8 @@ struct RunContext {
     std::string allocator_error;
     std::filesystem::path model_dir;               // diffusers-layout checkpoint directory
     std::filesystem::path output_dir;              // where the plugin writes its outputs
+    std::filesystem::path output_file;             // -o/--output-file: the (first) image itself; empty = <output_dir>/image.png
+    bool overwrite = false;                        // --overwrite: existing outputs may be replaced
     std::filesystem::path prompt_embeds;           // optional: precomputed prompt embeddings
     std::atomic<bool> * interrupted = nullptr;     // set by the host on SIGINT; poll between steps
     bool dry_run = false;                          // resolve and plan, compute nothing

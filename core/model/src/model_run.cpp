@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <fstream>
 
 #include <xxhash.h>
 
@@ -54,6 +55,28 @@ ModelRun::~ModelRun() {
     }
 }
 
+const fs::path & ModelRun::require_model_dir() const {
+    if (ctx_.model_dir.empty())
+        throw UsageError(plugin_ + " reads a checkpoint: --model DIR is required (a diffusers-layout directory)");
+    if (!fs::is_directory(ctx_.model_dir))
+        throw UsageError("--model " + ctx_.model_dir.string() + ": no such directory; point it at a diffusers-layout checkpoint");
+    return ctx_.model_dir;
+}
+
+void ModelRun::check_class(const fs::path & relative, const std::vector<std::string> & expected) const {
+    const fs::path file = require_model_dir() / relative;
+    std::ifstream in(file);
+    if (!in) return;
+    const auto j = nlohmann::json::parse(in, nullptr, /*allow_exceptions=*/false);
+    if (!j.is_object() || !j.contains("_class_name") || !j["_class_name"].is_string()) return;
+    const std::string found = j["_class_name"].get<std::string>();
+    if (std::find(expected.begin(), expected.end(), found) != expected.end()) return;
+    std::string list;
+    for (const auto & e : expected) list += (list.empty() ? "" : ", ") + e;
+    throw UsageError(file.string() + ": _class_name is '" + found + "', but plugin '" + plugin_ + "' takes " + list +
+                     "; this is not its checkpoint: choose the plugin for " + found + " (ddo-host plugins) or another --model");
+}
+
 void ModelRun::log(int level, const std::string & message) const {
     if (log_) log_(level, message);
 }
@@ -75,8 +98,7 @@ Workload ModelRun::workload(const WorkloadDefaults & d) {
     const auto & s = *ctx_.settings;
     auto pick = [&](const char * key, auto fallback) {
         using T = decltype(fallback);
-        if (auto v = s.get_optional<T>(std::string("workload.") + key)) return *v;
-        return option<T>(key, fallback);
+        return s.get_optional<T>(std::string("workload.") + key).value_or(fallback);
     };
     Workload w;
     w.steps = pick("steps", d.steps);
@@ -84,6 +106,8 @@ Workload ModelRun::workload(const WorkloadDefaults & d) {
     w.height = pick("height", d.height);
     w.seed = pick("seed", d.seed);
     w.guidance_scale = s.get_optional<double>("workload.guidance_scale");
+    w.prompt = s.get_optional<std::string>("workload.prompt");
+    w.negative_prompt = s.get_optional<std::string>("workload.negative_prompt");
     // workload.precision (bf16 | fp16 | fp32); unset = bf16 on CUDA, fp32 on the CPU.
     const bool cuda = device().cuda;
     w.precision = s.get_optional<std::string>("workload.precision").value_or(cuda ? "bf16" : "fp32");
@@ -187,6 +211,12 @@ void ModelRun::check_interrupted(const std::string & where) const {
         throw Error(ExitCode::interrupted, plugin_ + ": interrupted " + where);
 }
 
+void ModelRun::adjust(const std::string & key, const nlohmann::json & requested, const nlohmann::json & effective,
+                      const std::string & reason) {
+    if (ctx_.tracker) ctx_.tracker->add_adjustment(key, requested, effective, reason);
+    log(3, key + ": " + requested.dump() + " requested, " + effective.dump() + " used: " + reason);
+}
+
 void ModelRun::record_workload(nlohmann::json workload) {
     if (ctx_.tracker) ctx_.tracker->set_workload(std::move(workload));
 }
@@ -223,9 +253,32 @@ void ModelRun::record_input(const std::string & role, const fs::path & file) {
     if (ctx_.tracker && checkpoint_.contains("identity")) ctx_.tracker->set_checkpoint(checkpoint_);
 }
 
+std::vector<fs::path> ModelRun::plan_images(int count, const std::string & stem) {
+    std::vector<fs::path> paths;
+    for (int i = 0; i < count; ++i) {
+        fs::path p;
+        if (!ctx_.output_file.empty()) {
+            p = i == 0 ? ctx_.output_file
+                       : ctx_.output_file.parent_path() / (ctx_.output_file.stem().string() + "_" + std::to_string(i) +
+                                                           ctx_.output_file.extension().string());
+        } else {
+            p = ctx_.output_dir / (count == 1 ? stem + ".png" : stem + "_" + std::to_string(i) + ".png");
+        }
+        std::error_code ec;
+        if (!ctx_.report_path.empty() && fs::weakly_canonical(fs::absolute(p), ec) == fs::weakly_canonical(fs::absolute(ctx_.report_path), ec))
+            throw UsageError("output " + p.string() + " is the report file (--report); choose another --report or --output");
+        if (fs::exists(p) && !ctx_.overwrite)
+            throw UsageError("output " + p.string() + " exists; pass --overwrite to replace it, or choose another --output");
+        paths.push_back(p);
+    }
+    planned_images_ = paths;
+    return paths;
+}
+
 std::vector<fs::path> ModelRun::write_images(const at::Tensor & images, const std::string & stem) {
     if (images.dim() != 4 || images.size(1) < 1 || images.size(1) > 4)
         throw RuntimeError(plugin_ + ": images to write must be [B, C, H, W] with 1 to 4 channels");
+    if (generation_ == 1 && planned_images_.size() != size_t(images.size(0))) plan_images(int(images.size(0)), stem);
     std::error_code ec;
     fs::create_directories(ctx_.output_dir, ec);
     if (ec) throw RuntimeError(ctx_.output_dir.string() + ": cannot create the output directory (" + ec.message() + ")");
@@ -254,7 +307,7 @@ std::vector<fs::path> ModelRun::write_images(const at::Tensor & images, const st
             continue;
         }
         first_images_.push_back(digest);
-        const auto path = ctx_.output_dir / (pixels.size(0) == 1 ? stem + ".png" : stem + "_" + std::to_string(i) + ".png");
+        const auto & path = planned_images_.at(size_t(i));
         write_png(path, hwc.data_ptr<std::uint8_t>(), std::uint32_t(hwc.size(1)), std::uint32_t(hwc.size(0)),
                   int(hwc.size(2)), text);
         if (ctx_.tracker) ctx_.tracker->add_output(path, "image/png");

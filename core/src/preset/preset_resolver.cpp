@@ -214,6 +214,18 @@ bool pattern_matches(const std::string & pattern, const std::string & key) {
 // Refuses plugin.<chosen>.* keys outside the plugin's supported_options.
 void check_plugin_option(const Context & ctx, const std::string & key, const Loc & loc) {
     const auto & rq = *ctx.request;
+    if (rq.known_plugins) {  // plugin.<name>: a plugin that exists (its options may belong to another model)
+        const std::string name = key.substr(7, key.find('.', 7) - 7);
+        const auto & k = *rq.known_plugins;
+        if (std::find(k.begin(), k.end(), name) == k.end()) {
+            std::string list;
+            for (const auto & n : k) list += (list.empty() ? "" : ", ") + n;
+            auto n = nearest(name, k);
+            fail(loc, "'" + key + "' configures plugin '" + name + "', but no plugin of that name is installed",
+                 (n.empty() ? std::string() : "did you mean 'plugin." + n + "'? ") + "installed: " +
+                     (list.empty() ? std::string("(none)") : list) + " (ddo-host plugins)");
+        }
+    }
     if (rq.plugin_name.empty() || !rq.supported_options) return;
     std::string prefix = "plugin." + rq.plugin_name + ".";
     if (!key.starts_with(prefix)) return;
@@ -412,6 +424,11 @@ void cross_check(const std::map<std::string, ResolvedValue> & v) {
         fail(loc_of_value("capacities.host_registration"),
              "capacities.host_registration = \"bounded\" needs capacities.host_registration_ceiling_gb > 0",
              "set capacities.host_registration_ceiling_gb (GiB), or use \"full\" / \"off\"");
+    if (v.at("vae.tile_size").value.get<long long>() % 8 != 0)
+        fail(loc_of_value("vae.tile_size"),
+             "vae.tile_size = " + v.at("vae.tile_size").value.dump() + " is not a multiple of 8",
+             "tiles are cut on the VAE's 8-pixel latent grid; use e.g. " +
+                 std::to_string(v.at("vae.tile_size").value.get<long long>() / 8 * 8));
     if (v.at("vae.tile_overlap").value.get<long long>() >= v.at("vae.tile_size").value.get<long long>())
         fail(loc_of_value("vae.tile_overlap"), "vae.tile_overlap must be smaller than vae.tile_size",
              "lower vae.tile_overlap or raise vae.tile_size");

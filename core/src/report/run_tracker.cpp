@@ -131,6 +131,7 @@ struct RunTracker::Impl {
     json outputs = json::array();
     json command_line = json::array();
     json notes = json::object();
+    json adjustments = json::array();
     json environment;
     bool dry_run = false;
 
@@ -429,6 +430,17 @@ void RunTracker::note(const std::string & key, json value) {
     impl_->notes[key] = std::move(value);
 }
 
+void RunTracker::add_adjustment(const std::string & key, json requested, json effective, const std::string & reason) {
+    std::lock_guard lk(impl_->mu);
+    json a = {{"key", key}, {"requested", std::move(requested)}, {"effective", std::move(effective)}, {"reason", reason}};
+    for (auto & old : impl_->adjustments)
+        if (old.at("key") == key) {
+            old = std::move(a);
+            return;
+        }
+    impl_->adjustments.push_back(std::move(a));
+}
+
 void RunTracker::set_torch_memory_hook(TorchMemoryHook hook, std::string torch_version) {
     std::lock_guard lk(impl_->mu);
     impl_->torch_hook = std::move(hook);
@@ -568,6 +580,7 @@ json RunTracker::to_json() const {
     r["counters"] = m.counters;
     r["outputs"] = m.outputs;
     r["notes"] = m.notes;
+    r["adjustments"] = m.adjustments;
     return r;
 }
 

@@ -61,6 +61,9 @@ struct ResolveRequest {
     std::string plugin_name;
     std::optional<std::vector<std::string>> plugin_components;
     std::optional<std::vector<std::string>> supported_options;
+    // Every plugin name the host found (model and allocator, verified or not). When given, a plugin.<name> table
+    // whose <name> is none of them is refused with the nearest name (a typo, or a plugin that is not installed).
+    std::optional<std::vector<std::string>> known_plugins;
 };
 
 ResolvedSettings resolve_settings(const ResolveRequest & request);

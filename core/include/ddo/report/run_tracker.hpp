@@ -92,6 +92,11 @@ public:
     void set_command_line(std::vector<std::string> argv);
     void set_dry_run(bool dry_run);
     void note(const std::string & key, nlohmann::json value);  // free-form "notes" object
+    // A value the run changed from what was requested (size floored to the model's multiple, guidance without a
+    // negative prompt, ...): "adjustments" gets {key, requested, effective, reason}; a second one for the same key
+    // replaces the first.
+    void add_adjustment(const std::string & key, nlohmann::json requested, nlohmann::json effective,
+                        const std::string & reason);
 
     using TorchMemoryHook = std::function<std::optional<TorchMemory>()>;
     void set_torch_memory_hook(TorchMemoryHook hook, std::string torch_version);

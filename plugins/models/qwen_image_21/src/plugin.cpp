@@ -7,7 +7,8 @@ namespace {
 
 const char * const kAliases[] = {"qwen_image", nullptr};
 const char * const kComponents[] = {"transformer", "vae", nullptr};
-const char * const kOptions[] = {"plugin.qwen_image_21.*", nullptr};
+// Exact keys: anything else under plugin.qwen_image_21 is refused before the run (with the nearest key).
+const char * const kOptions[] = {"plugin.qwen_image_21.use_kv_cache", nullptr};
 
 constexpr ddo::model::PluginDefinition kPlugin{
     "qwen_image_21",

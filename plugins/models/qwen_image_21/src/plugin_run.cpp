@@ -41,23 +41,41 @@ void run_qwen_image_21(model::ModelRun & run) {
     const auto w = run.workload({.width = 1024, .height = 1024, .steps = 40, .seed = 0});
     PipelineOptions o;
     o.steps = w.steps;
-    o.width = w.width;
-    o.height = w.height;
+    // The pipeline floors the size to a multiple of 32 (16x VAE, 2x2 latent patches); say so when it does.
+    constexpr int64_t kMultiple = 32;
+    o.width = w.width / kMultiple * kMultiple;
+    o.height = w.height / kMultiple * kMultiple;
+    if (o.width < kMultiple || o.height < kMultiple)
+        throw UsageError("qwen_image_21: width and height must be at least " + std::to_string(kMultiple) + " (got " +
+                         std::to_string(w.width) + "x" + std::to_string(w.height) + ")");
+    for (auto [key, req, eff] : {std::tuple{"workload.width", w.width, o.width}, std::tuple{"workload.height", w.height, o.height}})
+        if (req != eff)
+            run.adjust(key, req, eff, "Qwen-Image sizes are multiples of " + std::to_string(kMultiple) +
+                                          " pixels; floored as QwenImage21Pipeline does");
     o.seed = w.seed;
-    o.true_cfg_scale = w.guidance_scale.value_or(run.option<double>("true_cfg_scale", 1.0));
+    o.true_cfg_scale = w.guidance_scale.value_or(1.0);  // the pipeline's true_cfg_scale default
     o.use_kv_cache = run.option<bool>("use_kv_cache", true);
     o.device = run.device().device();
     o.dtype = w.dtype;
+    if (w.prompt || w.negative_prompt)
+        throw UsageError(std::string("qwen_image_21: ") + (w.prompt ? "workload.prompt (-p/--prompt)" : "workload.negative_prompt (-n/--negative-prompt)") +
+                         " needs the Qwen3-VL text encoder, which this plugin does not have yet; encode the prompt "
+                         "elsewhere and pass --prompt-embeds FILE (tools/reference/qwen_image_21_fixtures.py writes one)");
     if (run.prompt_embeds().empty())
         throw UsageError("qwen_image_21: --prompt-embeds is required (the Qwen3-VL text encoder is not built yet); "
                          "write one with tools/reference/qwen_image_21_fixtures.py");
+    // The checkpoint is this plugin's before anything is read: exit 2 naming the class otherwise.
+    run.require_model_dir();
+    run.check_class("model_index.json", {"QwenImage21Pipeline"});
+    run.check_class("transformer/config.json", {"QwenImage21Transformer2DModel"});
+    run.check_class("vae/config.json", {"AutoencoderKLQwenImage21"});
     const auto transformer_plan = run.plan("transformer");
     const auto vae_plan = run.plan("vae");
     VaeTiling tiling;
     const VaeStrategy vae_strategy_used = vae_strategy(vae_plan, o, tiling);
 
     run.record_workload({{"model", "qwen_image_21"}, {"width", o.width}, {"height", o.height}, {"steps", o.steps},
-                         {"seed", o.seed}, {"true_cfg_scale", o.true_cfg_scale}, {"use_kv_cache", o.use_kv_cache},
+                         {"seed", o.seed}, {"guidance_scale", o.true_cfg_scale}, {"use_kv_cache", o.use_kv_cache},
                          {"dtype", c10::toString(o.dtype)}, {"device", o.device.str()},
                          {"prompt_embeddings", "supplied (" + run.prompt_embeds().string() + ")"},
                          {"text_encoder", nullptr}});
@@ -69,6 +87,24 @@ void run_qwen_image_21(model::ModelRun & run) {
     run.add_checkpoint_facts({{"transformer_blocks", m.transformer_config.num_layers},
                               {"block_payload_bytes", block_payload_bytes(m.transformer, m.transformer_config, 0)}});
     auto embeds = load_prompt_embeds(run.prompt_embeds(), m.transformer_config.context_in_dim);
+    run.plan_images(int(embeds.embeds.size(0)));  // existing outputs refused now, not after denoising
+    // Guidance as diffusers: true_cfg_scale > 1 guides only with a negative prompt; without one it is off.
+    if (o.true_cfg_scale > 1.0 && !embeds.neg_embeds) {
+        run.adjust("workload.guidance_scale", o.true_cfg_scale, 1.0,
+                   "the prompt embeddings carry no negative_prompt_embeds, so there is nothing to guide against "
+                   "(QwenImage21Pipeline: classifier-free guidance is not enabled); add negative embeddings to guide");
+        o.true_cfg_scale = 1.0;
+    } else if (o.true_cfg_scale <= 1.0 && embeds.neg_embeds) {
+        run.adjust("negative_prompt_embeds", "supplied", "unused",
+                   "guidance scale " + nlohmann::json(o.true_cfg_scale).dump() + " <= 1: no classifier-free guidance, as in "
+                   "QwenImage21Pipeline");
+    }
+    run.record_workload({{"model", "qwen_image_21"}, {"width", o.width}, {"height", o.height}, {"steps", o.steps},
+                         {"seed", o.seed}, {"guidance_scale", o.true_cfg_scale}, {"use_kv_cache", o.use_kv_cache},
+                         {"dtype", c10::toString(o.dtype)}, {"device", o.device.str()},
+                         {"prompt_embeddings", "supplied (" + run.prompt_embeds().string() + ")"},
+                         {"negative_prompt_embeddings", embeds.neg_embeds ? "supplied" : "none"},
+                         {"text_encoder", nullptr}});
     Transformer transformer(m.transformer_config, load_transformer_globals(m.transformer, m.transformer_config, o.dtype));
     auto weights = run.open_weights(transformer_plan, run.model_dir() / "transformer",
                                     transformer_groups(m.transformer_config), o.dtype);

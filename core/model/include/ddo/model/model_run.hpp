@@ -53,12 +53,16 @@ struct WorkloadDefaults {
     std::uint64_t seed = 0;
 };
 
-// The common workload, resolved: workload.<key>, else plugin.<plugin>.<key>, else the plugin's default.
+// The common workload, resolved: workload.<key> (with --steps, --width, ... as its shorthands), else the plugin's
+// default. What the plugin then changes (sizes floored to its multiple, guidance it cannot apply) it says with
+// ModelRun::adjust.
 struct Workload {
     std::int64_t width = 0, height = 0;
     int steps = 0;
     std::uint64_t seed = 0;
-    std::optional<double> guidance_scale;  // workload.guidance_scale; unset = the plugin's own option or default
+    std::optional<double> guidance_scale;  // workload.guidance_scale (--cfg-scale); unset = the plugin's default
+    std::optional<std::string> prompt;           // workload.prompt (-p): a plugin without a text encoder refuses it
+    std::optional<std::string> negative_prompt;  // workload.negative_prompt (-n)
     std::string precision;                 // bf16 | fp16 | fp32 (unset: bf16 on CUDA, fp32 on the CPU)
     at::ScalarType dtype = at::kFloat;     // the compute dtype for `precision`
 };
@@ -76,6 +80,12 @@ public:
     const std::filesystem::path & model_dir() const noexcept { return ctx_.model_dir; }
     const std::filesystem::path & prompt_embeds() const noexcept { return ctx_.prompt_embeds; }
     RunTracker * tracker() const noexcept { return ctx_.tracker; }
+    // The checkpoint directory, checked: UsageError (exit 2) naming --model when it was not given or is no directory.
+    const std::filesystem::path & require_model_dir() const;
+    // `relative` (model_index.json, transformer/config.json) names its diffusers class in "_class_name": one of
+    // `expected`, or UsageError (exit 2, before any tensor is read) naming the file, the class found and the classes
+    // this plugin takes. A missing file or key passes (older exports); the checkpoint's own checks follow.
+    void check_class(const std::filesystem::path & relative, const std::vector<std::string> & expected) const;
     void log(int level, const std::string & message) const;
 
     // plugin.<plugin>.<key>: its value, or `fallback` when unset. UsageError naming the key and its source for a
@@ -120,6 +130,11 @@ public:
     // Throws Error(interrupted) naming `where` when the host saw SIGINT.
     void check_interrupted(const std::string & where) const;
 
+    // The run does `effective` where `requested` was asked for `key`: recorded in the report's adjustments and
+    // warned once on the console.
+    void adjust(const std::string & key, const nlohmann::json & requested, const nlohmann::json & effective,
+                const std::string & reason);
+
     // The report's workload object (what the run does, after the plugin's decisions).
     void record_workload(nlohmann::json workload);
     void record_route(const std::string & component, const std::string & intended, const std::string & executed,
@@ -133,8 +148,12 @@ public:
     // inputs.<role>: {"file", "size", "sha256"}.
     void record_input(const std::string & role, const std::filesystem::path & file);
 
-    // [B, C, H, W] in [0, 1] with C = 1..4 -> <output>/<stem>.png (B = 1) or <stem>_<b>.png, 8-bit, text chunks
-    // naming the plugin, preset, report and settings; each file is hashed into the report's outputs.
+    // The files write_images will write for `count` images, checked now (before anything loads): UsageError (exit 2)
+    // when one exists without --overwrite or is the report itself. -o/--output-file names the first; otherwise
+    // <output>/<stem>.png (count 1) or <stem>_<i>.png.
+    std::vector<std::filesystem::path> plan_images(int count, const std::string & stem = "image");
+    // [B, C, H, W] in [0, 1] with C = 1..4 -> the planned files (plan_images(B, stem) when not planned), 8-bit, text
+    // chunks naming the plugin, preset, report and settings; each file is hashed into the report's outputs.
     std::vector<std::filesystem::path> write_images(const at::Tensor & images, const std::string & stem = "image");
 
 private:
@@ -153,6 +172,7 @@ private:
     std::vector<std::string> first_images_;  // XXH3 of generation 1's pixels, per image
     nlohmann::json generation_notes_ = nlohmann::json::array();
     nlohmann::json inputs_ = nlohmann::json::object();
+    std::vector<std::filesystem::path> planned_images_;
     nlohmann::json checkpoint_ = nlohmann::json::object();
 };
 
