@@ -40,3 +40,13 @@ if(TARGET qwen_image_21 AND TARGET ddo-host)
     QI21_FIXTURE_DIR="${CMAKE_BINARY_DIR}/fixtures/qwen_image_21" DDO_HOST_BIN="$<TARGET_FILE:ddo-host>")
   add_dependencies(qwen_image_21_settings_test ddo-host qwen_image_21 linear ddo_manifest_main)
 endif()
+
+# The run command line: adjustments, refusals before loading (exit 2), no overwrite unasked, -o, --seed -1, log level.
+if(TARGET qwen_image_21 AND TARGET ddo-host AND DDO_PYTHON)
+  ddo_add_gtest(qwen_image_21_cli_test LABELS e2e TIMEOUT 300
+    SOURCES ${CMAKE_CURRENT_LIST_DIR}/qwen_image_21_cli_test.cpp
+    LIBS nlohmann_json::nlohmann_json PNG::PNG)
+  target_compile_definitions(qwen_image_21_cli_test PRIVATE DDO_PYTHON="${DDO_PYTHON}"
+    QI21_FIXTURE_DIR="${CMAKE_BINARY_DIR}/fixtures/qwen_image_21" DDO_HOST_BIN="$<TARGET_FILE:ddo-host>")
+  add_dependencies(qwen_image_21_cli_test ddo-host qwen_image_21 linear ddo_manifest_main)
+endif()

@@ -1,0 +1,191 @@
+// Honest runs from the command line (ddo-host on the parity fixtures): what the run changes from what was asked is
+// in the report's adjustments, what it cannot honour is refused with exit 2 before anything loads, and no output or
+// report is overwritten unasked.
+#include <gtest/gtest.h>
+
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+
+#include <nlohmann/json.hpp>
+
+#include "e2e/host_run.hpp"
+#include "e2e/png_read.hpp"
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+namespace {
+
+const fs::path kFixtures = QI21_FIXTURE_DIR;
+
+std::string base(const fs::path & model = kFixtures / "checkpoint") {
+    return "--plugin qwen_image --preset low_ram_safe.toml --model '" + model.string() + "' --prompt-embeds '" +
+           (kFixtures / "prompt_embeds.safetensors").string() + "' --steps 1 ";
+}
+
+ddo::test::HostRun run(const std::string & tag, const std::string & args, std::vector<uint8_t> * pixels = nullptr) {
+    return ddo::test::run_ddo_host("cli_" + tag, args, [&](const fs::path & dir) {
+        if (pixels) *pixels = ddo::test::read_png(dir / "image.png").pixels;
+    });
+}
+
+const json * adjustment(const json & report, const std::string & key) {
+    for (const auto & a : report.at("adjustments"))
+        if (a.at("key") == key) return &a;
+    return nullptr;
+}
+
+struct TempDir {
+    fs::path path = fs::temp_directory_path() / ("ddo_cli_" + std::to_string(::getpid()) + "_" +
+                                                 ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    TempDir() {
+        fs::remove_all(path);
+        fs::create_directories(path);
+    }
+    ~TempDir() { fs::remove_all(path); }
+};
+
+int host(const std::string & args, std::string * log = nullptr) {
+    const fs::path out = fs::temp_directory_path() / ("ddo_cli_log_" + std::to_string(::getpid()));
+    const int st = std::system((std::string("'") + DDO_HOST_BIN + "' " + args + " > '" + out.string() + "' 2>&1").c_str());
+    if (log) {
+        std::ifstream in(out);
+        log->assign(std::istreambuf_iterator<char>(in), {});
+    }
+    fs::remove(out);
+    return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+}
+
+}  // namespace
+
+TEST(Qi21Cli, SizeFlooredToTheModelsMultipleIsRecorded) {
+    const auto r = run("size", base() + "--width 250 --height 64");
+    ASSERT_EQ(r.exit_code, 0) << r.log;
+    const json * a = adjustment(r.report, "workload.width");
+    ASSERT_NE(a, nullptr) << r.report.at("adjustments").dump();
+    EXPECT_EQ(a->at("requested"), 250);
+    EXPECT_EQ(a->at("effective"), 224);
+    EXPECT_EQ(r.report.at("workload").at("width"), 224);
+    EXPECT_EQ(adjustment(r.report, "workload.height"), nullptr) << "64 is a multiple of 32";
+    EXPECT_NE(r.log.find("250 requested, 224 used"), std::string::npos) << r.log;
+}
+
+// diffusers: true_cfg_scale > 1 without a negative prompt does not guide; the report must not claim it did.
+TEST(Qi21Cli, GuidanceWithoutNegativeEmbeddingsIsOffAndSaysSo) {
+    TempDir t;
+    const fs::path pos_only = t.path / "pos.safetensors";
+    ASSERT_EQ(std::system(("'" + std::string(DDO_PYTHON) + "' -c \"from safetensors.torch import load_file, save_file; "
+                           "d = load_file('" + (kFixtures / "prompt_embeds.safetensors").string() + "'); "
+                           "save_file({k: v for k, v in d.items() if not k.startswith('negative')}, '" + pos_only.string() +
+                           "')\"").c_str()), 0);
+    const std::string args = "--plugin qwen_image --preset low_ram_safe.toml --model '" + (kFixtures / "checkpoint").string() +
+                             "' --prompt-embeds '" + pos_only.string() + "' --steps 1 --width 64 --height 64 ";
+    std::vector<uint8_t> plain, asked;
+    const auto one = run("cfg1", args, &plain);
+    const auto four = run("cfg4", args + "--cfg-scale 4", &asked);
+    ASSERT_EQ(one.exit_code, 0) << one.log;
+    ASSERT_EQ(four.exit_code, 0) << four.log;
+    const json * a = adjustment(four.report, "workload.guidance_scale");
+    ASSERT_NE(a, nullptr) << four.report.at("adjustments").dump();
+    EXPECT_EQ(a->at("requested"), 4.0);
+    EXPECT_EQ(a->at("effective"), 1.0);
+    EXPECT_EQ(four.report.at("workload").at("guidance_scale"), 1.0);
+    EXPECT_EQ(plain, asked) << "no negative prompt: the image is the unguided one";
+    // With negative embeddings the same scale does guide, and nothing is adjusted.
+    const auto guided = run("cfg4neg", base() + "--width 64 --height 64 --cfg-scale 4");
+    ASSERT_EQ(guided.exit_code, 0) << guided.log;
+    EXPECT_EQ(adjustment(guided.report, "workload.guidance_scale"), nullptr);
+    EXPECT_EQ(guided.report.at("workload").at("guidance_scale"), 4.0);
+}
+
+TEST(Qi21Cli, WhatThePluginCannotHonourIsRefusedWithExit2) {
+    struct Case {
+        std::string args, names;
+    };
+    for (const Case & c : {Case{"-p 'a dog'", "workload.prompt"}, Case{"-n 'blurry'", "workload.negative_prompt"},
+                           Case{"--set workload.prompt=dog", "workload.prompt"},
+                           Case{"--set plugin.qwen_image_21.use_kv_cach=false", "did you mean 'plugin.qwen_image_21.use_kv_cache'"},
+                           Case{"--set plugin.qwen_image_21.sampler=dpmpp_2m", "plugin.qwen_image_21.sampler"},
+                           Case{"--set plugin.no_such_plugin.x=1", "no plugin of that name"},
+                           Case{"--set vae.tile_size=500", "multiple of 8"}, Case{"--seed -5", "--seed -5"}}) {
+        const auto r = run("refuse", base() + c.args);
+        EXPECT_EQ(r.exit_code, 2) << c.args << "\n" << r.log;
+        EXPECT_NE(r.log.find(c.names), std::string::npos) << c.args << "\n" << r.log;
+        EXPECT_EQ(r.report.at("status"), "failed") << c.args;
+        EXPECT_TRUE(r.report.at("outputs").empty()) << c.args;
+    }
+}
+
+TEST(Qi21Cli, MissingModelAndForeignCheckpointsAreUsageErrors) {
+    const auto none = run("nomodel", "--plugin qwen_image --prompt-embeds '" +
+                                         (kFixtures / "prompt_embeds.safetensors").string() + "'");
+    EXPECT_EQ(none.exit_code, 2) << none.log;
+    EXPECT_NE(none.log.find("--model DIR is required"), std::string::npos) << none.log;
+    TempDir t;
+    fs::copy(kFixtures / "checkpoint", t.path / "flux", fs::copy_options::recursive);
+    std::ofstream(t.path / "flux" / "model_index.json") << R"({"_class_name": "FluxPipeline"})";
+    const auto flux = run("flux", base(t.path / "flux"));
+    EXPECT_EQ(flux.exit_code, 2) << flux.log;
+    EXPECT_NE(flux.log.find("_class_name is 'FluxPipeline'"), std::string::npos) << flux.log;
+    EXPECT_NE(flux.log.find("QwenImage21Pipeline"), std::string::npos) << flux.log;
+}
+
+TEST(Qi21Cli, NothingIsOverwrittenUnasked) {
+    TempDir t;
+    const std::string out = " --output '" + t.path.string() + "'";
+    std::string log;
+    ASSERT_EQ(host(base() + "--width 64 --height 64" + out, &log), 0) << log;
+    const auto first = fs::last_write_time(t.path / "image.png");
+    // The report exists: exit 2 before loading, the failed report goes to a temp file, nothing touched.
+    EXPECT_EQ(host(base() + "--width 64 --height 64" + out, &log), 2) << log;
+    EXPECT_NE(log.find("exists; pass --overwrite"), std::string::npos) << log;
+    EXPECT_NE(log.find("report: " + fs::temp_directory_path().string()), std::string::npos) << log;
+    // A fresh report name, but the image exists: refused before the model loads.
+    EXPECT_EQ(host(base() + "--width 64 --height 64" + out + " --report '" + (t.path / "r2.json").string() + "'", &log), 2) << log;
+    EXPECT_NE(log.find("image.png exists"), std::string::npos) << log;
+    EXPECT_EQ(fs::last_write_time(t.path / "image.png"), first);
+    // --overwrite replaces both.
+    EXPECT_EQ(host(base() + "--width 64 --height 64 --overwrite" + out, &log), 0) << log;
+    // An output file that is the report is refused.
+    EXPECT_EQ(host(base() + "--width 64 --height 64 -o '" + (t.path / "x.png").string() + "' --report '" +
+                   (t.path / "x.png").string() + "'", &log), 2) << log;
+    EXPECT_NE(log.find("same file"), std::string::npos) << log;
+}
+
+TEST(Qi21Cli, OutputFileSeedAndLogLevel) {
+    TempDir t;
+    std::string log;
+    const fs::path img = t.path / "cat.png";
+    ASSERT_EQ(host(base() + "--width 64 --height 64 --seed -1 -o '" + img.string() + "'", &log), 0) << log;
+    EXPECT_TRUE(fs::exists(img));
+    EXPECT_EQ(ddo::test::read_png(img).width, 64u);
+    const json rep = json::parse(std::ifstream(t.path / "ddo_report.json"));
+    const json * seed = adjustment(rep, "workload.seed");
+    ASSERT_NE(seed, nullptr) << rep.at("adjustments").dump();
+    EXPECT_EQ(seed->at("requested"), -1);
+    EXPECT_EQ(rep.at("workload").at("seed"), seed->at("effective")) << "the drawn seed is the one that ran";
+    // --log-level warn (and -q) keep info lines off the console; the default shows them.
+    ASSERT_EQ(host(base() + "--width 64 --height 64 --overwrite -o '" + img.string() + "' --log-level warn", &log), 0);
+    EXPECT_EQ(log.find("[info]"), std::string::npos) << log;
+    ASSERT_EQ(host(base() + "--width 64 --height 64 --overwrite -o '" + img.string() + "' -q", &log), 0);
+    EXPECT_EQ(log.find("[info]"), std::string::npos) << log;
+    ASSERT_EQ(host(base() + "--width 64 --height 64 --overwrite -o '" + img.string() + "'", &log), 0);
+    EXPECT_NE(log.find("[info]"), std::string::npos) << log;
+}
+
+TEST(Qi21Cli, AnUnwritableOutputFailsAtOnceWithAReport) {
+    TempDir t;
+    std::ofstream(t.path / "file") << "x";
+    const auto start = std::chrono::steady_clock::now();
+    std::string log;
+    const fs::path report = t.path / "r.json";
+    EXPECT_EQ(host(base() + "--output '" + (t.path / "file" / "sub").string() + "' --report '" + report.string() + "'", &log), 2) << log;
+    const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    std::cout << "[ cli       ] unwritable --output refused in " << s << " s\n";
+    EXPECT_NE(log.find("is not writable"), std::string::npos) << log;
+    const json rep = json::parse(std::ifstream(report));
+    EXPECT_EQ(rep.at("status"), "failed");
+    EXPECT_EQ(rep.at("exit_code"), 2);
+}
