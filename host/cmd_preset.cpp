@@ -1,4 +1,5 @@
 // ddo-host preset show | diff | check: review tooling for presets (docs/presets.md).
+#include <algorithm>
 #include <cstdio>
 #include <iostream>
 #include <set>
@@ -26,6 +27,24 @@ std::string value_text(const nlohmann::json & v) {
     return v.dump();
 }
 
+// What a value is in effect when the key itself is unset or auto: a per-component override falls back to the
+// global value; a budget of 0 is decided by the engine at run time from the machine.
+std::string effective_text(const ResolvedSettings & s, const std::string & key, const nlohmann::json & v) {
+    static const std::vector<std::string> kOverrides = {"resident_budget_gb", "staging_slots", "prefetch_depth", "selection"};
+    if (key.starts_with("components.") && v.is_null()) {
+        const auto dot = key.find('.', 11);
+        const std::string c = key.substr(11, dot - 11), k = key.substr(dot + 1);
+        if (std::find(kOverrides.begin(), kOverrides.end(), k) != kOverrides.end()) {
+            const std::string global = k == "selection" ? "planner.selection" : "capacities." + k;
+            return value_text(s.at(global).value) + " (from " + global + ")";
+        }
+    }
+    if (key.starts_with("workload.") && v.is_null()) return "(the plugin's default)";
+    if (key.ends_with("_budget_gb") && v.is_number() && v.get<double>() == 0)
+        return "0 (auto: from the machine at run start)";
+    return value_text(v);
+}
+
 void print_settings(const ResolvedSettings & s) {
     const auto & p = s.preset();
     std::cout << "preset: requested " << (p.requested.empty() ? "(none)" : p.requested) << ", effective "
@@ -37,7 +56,7 @@ void print_settings(const ResolvedSettings & s) {
     std::cout << "\n";
     std::printf("%-44s %-18s %s\n", "KEY", "VALUE", "SOURCE");
     for (const auto & [k, v] : s.values())
-        std::printf("%-44s %-18s %s\n", k.c_str(), value_text(v.value).c_str(), v.provenance.to_string().c_str());
+        std::printf("%-44s %-18s %s\n", k.c_str(), effective_text(s, k, v.value).c_str(), v.provenance.to_string().c_str());
 }
 
 ResolvedSettings resolve_for_review(const HostOptions & o, const std::string & preset, const std::vector<std::string> & sets,
@@ -80,12 +99,18 @@ void install(CLI::App & app, HostOptions & options) {
         bool json = false;
     };
     auto diff_args = std::make_shared<DiffArgs>();
-    auto * diff = preset->add_subcommand("diff", "resolved differences between two presets (environment ignored)");
+    auto * diff = preset->add_subcommand(
+        "diff", "resolved differences between two presets (environment ignored); exit 0 same, 1 different, like diff");
     diff->add_option("a", diff_args->a, "first preset")->required();
     diff->add_option("b", diff_args->b, "second preset")->required();
     diff->add_option("--platform", diff_args->platform, "pretend the platform is linux | wsl | other");
     diff->add_flag("--json", diff_args->json, "print JSON");
     diff->callback([diff_args, &options] {
+        struct ExitOnDifference {  // exit 1 when the presets resolve differently (diff's convention)
+            HostOptions & o;
+            bool different = false;
+            ~ExitOnDifference() { if (different) o.exit_code = 1; }
+        } exit_code{options};
         auto a = resolve_for_review(options, diff_args->a, {}, diff_args->platform, false);
         auto b = resolve_for_review(options, diff_args->b, {}, diff_args->platform, false);
         std::set<std::string> keys;
@@ -102,6 +127,7 @@ void install(CLI::App & app, HostOptions & options) {
                            {"b", vb},
                            {"b_source", b.has(k) ? b.at(k).provenance.to_string() : ""}});
         }
+        exit_code.different = !out.empty();
         if (diff_args->json) {
             std::cout << out.dump(2) << "\n";
             return;
@@ -112,10 +138,11 @@ void install(CLI::App & app, HostOptions & options) {
             std::cout << "no differences in resolved values\n";
             return;
         }
-        std::printf("%-44s %-16s %-16s\n", "KEY", "A", "B");
+        std::printf("%-40s %-14s %-34s %-14s %s\n", "KEY", "A", "A SOURCE", "B", "B SOURCE");
         for (const auto & d : out)
-            std::printf("%-44s %-16s %-16s\n", d["key"].get<std::string>().c_str(), value_text(d["a"]).c_str(),
-                        value_text(d["b"]).c_str());
+            std::printf("%-40s %-14s %-34s %-14s %s\n", d["key"].get<std::string>().c_str(), value_text(d["a"]).c_str(),
+                        d["a_source"].get<std::string>().c_str(), value_text(d["b"]).c_str(),
+                        d["b_source"].get<std::string>().c_str());
     });
 
     auto files = std::make_shared<std::vector<std::string>>();

@@ -18,11 +18,20 @@ using nlohmann::json;
 json load_report(const std::string & path) {
     std::ifstream in(path);
     if (!in) throw UsageError("report " + path + ": cannot open; pass the JSON written by --report");
+    json j;
     try {
-        return json::parse(in);
+        j = json::parse(in);
     } catch (const json::exception & e) {
         throw UsageError("report " + path + ": not valid JSON (" + e.what() + "); was the file truncated?");
     }
+    // A run report is an object with an integer schema_version and a status string (docs/metrics.md, "Run"): any
+    // other JSON is refused rather than summarised as if it were one.
+    const bool report = j.is_object() && j.contains("schema_version") && j["schema_version"].is_number_integer() &&
+                        j.contains("status") && j["status"].is_string() && j.contains("phases") && j["phases"].is_array();
+    if (!report)
+        throw UsageError("report " + path + ": valid JSON, but not a ddo run report (no integer schema_version, status "
+                         "string and phases list); pass the file written by ddo-host --report");
+    return j;
 }
 
 const json & at_path(const json & j, const std::string & dotted) {

@@ -179,9 +179,28 @@ TEST_F(HostTest, PresetCheckShippedPresetsPass) {
 
 TEST_F(HostTest, PresetDiffShowsResolvedDifferences) {
     auto r = run(kHost.string() + " preset diff diffusers_offload_compat diffusers_leaf_offload_compat");
-    ASSERT_EQ(r.code, 0) << r.out;
+    ASSERT_EQ(r.code, 1) << "presets that differ exit 1, like diff\n" << r.out;
     EXPECT_NE(r.out.find("components.transformer.route"), std::string::npos) << r.out;
     EXPECT_EQ(r.out.find("components.text_encoder.route"), std::string::npos) << r.out;
+    EXPECT_NE(r.out.find("A SOURCE"), std::string::npos) << "each side's source is shown\n" << r.out;
+    EXPECT_NE(r.out.find("diffusers_leaf_offload_compat.toml:"), std::string::npos) << r.out;
+    auto same = run(kHost.string() + " preset diff low_ram_safe low_ram_safe");
+    EXPECT_EQ(same.code, 0) << same.out;
+}
+
+TEST_F(HostTest, ReportSummarizeRefusesJsonThatIsNotAReport) {
+    const auto path = dir_ / "not_a_report.json";
+    std::ofstream(path) << R"({"status": 1.7e-306})";
+    auto s = run(kHost.string() + " report summarize " + path.string());
+    EXPECT_EQ(s.code, 2) << s.out;
+    EXPECT_NE(s.out.find("not a ddo run report"), std::string::npos) << s.out;
+}
+
+TEST_F(HostTest, PresetShowPrintsEffectiveValuesOfUnsetOverrides) {
+    auto r = run(kHost.string() + " preset show low_ram_safe");
+    ASSERT_EQ(r.code, 0) << r.out;
+    EXPECT_NE(r.out.find("3.0 (from capacities.resident_budget_gb)"), std::string::npos) << r.out;
+    EXPECT_EQ(r.out.find("(unset)"), std::string::npos) << "an unset override shows the value in effect\n" << r.out;
 }
 
 // ---- failed and interrupted runs ------------------------------------------------------------
@@ -266,7 +285,8 @@ TEST_F(HostTest, ReportSummarizeAndDiffRefuseUnmatched) {
 TEST_F(HostTest, ReportSummarizeShowsStreamingOnOneLinePerAspect) {
     // A report as the qwen plugin writes it (trimmed): counters.<component>.engine with plan, counters, staging.
     const auto path = dir_ / "streamed.json";
-    nlohmann::json r = {{"status", "completed"}, {"exit_code", 0}, {"dry_run", false}};
+    nlohmann::json r = {{"schema_version", 1}, {"status", "completed"}, {"exit_code", 0}, {"dry_run", false},
+                        {"phases", nlohmann::json::array()}};
     r["counters"]["transformer"] = {
         {"route", "dynamic"},
         {"bytes_streamed", 787968},
