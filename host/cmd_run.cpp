@@ -12,6 +12,7 @@
 #include <iostream>
 
 #include "command_registry.hpp"
+#include "run_console.hpp"
 #include "ddo/error.hpp"
 #include "ddo/platform/linux_admission.hpp"
 #include "ddo/plugin/plugin_host_api.hpp"
@@ -154,6 +155,7 @@ int run_once(const RunArgs & a, const HostOptions & options, const std::vector<s
     tracker.set_admission(platform::LinuxAdmission().observe().to_json());
     g_interrupted.store(false);
     SigintScope sigint;
+    RunConsole console(tracker, spdlog::get_level() <= spdlog::level::info, ::isatty(STDERR_FILENO) == 1);
 
     int code = 0;
     bool report_writable = true;
@@ -236,11 +238,8 @@ int run_once(const RunArgs & a, const HostOptions & options, const std::vector<s
         ctx.dry_run = a.dry_run;
         ctx.report_path = report_path;
         ctx.hash_weights = a.hash_weights;
-        // Progress events of the kit (phase begun, step done): the console display of a run.
-        ctx.progress = [](const ProgressEvent & e) {
-            if (e.step == 0) spdlog::debug("phase {}", e.phase);
-            else spdlog::debug("{} {}/{} ({:.3f} s)", e.phase, e.step, e.total, e.step_seconds);
-        };
+        // Progress events of the kit (phase begun, step done): the console display of a run (run_console.hpp).
+        ctx.progress = [&console](const ProgressEvent & e) { console.on_progress(e); };
         {  // The allocator the offload engine runs on: capacities.allocator ("auto" = linear), verified and recorded.
             std::string name = settings.capacities("transformer").allocator;
             if (name.empty() || name == "auto") name = "linear";
@@ -295,7 +294,9 @@ int run_once(const RunArgs & a, const HostOptions & options, const std::vector<s
     if (!report_writable) written = fs::temp_directory_path() / ("ddo_report_" + std::to_string(::getpid()) + ".json");
     try {
         tracker.write(written);
-        spdlog::info("report: {}", written.string());
+        if (code != 0) spdlog::warn("report: {}", written.string());  // also under -q: where the failure is recorded
+        else spdlog::debug("report: {}", written.string());
+        console.finish(code, written.string());
     } catch (const std::exception & e) {
         spdlog::error("{}", e.what());
         if (code == 0) code = static_cast<int>(ExitCode::runtime);

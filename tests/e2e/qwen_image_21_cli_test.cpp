@@ -166,13 +166,22 @@ TEST(Qi21Cli, OutputFileSeedAndLogLevel) {
     ASSERT_NE(seed, nullptr) << rep.at("adjustments").dump();
     EXPECT_EQ(seed->at("requested"), -1);
     EXPECT_EQ(rep.at("workload").at("seed"), seed->at("effective")) << "the drawn seed is the one that ran";
-    // --log-level warn (and -q) keep info lines off the console; the default shows them.
-    ASSERT_EQ(host(base() + "--width 64 --height 64 --overwrite -o '" + img.string() + "' --log-level warn", &log), 0);
-    EXPECT_EQ(log.find("[info]"), std::string::npos) << log;
-    ASSERT_EQ(host(base() + "--width 64 --height 64 --overwrite -o '" + img.string() + "' -q", &log), 0);
-    EXPECT_EQ(log.find("[info]"), std::string::npos) << log;
+    // The default console: the plan, one line per step (not a terminal here), the summary. --log-level warn and -q
+    // keep all of it (and every info line) off; -v adds debug lines.
     ASSERT_EQ(host(base() + "--width 64 --height 64 --overwrite -o '" + img.string() + "'", &log), 0);
-    EXPECT_NE(log.find("[info]"), std::string::npos) << log;
+    EXPECT_NE(log.find("ddo: qwen_image_21 0.1.0 on CPU"), std::string::npos) << log;
+    EXPECT_NE(log.find("  transformer: dynamic"), std::string::npos) << log;
+    EXPECT_NE(log.find("  denoise 1/1"), std::string::npos) << log;
+    EXPECT_NE(log.find("ddo: wrote " + img.string()), std::string::npos) << log;
+    EXPECT_NE(log.find("wall; peaks: rss"), std::string::npos) << log;
+    EXPECT_EQ(log.find("[debug]"), std::string::npos) << log;
+    for (const char * quiet : {"--log-level warn", "-q"}) {
+        ASSERT_EQ(host(base() + "--width 64 --height 64 --overwrite -o '" + img.string() + "' " + quiet, &log), 0);
+        EXPECT_EQ(log.find("[info]"), std::string::npos) << quiet << "\n" << log;
+        EXPECT_EQ(log.find("ddo: wrote"), std::string::npos) << quiet << "\n" << log;
+    }
+    ASSERT_EQ(host(base() + "--width 64 --height 64 --overwrite -o '" + img.string() + "' -v", &log), 0);
+    EXPECT_NE(log.find("[debug]"), std::string::npos) << log;
 }
 
 TEST(Qi21Cli, AnUnwritableOutputFailsAtOnceWithAReport) {

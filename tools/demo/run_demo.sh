@@ -30,22 +30,13 @@ fi
 
 OUT="$DEMO/output"
 mkdir -p "$OUT"
-say "ddo-host --plugin qwen_image --preset low_ram_safe.toml --set components.transformer.resident_budget_gb=$RESIDENT_GB --steps $STEPS --width 256 --height 256"
-# The plugin logs "step i/N" after every denoising step; draw a bar from those lines, pass the rest through.
+say "ddo-host --plugin qwen_image --preset low_ram_safe.toml --set components.transformer.resident_budget_gb=$RESIDENT_GB --steps $STEPS --width 256 --height 256 --overwrite"
+# ddo-host draws the plan, a progress bar per phase (on a terminal; plain lines otherwise) and the summary itself.
 set +e
 "$HOST" --plugin qwen_image --preset low_ram_safe.toml --set "components.transformer.resident_budget_gb=$RESIDENT_GB" \
   --model "$DEMO/inputs/checkpoint" --prompt-embeds "$DEMO/inputs/prompt_embeds.safetensors" \
-  --steps "$STEPS" --width 256 --height 256 --output "$OUT" --report "$OUT/ddo_report.json" 2>&1 |
-  while IFS= read -r line; do
-    if [[ "$line" =~ step\ ([0-9]+)/([0-9]+) ]]; then
-      i=${BASH_REMATCH[1]}; n=${BASH_REMATCH[2]}; w=30; f=$(( i * w / n ))
-      printf '\r  denoise [%-*s] %d/%d' "$w" "$(printf '%*s' "$f" '' | tr ' ' '#')" "$i" "$n"
-      [ "$i" = "$n" ] && printf '\n'
-    else
-      printf '  %s\n' "$line"
-    fi
-  done
-rc=${PIPESTATUS[0]}
+  --steps "$STEPS" --width 256 --height 256 --output "$OUT" --report "$OUT/ddo_report.json" --overwrite
+rc=$?
 set -e
 echo
 if [ "$rc" -ne 0 ]; then

@@ -202,7 +202,7 @@ void ModelRun::step(int step, int total) {
     const double since = std::chrono::duration<double>(now - phase_->begun).count();
     phase_->last_step = now;
     if (ctx_.tracker) ctx_.tracker->step(phase_name_, step - 1, dt);
-    log(2, phase_name_ + " step " + std::to_string(step) + "/" + std::to_string(total));
+    log(1, phase_name_ + " step " + std::to_string(step) + "/" + std::to_string(total));  // the host draws progress
     if (ctx_.progress) ctx_.progress(ProgressEvent{phase_name_, step, total, dt, since});
 }
 
@@ -311,7 +311,7 @@ std::vector<fs::path> ModelRun::write_images(const at::Tensor & images, const st
         write_png(path, hwc.data_ptr<std::uint8_t>(), std::uint32_t(hwc.size(1)), std::uint32_t(hwc.size(0)),
                   int(hwc.size(2)), text);
         if (ctx_.tracker) ctx_.tracker->add_output(path, "image/png");
-        log(2, "wrote " + path.string());
+        log(1, "wrote " + path.string());
         out.push_back(path);
     }
     return out;
