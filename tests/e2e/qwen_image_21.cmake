@@ -50,3 +50,13 @@ if(TARGET qwen_image_21 AND TARGET ddo-host AND DDO_PYTHON)
     QI21_FIXTURE_DIR="${CMAKE_BINARY_DIR}/fixtures/qwen_image_21" DDO_HOST_BIN="$<TARGET_FILE:ddo-host>")
   add_dependencies(qwen_image_21_cli_test ddo-host qwen_image_21 linear ddo_manifest_main)
 endif()
+
+# Every schema key and qwen_image_21 option changes the run or is refused; prints the keys without a test.
+if(TARGET qwen_image_21 AND TARGET ddo-host AND DDO_PYTHON)
+  ddo_add_gtest(qwen_image_21_key_effects_test LABELS e2e TIMEOUT 600
+    SOURCES ${CMAKE_CURRENT_LIST_DIR}/qwen_image_21_key_effects_test.cpp
+    LIBS ddo_core PNG::PNG)
+  target_compile_definitions(qwen_image_21_key_effects_test PRIVATE DDO_PYTHON="${DDO_PYTHON}"
+    DDO_HOST_BIN="$<TARGET_FILE:ddo-host>")
+  add_dependencies(qwen_image_21_key_effects_test ddo-host qwen_image_21 linear vmm ddo_manifest_main)
+endif()

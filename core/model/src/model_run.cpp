@@ -118,6 +118,14 @@ Workload ModelRun::workload(const WorkloadDefaults & d) {
     return w;
 }
 
+void ModelRun::refuse_if_set(const std::string & key, const std::string & why) const {
+    if (!ctx_.settings->has(key)) return;
+    const auto & rv = ctx_.settings->at(key);
+    if (rv.provenance.layer == SettingLayer::builtin_default) return;
+    throw UsageError(key + " = " + rv.value.dump() + " (" + rv.provenance.to_string() + "): plugin '" + plugin_ +
+                     "' cannot honour it: " + why + "; remove the key");
+}
+
 const DevicePlacement & ModelRun::device() {
     if (!device_) {
         device_ = place_device(*ctx_.settings);

@@ -57,6 +57,8 @@ void run_qwen_image_21(model::ModelRun & run) {
     o.use_kv_cache = run.option<bool>("use_kv_cache", true);
     o.device = run.device().device();
     o.dtype = w.dtype;
+    run.refuse_if_set("workload.frames", "Qwen-Image 2.1 makes still images");
+    run.refuse_if_set("vae.temporal_frames", "the Qwen-Image 2.1 VAE decodes one frame (temporal windows are for video)");
     if (w.prompt || w.negative_prompt)
         throw UsageError(std::string("qwen_image_21: ") + (w.prompt ? "workload.prompt (-p/--prompt)" : "workload.negative_prompt (-n/--negative-prompt)") +
                          " needs the Qwen3-VL text encoder, which this plugin does not have yet; encode the prompt "
@@ -101,6 +103,11 @@ void run_qwen_image_21(model::ModelRun & run) {
     }
     run.record_workload({{"model", "qwen_image_21"}, {"width", o.width}, {"height", o.height}, {"steps", o.steps},
                          {"seed", o.seed}, {"guidance_scale", o.true_cfg_scale}, {"use_kv_cache", o.use_kv_cache},
+                         // The prefix KV cache acts on the causal condition prefix (QwenImage21Pipeline: cache_enabled).
+                         {"kv_cache_used", o.use_kv_cache && m.transformer_config.causal_condition},
+                         {"kv_cache_reason", !o.use_kv_cache ? "plugin.qwen_image_21.use_kv_cache = false"
+                                             : m.transformer_config.causal_condition ? "use_kv_cache and a causal condition prefix"
+                                                                                      : "the transformer config has causal_condition = false"},
                          {"dtype", c10::toString(o.dtype)}, {"device", o.device.str()},
                          {"prompt_embeddings", "supplied (" + run.prompt_embeds().string() + ")"},
                          {"negative_prompt_embeddings", embeds.neg_embeds ? "supplied" : "none"},

@@ -101,6 +101,9 @@ public:
         }
     }
     Workload workload(const WorkloadDefaults & defaults);
+    // A common key this model cannot honour (workload.frames for an image model): UsageError (exit 2) naming the
+    // key, its source and `why` when any layer set it; a default value passes.
+    void refuse_if_set(const std::string & key, const std::string & why) const;
 
     // Decided on first use: capacities.allocator_backend against the machine; attaches the torch memory monitors.
     const DevicePlacement & device();
