@@ -142,7 +142,20 @@ void summarize(const json & r) {
               << "\n";
     std::cout << "host: " << text(at_path(r, "identity.host.version")) << " (" << text(at_path(r, "identity.host.git_revision"))
               << ")  dry_run: " << text(r["dry_run"]) << "\n";
-    std::cout << "tracked total (host clock): " << secs(at_path(r, "timing.tracked_total_host_s")) << "\n\n";
+    std::cout << "tracked total (host clock): " << secs(at_path(r, "timing.tracked_total_host_s")) << "\n";
+    // What ran: the workload the plugin recorded (after its decisions), and what it changed from the request.
+    std::string workload;
+    const json wl = r.value("workload", json::object());  // named: items() must not iterate a temporary
+    for (const auto & [k, v] : wl.items())
+        if (!v.is_structured() && !v.is_null()) workload += (workload.empty() ? "" : ", ") + k + " " + text(v);
+    std::cout << "workload: " << (workload.empty() ? "(none recorded)" : workload) << "\n";
+    const json adjustments = r.value("adjustments", json::array()), outputs = r.value("outputs", json::array());
+    for (const auto & a : adjustments)
+        std::cout << "adjusted " << text(a["key"]) << ": requested " << a["requested"].dump() << ", ran "
+                  << a["effective"].dump() << " (" << text(a["reason"]) << ")\n";
+    for (const auto & o : outputs)
+        std::cout << "output: " << text(o["path"]) << "  sha256 " << text(o["sha256"]).substr(0, 16) << "\n";
+    std::cout << "\n";
 
     std::cout << "PHASES (host wall clock; CUDA-event time separate; nested phases are not summed)\n";
     std::printf("  %-36s %-12s %-12s %-14s %-14s\n", "PHASE", "HOST WALL", "CUDA EVENT", "PEAK RSS", "PEAK GPU ABS");
@@ -151,6 +164,19 @@ void summarize(const json & r) {
         std::string cuda = p["cuda_event_ms"].is_number() ? text(p["cuda_event_ms"]) + " ms" : "null";
         std::printf("  %-36s %-12s %-12s %-14s %-14s\n", name.c_str(), secs(p["host_wall_s"]).c_str(), cuda.c_str(),
                     gib(at_path(p, "memory.rss.peak_bytes")).c_str(), gib(at_path(p, "memory.gpu_absolute.peak_bytes")).c_str());
+    }
+    const json steps = r.value("steps", json::array());
+    if (!steps.empty()) {
+        // One row per step (host wall clock; a long run shows its first ten and last five).
+        std::cout << "\nSTEPS (host wall clock)\n";
+        std::printf("  %-28s %-6s %-12s\n", "PHASE", "STEP", "HOST WALL");
+        const std::size_t n = steps.size();
+        for (std::size_t i = 0; i < n; ++i) {
+            if (n > 15 && i == 10) std::printf("  ... %zu more ...\n", n - 15);
+            if (n > 15 && i >= 10 && i < n - 5) continue;
+            const auto & st = steps[i];
+            std::printf("  %-28s %-6s %-12s\n", text(st["phase"]).c_str(), text(st["index"]).c_str(), secs(st["host_wall_s"]).c_str());
+        }
     }
     std::cout << "\nMEMORY (whole run)\n";
     std::printf("  %-16s %-14s %-10s %-9s %s\n", "MONITOR", "PEAK", "SAMPLES", "COMPLETE", "SCOPE / REASON");

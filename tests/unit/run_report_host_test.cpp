@@ -196,6 +196,23 @@ TEST_F(HostTest, ReportSummarizeRefusesJsonThatIsNotAReport) {
     EXPECT_NE(s.out.find("not a ddo run report"), std::string::npos) << s.out;
 }
 
+TEST_F(HostTest, ReportSummarizeShowsWorkloadAdjustmentsOutputsAndSteps) {
+    const auto path = dir_ / "run.json";
+    nlohmann::json r = {{"schema_version", 1}, {"status", "completed"}, {"exit_code", 0}, {"phases", nlohmann::json::array()}};
+    r["workload"] = {{"width", 224}, {"steps", 2}};
+    r["adjustments"] = {{{"key", "workload.width"}, {"requested", 250}, {"effective", 224}, {"reason", "multiple of 32"}}};
+    r["outputs"] = {{{"path", "/o/image.png"}, {"sha256", "abcdef0123456789abcdef"}}};
+    r["steps"] = {{{"phase", "denoise"}, {"index", 0}, {"host_wall_s", 0.5}}, {{"phase", "denoise"}, {"index", 1}, {"host_wall_s", 0.25}}};
+    std::ofstream(path) << r.dump();
+    auto s = run(kHost.string() + " report summarize " + path.string());
+    ASSERT_EQ(s.code, 0) << s.out;
+    EXPECT_NE(s.out.find("workload: steps 2, width 224"), std::string::npos) << s.out;
+    EXPECT_NE(s.out.find("adjusted workload.width: requested 250, ran 224 (multiple of 32)"), std::string::npos) << s.out;
+    EXPECT_NE(s.out.find("output: /o/image.png"), std::string::npos) << s.out;
+    EXPECT_NE(s.out.find("STEPS"), std::string::npos) << s.out;
+    EXPECT_NE(s.out.find("0.250 s"), std::string::npos) << s.out;
+}
+
 TEST_F(HostTest, PresetShowPrintsEffectiveValuesOfUnsetOverrides) {
     auto r = run(kHost.string() + " preset show low_ram_safe");
     ASSERT_EQ(r.code, 0) << r.out;
