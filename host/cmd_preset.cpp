@@ -149,21 +149,20 @@ void install(CLI::App & app, HostOptions & options) {
     auto * check = preset->add_subcommand("check", "lint preset files: syntax, keys, types, ranges, inherits (exit 2 on any error)");
     check->add_option("files", *files, "preset files")->required();
     check->callback([files, &options] {
-        int errors = 0;
+        int errors = 0, bad_files = 0;
         for (const auto & f : *files) {
-            try {
-                ResolveRequest rq;
-                rq.preset = fs::path(f).has_parent_path() || fs::exists(f) ? fs::absolute(f).string() : f;
-                rq.preset_dirs = {options.preset_dir};
-                (void)resolve_settings(rq);
+            const fs::path file = fs::path(f).has_parent_path() || fs::exists(f) ? fs::absolute(f) : fs::path(f);
+            const auto found = lint_preset_file(file, {options.preset_dir});
+            if (found.empty()) {
                 std::cout << "ok      " << f << "\n";
-            } catch (const UsageError & e) {
-                ++errors;
-                std::cout << "error   " << e.what() << "\n";
+                continue;
             }
+            ++bad_files;
+            errors += int(found.size());
+            for (const auto & e : found) std::cout << "error   " << e.what() << "\n";  // in file:line:column order
         }
         if (errors) {
-            std::cout << errors << " of " << files->size() << " preset file(s) have errors\n";
+            std::cout << errors << " error(s) in " << bad_files << " of " << files->size() << " preset file(s)\n";
             options.exit_code = static_cast<int>(ExitCode::usage);
         }
     });

@@ -164,6 +164,28 @@ TEST_F(PresetTest, ErrorSyntax) {
     EXPECT_EQ(e.code(), ExitCode::usage);
 }
 
+// preset check: every error of a file, in line order (not only the first one the resolver meets).
+TEST_F(PresetTest, LintReportsEveryErrorInLineOrder) {
+    auto p = write("many.toml",
+                   "schema_version = 1\n[vae]\ntile_size = 9000\n[capacities]\nstaging_slots = \"two\"\n"
+                   "resident_budget_gbb = 3\n[components.transfomer]\nroute = \"disk\"\n");
+    const auto errors = lint_preset_file(p, {});
+    ASSERT_EQ(errors.size(), 4u);
+    EXPECT_EQ(errors[0].line(), 3);
+    EXPECT_NE(errors[0].problem().find("vae.tile_size"), std::string::npos);
+    EXPECT_EQ(errors[1].line(), 5);
+    EXPECT_NE(errors[1].problem().find("capacities.staging_slots"), std::string::npos);
+    EXPECT_EQ(errors[2].line(), 6);
+    EXPECT_NE(errors[2].problem().find("resident_budget_gbb"), std::string::npos);
+    EXPECT_EQ(errors[3].line(), 7);
+    EXPECT_NE(errors[3].problem().find("transfomer"), std::string::npos);
+    EXPECT_TRUE(lint_preset_file(write("ok.toml", "schema_version = 1\n"), {}).empty());
+    // Clean keys, broken cross-key rule: the resolution's error is the one reported.
+    const auto cross = lint_preset_file(write("cross.toml", "schema_version = 1\n[vae]\ntile_size = 64\ntile_overlap = 64\n"), {});
+    ASSERT_EQ(cross.size(), 1u);
+    EXPECT_NE(cross[0].problem().find("tile_overlap"), std::string::npos);
+}
+
 TEST_F(PresetTest, ErrorUnknownKeyWithSuggestion) {
     auto p = write("bad.toml", "schema_version = 1\n[capacities]\nstagin_slots = 2\n");
     auto e = error_of(request(p.string()));

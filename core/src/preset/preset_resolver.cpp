@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <tuple>
 #include <charconv>
 #include <cmath>
 #include <set>
@@ -40,6 +41,8 @@ bool is_meta(std::string_view key) {
 struct Context {
     std::vector<std::string> allowed_components;  // known + the plugin's
     const ResolveRequest * request = nullptr;
+    // lint_preset_file: every key's error is collected here and the walk goes on; null = the first error throws.
+    std::vector<PresetError> * collect = nullptr;
 };
 
 std::vector<std::string> hint_keys(const Context & ctx) {
@@ -281,8 +284,26 @@ void check_component(const Context & ctx, const std::string & component, const s
          (n.empty() ? std::string() : "did you mean '" + n + "'? ") + "known components: " + list);
 }
 
+void walk(const Context & ctx, const fs::path & file, const toml::table & t, const std::string & prefix, PresetFile & out);
+
+// One key (or table) of a preset file; in lint mode its error is collected and the walk goes on with the next key.
+void walk_key(const Context & ctx, const fs::path & file, const toml::key & k, const toml::node & node,
+              const std::string & prefix, PresetFile & out);
+
 void walk(const Context & ctx, const fs::path & file, const toml::table & t, const std::string & prefix, PresetFile & out) {
     for (const auto & [k, node] : t) {
+        try {
+            walk_key(ctx, file, k, node, prefix, out);
+        } catch (const PresetError & e) {
+            if (!ctx.collect) throw;
+            ctx.collect->push_back(e);
+        }
+    }
+}
+
+void walk_key(const Context & ctx, const fs::path & file, const toml::key & k, const toml::node & node,
+              const std::string & prefix, PresetFile & out) {
+    {
         std::string key = prefix.empty() ? std::string(k.str()) : prefix + "." + std::string(k.str());
         Loc loc = loc_of(file, node);
         const auto & kb = k.source().begin;
@@ -294,32 +315,32 @@ void walk(const Context & ctx, const fs::path & file, const toml::table & t, con
                 // plugin.<name> must be a table; its leaves are options.
             }
             walk(ctx, file, *node.as_table(), key, out);
-            continue;
+            return;
         }
         if (key.starts_with("plugin.")) {
             if (std::count(key.begin(), key.end(), '.') < 2)
                 fail(loc, "'" + key + "' must be a table of options", "write [plugin.<name>] then option = value");
             check_plugin_option(ctx, key, key_loc);
             out.values.push_back({key, plugin_node_to_json(node, key, loc), loc});
-            continue;
+            return;
         }
         std::string component;
         const KeyDef * def = find_key(key, &component);
         if (!def) fail(key_loc, "unknown key '" + key + "'", did_you_mean(key, hint_keys(ctx)));
         if (!component.empty()) check_component(ctx, component, key, key_loc);
         json v = convert_node(node, *def, key, loc);
-        if (key == "schema_version") continue;
+        if (key == "schema_version") return;
         if (key == "description") {
             out.description = v.get<std::string>();
-            continue;
+            return;
         }
         if (key == "inherits") {
             for (const auto & p : v) out.inherits.emplace_back(p.get<std::string>(), loc);
-            continue;
+            return;
         }
         if (key.starts_with("auto.")) {
             out.auto_map[key.substr(5)] = {v.get<std::string>(), loc};
-            continue;
+            return;
         }
         out.values.push_back({key, std::move(v), loc});
     }
@@ -575,6 +596,34 @@ ResolvedSettings resolve_settings(const ResolveRequest & rq) {
         id.reason = "no preset: built-in defaults only";
     }
     return out;
+}
+
+std::vector<PresetError> lint_preset_file(const fs::path & file, const std::vector<fs::path> & preset_dirs) {
+    ResolveRequest rq;
+    rq.preset = file.string();
+    if (rq.preset.find('/') == std::string::npos) rq.preset = (fs::path(".") / file).string();
+    rq.preset_dirs = preset_dirs;
+    std::vector<PresetError> errors;
+    Context ctx;
+    ctx.request = &rq;
+    ctx.allowed_components = known_components();
+    ctx.collect = &errors;
+    try {
+        (void)parse_preset_file(ctx, fs::weakly_canonical(find_preset(rq.preset, rq.preset_dirs)));
+    } catch (const PresetError & e) {  // syntax, missing file or schema_version: nothing more can be read
+        errors.push_back(e);
+    }
+    if (errors.empty()) {
+        try {  // what needs the whole resolution: inherits (cycles, parents' errors) and cross-key checks
+            (void)resolve_settings(rq);
+        } catch (const PresetError & e) {
+            errors.push_back(e);
+        }
+    }
+    std::stable_sort(errors.begin(), errors.end(), [](const PresetError & a, const PresetError & b) {
+        return std::make_tuple(a.file(), a.line(), a.column()) < std::make_tuple(b.file(), b.line(), b.column());
+    });
+    return errors;
 }
 
 void check_preset_file(const fs::path & file, const std::vector<fs::path> & preset_dirs) {

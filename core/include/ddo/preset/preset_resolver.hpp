@@ -68,6 +68,11 @@ struct ResolveRequest {
 
 ResolvedSettings resolve_settings(const ResolveRequest & request);
 
+// Every error of a preset file, in file:line:column order: each key is checked on its own (unknown key, type,
+// range, component, plugin table), then — when the keys are clean — the resolution (inherits, cross-key rules).
+// A syntax error is the only error of its file (TOML cannot be read past it). Empty: the file is clean.
+std::vector<PresetError> lint_preset_file(const std::filesystem::path & file, const std::vector<std::filesystem::path> & preset_dirs);
+
 // Lints a preset file without a plugin (syntax, keys, types, ranges, inherits). Throws PresetError.
 void check_preset_file(const std::filesystem::path & file, const std::vector<std::filesystem::path> & preset_dirs);
 
