@@ -1,10 +1,12 @@
 // ddo-host preset show | diff | check: review tooling for presets (docs/presets.md).
 #include <algorithm>
 #include <cstdio>
+#include <unistd.h>
 #include <iostream>
 #include <set>
 
 #include "command_registry.hpp"
+#include "run_command.hpp"
 #include "ddo/preset/preset_resolver.hpp"
 
 namespace ddo::host {
@@ -78,6 +80,8 @@ void install(CLI::App & app, HostOptions & options) {
         std::string name, platform;
         std::vector<std::string> sets;
         bool json = false, no_env = false;
+        bool plan = false;
+        std::string plugin, model, prompt_embeds;
     };
     auto show_args = std::make_shared<ShowArgs>();
     auto * show = preset->add_subcommand("show", "resolved values with provenance (defaults < preset < DDO_* < --set)");
@@ -86,7 +90,32 @@ void install(CLI::App & app, HostOptions & options) {
     show->add_flag("--json", show_args->json, "print JSON");
     show->add_option("--platform", show_args->platform, "pretend the platform is linux | wsl | other (for auto)");
     show->add_flag("--no-env", show_args->no_env, "ignore DDO_* environment variables");
+    show->add_flag("--plan", show_args->plan,
+                   "what the planner would do with this preset on --model (resident / streamed groups, bytes): a dry "
+                   "run of --plugin that computes nothing and writes no file");
+    show->add_option("--plugin", show_args->plugin, "with --plan: the model plugin");
+    show->add_option("--model", show_args->model, "with --plan: the checkpoint directory");
+    show->add_option("--prompt-embeds", show_args->prompt_embeds, "with --plan: optional prompt embeddings to check too");
     show->callback([show_args, &options] {
+        if (show_args->plan) {
+            if (show_args->plugin.empty() || show_args->model.empty())
+                throw UsageError("preset show --plan needs --plugin NAME and --model DIR (the plan depends on the model)");
+            RunArgs a;
+            a.plugin = show_args->plugin;
+            a.preset = show_args->name;
+            a.sets = show_args->sets;
+            a.model = show_args->model;
+            a.prompt_embeds = show_args->prompt_embeds;
+            a.dry_run = true;
+            a.overwrite = true;
+            const fs::path report = fs::temp_directory_path() / ("ddo_plan_" + std::to_string(::getpid()) + ".json");
+            a.report = report.string();
+            a.output = fs::temp_directory_path().string();
+            options.exit_code = run_once(a, options, {"preset show --plan"});
+            std::error_code ec;
+            fs::remove(report, ec);
+            return;
+        }
         auto s = resolve_for_review(options, show_args->name, show_args->sets, show_args->platform, !show_args->no_env);
         if (show_args->json)
             std::cout << s.to_json().dump(2) << "\n";

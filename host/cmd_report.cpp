@@ -216,7 +216,12 @@ std::vector<std::string> identity_differences(const json & a, const json & b) {
     for (const auto & [k, _] : wa.items()) cmp("workload." + k);
     for (const auto & [k, _] : wb.items())
         if (!wa.contains(k)) cmp("workload." + k);
-    for (const char * p : {"identity.plugin.name", "identity.plugin.version", "identity.plugin.sha256", "identity.checkpoint",
+    // The checkpoint by what it holds (config and header hashes), not where it lies; inputs by their content.
+    const json ia = at_path(a, "identity.checkpoint.inputs"), ib = at_path(b, "identity.checkpoint.inputs");
+    const json roles = ia.is_object() ? ia : json::object();  // named: items() must not iterate a temporary
+    for (const auto & [role, _] : roles.items())
+        if (at_path(ia, role + ".sha256") != at_path(ib, role + ".sha256")) diffs.push_back("identity.checkpoint.inputs." + role + ".sha256");
+    for (const char * p : {"identity.plugin.name", "identity.plugin.version", "identity.plugin.sha256", "identity.checkpoint.identity",
                            "identity.host.git_revision", "identity.host.build_type", "environment.os", "environment.kernel",
                            "environment.gpu_name", "environment.driver_version", "environment.cuda_driver_version",
                            "environment.torch_version", "environment.ram_total_bytes", "dry_run"})
@@ -234,13 +239,27 @@ void diff(const json & a, const json & b, const std::string & na, const std::str
             std::cout << "  " << d << ": " << text(at_path(a, d)) << "  vs  " << text(at_path(b, d)) << "\n";
     }
     std::cout << "\n";
-    std::printf("%-40s %-24s %-24s\n", "", na.substr(0, 24).c_str(), nb.substr(0, 24).c_str());
-    auto row = [](const std::string & k, const std::string & x, const std::string & y) {
-        std::printf("%-40s %-24s %-24s\n", k.c_str(), x.c_str(), y.c_str());
+    std::printf("%-40s %-20s %-20s %-12s %s\n", "", na.substr(0, 20).c_str(), nb.substr(0, 20).c_str(), "B - A", "B / A");
+    // Numbers get their delta and ratio (B over A: < 1 is B faster or smaller); text only its two sides.
+    auto row = [](const std::string & k, const std::string & x, const std::string & y, const json & vx = nullptr,
+                  const json & vy = nullptr, double scale = 1, const char * unit = "") {
+        std::string delta = "-", ratio = "-";
+        if (vx.is_number() && vy.is_number()) {
+            const double dx = vx.get<double>(), dy = vy.get<double>();
+            char buf[64];
+            std::snprintf(buf, sizeof buf, "%+.3f%s", (dy - dx) / scale, unit);
+            delta = buf;
+            if (dx != 0) {
+                std::snprintf(buf, sizeof buf, "%.3f", dy / dx);
+                ratio = buf;
+            }
+        }
+        std::printf("%-40s %-20s %-20s %-12s %s\n", k.c_str(), x.c_str(), y.c_str(), delta.c_str(), ratio.c_str());
     };
     row("status", text(a["status"]), text(b["status"]));
     row("preset (effective)", text(at_path(a, "identity.preset.effective")), text(at_path(b, "identity.preset.effective")));
-    row("tracked total (host)", secs(at_path(a, "timing.tracked_total_host_s")), secs(at_path(b, "timing.tracked_total_host_s")));
+    row("tracked total (host)", secs(at_path(a, "timing.tracked_total_host_s")), secs(at_path(b, "timing.tracked_total_host_s")),
+        at_path(a, "timing.tracked_total_host_s"), at_path(b, "timing.tracked_total_host_s"), 1, " s");
     auto phase_map = [](const json & r) {
         std::map<std::string, json> m;
         for (const auto & p : r.value("phases", json::array())) m[text(p["name"])] = p;
@@ -250,19 +269,37 @@ void diff(const json & a, const json & b, const std::string & na, const std::str
     std::set<std::string> names;
     for (auto & [k, _] : pa) names.insert(k);
     for (auto & [k, _] : pb) names.insert(k);
+    static const json absent;
     for (const auto & n : names) {
-        row("phase " + n + " host wall", pa.count(n) ? secs(pa[n]["host_wall_s"]) : "absent",
-            pb.count(n) ? secs(pb[n]["host_wall_s"]) : "absent");
-        row("phase " + n + " cuda event ms", pa.count(n) ? text(pa[n]["cuda_event_ms"]) : "absent",
-            pb.count(n) ? text(pb[n]["cuda_event_ms"]) : "absent");
+        const json & wa = pa.count(n) ? pa[n]["host_wall_s"] : absent;
+        const json & wb = pb.count(n) ? pb[n]["host_wall_s"] : absent;
+        row("phase " + n + " host wall", pa.count(n) ? secs(wa) : "absent", pb.count(n) ? secs(wb) : "absent", wa, wb, 1, " s");
+        const json & ca = pa.count(n) ? pa[n]["cuda_event_ms"] : absent;
+        const json & cb = pb.count(n) ? pb[n]["cuda_event_ms"] : absent;
+        if (!ca.is_null() || !cb.is_null())
+            row("phase " + n + " cuda event ms", pa.count(n) ? text(ca) : "absent", pb.count(n) ? text(cb) : "absent", ca, cb, 1, " ms");
     }
-    for (const char * m : kMonitors)
-        row(std::string("peak ") + m, gib(at_path(a, std::string("memory.") + m + ".peak_bytes")),
-            gib(at_path(b, std::string("memory.") + m + ".peak_bytes")));
+    for (const char * m : kMonitors) {
+        const json & x = at_path(a, std::string("memory.") + m + ".peak_bytes");
+        const json & y = at_path(b, std::string("memory.") + m + ".peak_bytes");
+        row(std::string("peak ") + m, gib(x), gib(y), x, y, 1073741824.0, " GiB");
+    }
+    std::set<std::string> streamed;
+    const json ca = a.value("counters", json::object()), cb = b.value("counters", json::object());
+    for (const auto & [c, _] : ca.items()) streamed.insert(c);
+    for (const auto & [c, _] : cb.items()) streamed.insert(c);
+    for (const auto & c : streamed) {
+        const json & x = at_path(a, "counters." + c + ".bytes_streamed");
+        const json & y = at_path(b, "counters." + c + ".bytes_streamed");
+        if (!x.is_null() || !y.is_null()) row("bytes streamed " + c, text(x), text(y), x, y, 1048576.0, " MiB");
+    }
+    const json oa = a.value("outputs", json::array()), ob = b.value("outputs", json::array());
+    for (std::size_t i = 0; i < std::max(oa.size(), ob.size()); ++i) {
+        const std::string ha = i < oa.size() ? text(oa[i]["sha256"]) : "absent", hb = i < ob.size() ? text(ob[i]["sha256"]) : "absent";
+        row("output " + std::to_string(i) + " sha256", ha.substr(0, 16), hb.substr(0, 16));
+        std::printf("%-40s %s\n", "", ha == hb ? "identical files" : "different files (PNG text chunks name the run: compare pixels for images)");
+    }
     std::set<std::string> comps;
-    const json ra = a.value("routes", json::object()), rb = b.value("routes", json::object());
-    for (const auto & [c, _] : ra.items()) comps.insert(c);
-    for (const auto & [c, _] : rb.items()) comps.insert(c);
     for (const auto & c : comps)
         row("route " + c + " executed", text(at_path(a, "routes." + c + ".executed")), text(at_path(b, "routes." + c + ".executed")));
 }

@@ -12,6 +12,7 @@
 #include <iostream>
 
 #include "command_registry.hpp"
+#include "run_command.hpp"
 #include "run_console.hpp"
 #include "ddo/error.hpp"
 #include "ddo/platform/linux_admission.hpp"
@@ -50,17 +51,6 @@ private:
     struct sigaction old_ {};
 };
 
-struct RunArgs {
-    std::string plugin, preset;
-    std::vector<std::string> sets;
-    std::string model, prompt_embeds, output, output_file, report;
-    std::optional<std::string> prompt, negative_prompt;
-    std::optional<long long> steps, width, height, seed;
-    std::optional<double> cfg_scale;
-    bool dry_run = false;
-    bool hash_weights = false;
-    bool overwrite = false;
-};
 
 // A --set value that stays the text given: the resolver strips one pair of surrounding quotes, so wrap it in one.
 std::string quoted(const std::string & s) { return "\"" + s + "\""; }
@@ -139,6 +129,8 @@ json workload_of(const ResolvedSettings & s) {
         if (k.starts_with("workload.")) w[k.substr(9)] = v.value;
     return w;
 }
+
+}  // namespace
 
 int run_once(const RunArgs & a, const HostOptions & options, const std::vector<std::string> & argv) {
     fs::path report_path = !a.report.empty() ? fs::path(a.report)
@@ -303,6 +295,8 @@ int run_once(const RunArgs & a, const HostOptions & options, const std::vector<s
     }
     return code;
 }
+
+namespace {
 
 void install(CLI::App & app, HostOptions & options) {
     auto a = std::make_shared<RunArgs>();

@@ -140,6 +140,7 @@ void RunConsole::finish(int exit_code, const std::string & report_path) {
     } else if (!phase_.empty() && !terminal_) {
         std::fprintf(stderr, "  %s done in %.2f s\n", phase_.c_str(), std::chrono::duration<double>(now - phase_start_).count());
     }
+    if (!plan_printed_ && exit_code == 0) print_plan();  // a dry run ends after load: its plan is its result
     const json r = tracker_.to_json();
     const double wall = std::chrono::duration<double>(now - start_).count();
     if (exit_code == 0) {

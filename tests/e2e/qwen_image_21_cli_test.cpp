@@ -198,3 +198,15 @@ TEST(Qi21Cli, AnUnwritableOutputFailsAtOnceWithAReport) {
     EXPECT_EQ(rep.at("status"), "failed");
     EXPECT_EQ(rep.at("exit_code"), 2);
 }
+
+// preset show --plan: what the planner would do with a preset on a checkpoint, computing nothing.
+TEST(Qi21Cli, PresetShowPlanPrintsWhatWouldStream) {
+    std::string log;
+    ASSERT_EQ(host("preset show low_ram_safe --plan --plugin qwen_image --model '" + (kFixtures / "checkpoint").string() +
+                   "' --set components.transformer.resident_budget_gb=0.00003", &log), 0) << log;
+    EXPECT_NE(log.find("transformer: dynamic"), std::string::npos) << log;
+    EXPECT_NE(log.find("2 streamed through 2 slots"), std::string::npos) << log;
+    EXPECT_EQ(log.find("denoise"), std::string::npos) << "nothing computed\n" << log;
+    EXPECT_EQ(host("preset show low_ram_safe --plan", &log), 2) << log;
+    EXPECT_NE(log.find("needs --plugin NAME and --model DIR"), std::string::npos) << log;
+}

@@ -63,7 +63,7 @@ void run_qwen_image_21(model::ModelRun & run) {
         throw UsageError(std::string("qwen_image_21: ") + (w.prompt ? "workload.prompt (-p/--prompt)" : "workload.negative_prompt (-n/--negative-prompt)") +
                          " needs the Qwen3-VL text encoder, which this plugin does not have yet; encode the prompt "
                          "elsewhere and pass --prompt-embeds FILE (tools/reference/qwen_image_21_fixtures.py writes one)");
-    if (run.prompt_embeds().empty())
+    if (run.prompt_embeds().empty() && !run.dry_run())
         throw UsageError("qwen_image_21: --prompt-embeds is required (the Qwen3-VL text encoder is not built yet); "
                          "write one with tools/reference/qwen_image_21_fixtures.py");
     // The checkpoint is this plugin's before anything is read: exit 2 naming the class otherwise.
@@ -79,19 +79,25 @@ void run_qwen_image_21(model::ModelRun & run) {
     run.record_workload({{"model", "qwen_image_21"}, {"width", o.width}, {"height", o.height}, {"steps", o.steps},
                          {"seed", o.seed}, {"guidance_scale", o.true_cfg_scale}, {"use_kv_cache", o.use_kv_cache},
                          {"dtype", c10::toString(o.dtype)}, {"device", o.device.str()},
-                         {"prompt_embeddings", "supplied (" + run.prompt_embeds().string() + ")"},
+                         {"prompt_embeddings", "supplied"},  // which file: identity.checkpoint.inputs
                          {"text_encoder", nullptr}});
 
     run.begin_phase("load");
-    run.record_input("prompt_embeds", run.prompt_embeds());
+    const bool have_embeds = !run.prompt_embeds().empty();  // a dry run may plan without them
+    if (have_embeds) run.record_input("prompt_embeds", run.prompt_embeds());
     run.record_checkpoint({"transformer", "vae", "scheduler"});
     auto m = ModelFiles::open(run.model_dir());
     run.add_checkpoint_facts({{"transformer_blocks", m.transformer_config.num_layers},
                               {"block_payload_bytes", block_payload_bytes(m.transformer, m.transformer_config, 0)}});
-    auto embeds = load_prompt_embeds(run.prompt_embeds(), m.transformer_config.context_in_dim);
-    run.plan_images(int(embeds.embeds.size(0)));  // existing outputs refused now, not after denoising
+    PromptEmbeds embeds;
+    if (have_embeds) {
+        embeds = load_prompt_embeds(run.prompt_embeds(), m.transformer_config.context_in_dim);
+        run.plan_images(int(embeds.embeds.size(0)));  // existing outputs refused now, not after denoising
+    }
     // Guidance as diffusers: true_cfg_scale > 1 guides only with a negative prompt; without one it is off.
-    if (o.true_cfg_scale > 1.0 && !embeds.neg_embeds) {
+    if (!have_embeds) {
+        // A dry run without embeddings plans the weights only; guidance is decided when embeddings are given.
+    } else if (o.true_cfg_scale > 1.0 && !embeds.neg_embeds) {
         run.adjust("workload.guidance_scale", o.true_cfg_scale, 1.0,
                    "the prompt embeddings carry no negative_prompt_embeds, so there is nothing to guide against "
                    "(QwenImage21Pipeline: classifier-free guidance is not enabled); add negative embeddings to guide");
@@ -109,7 +115,7 @@ void run_qwen_image_21(model::ModelRun & run) {
                                              : m.transformer_config.causal_condition ? "use_kv_cache and a causal condition prefix"
                                                                                       : "the transformer config has causal_condition = false"},
                          {"dtype", c10::toString(o.dtype)}, {"device", o.device.str()},
-                         {"prompt_embeddings", "supplied (" + run.prompt_embeds().string() + ")"},
+                         {"prompt_embeddings", have_embeds ? "supplied" : "none (dry run)"},  // the file: identity.checkpoint.inputs
                          {"negative_prompt_embeddings", embeds.neg_embeds ? "supplied" : "none"},
                          {"text_encoder", nullptr}});
     Transformer transformer(m.transformer_config, load_transformer_globals(m.transformer, m.transformer_config, o.dtype));
@@ -117,7 +123,8 @@ void run_qwen_image_21(model::ModelRun & run) {
                                     transformer_groups(m.transformer_config), o.dtype);
     auto blocks = engine_blocks(*weights, m.transformer_config);
     if (run.dry_run()) {
-        run.log(2, "dry run: checkpoint and embeddings validated; nothing computed");
+        run.log(2, have_embeds ? "dry run: checkpoint and embeddings validated; nothing computed"
+                               : "dry run: checkpoint validated (no --prompt-embeds given); nothing computed");
         return;
     }
 

@@ -1,0 +1,27 @@
+// The run form of ddo-host (cmd_run.cpp), callable from other commands (`preset show --plan` runs it dry).
+#pragma once
+
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "command_registry.hpp"
+
+namespace ddo::host {
+
+struct RunArgs {
+    std::string plugin, preset;
+    std::vector<std::string> sets;
+    std::string model, prompt_embeds, output, output_file, report;
+    std::optional<std::string> prompt, negative_prompt;
+    std::optional<long long> steps, width, height, seed;
+    std::optional<double> cfg_scale;
+    bool dry_run = false;
+    bool hash_weights = false;
+    bool overwrite = false;
+};
+
+// One run: resolve, verify and load the plugin, run it (or dry), write the report. Returns the exit code.
+int run_once(const RunArgs & a, const HostOptions & options, const std::vector<std::string> & argv);
+
+}  // namespace ddo::host
