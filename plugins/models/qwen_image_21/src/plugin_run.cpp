@@ -145,6 +145,10 @@ void run_qwen_image_21(model::ModelRun & run) {
 
         run.begin_phase("decode");
         VaeDecoder vae(m.vae, m.vae_config, o.dtype, o.device, vae_strategy_used, tiling);
+        vae.set_tile_progress([&](int done, int total) {  // a long tiled decode shows progress and can be interrupted
+            run.check_interrupted("while decoding tile " + std::to_string(done) + " of " + std::to_string(total));
+            run.step(done, total);
+        });
         auto image = decode_latents(m, vae, latents, o);
         const bool fell_back = vae_strategy_used == VaeStrategy::tiled && !vae.last_decode_tiled();
         run.record_route("vae", vae_name(vae_strategy_used), fell_back ? "resident" : vae_name(vae_strategy_used),

@@ -62,12 +62,15 @@ at::Tensor VaeDecoder::decode_tiled(const at::Tensor & zin) const {
         throw UsageError("qwen_image_21: VAE tile sizes and strides must be at least one latent (" +
                          std::to_string(r) + " px)");
     std::vector<std::vector<at::Tensor>> rows;
+    const int total = int(((height + tstride_h - 1) / tstride_h) * ((width + tstride_w - 1) / tstride_w));
+    int done = 0;
     for (int64_t i = 0; i < height; i += tstride_h) {
         std::vector<at::Tensor> row;
         for (int64_t j = 0; j < width; j += tstride_w) {
             auto tile = z.slice(2, 0, 1).slice(3, i, i + tmin_h).slice(4, j, j + tmin_w);
             tile = layers_.causal_conv(tile, "post_quant_conv", 0);
             row.push_back(decoder(tile));
+            if (on_tile_) on_tile_(++done, total);
         }
         rows.push_back(std::move(row));
     }

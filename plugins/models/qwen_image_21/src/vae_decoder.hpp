@@ -5,6 +5,7 @@
 // encoder are in vae_blocks.*.
 #pragma once
 
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -31,6 +32,8 @@ public:
     uint64_t weight_bytes() const { return layers_.weight_bytes(); }
     // Leaf-module weight uploads performed so far (leaf_offload).
     uint64_t uploads() const { return layers_.uploads(); }
+    // Called after each tile of a tiled decode (done, total); may throw to stop the decode (interruption).
+    void set_tile_progress(std::function<void(int done, int total)> fn) { on_tile_ = std::move(fn); }
     // Whether the last decode() went through tiles (tiled falls back to one piece when the image fits a tile).
     bool last_decode_tiled() const { return last_tiled_; }
 
@@ -44,6 +47,7 @@ private:
     at::Device device_;
     VaeLayers layers_;
     mutable bool last_tiled_ = false;
+    std::function<void(int, int)> on_tile_;
     std::vector<VaeStage> up_blocks_;
 };
 
