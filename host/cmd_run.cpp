@@ -76,6 +76,7 @@ std::vector<std::string> all_sets(const RunArgs & a, std::optional<std::uint64_t
     if (drawn_seed) sets.push_back("workload.seed=" + std::to_string(*drawn_seed));
     else if (a.seed) sets.push_back("workload.seed=" + std::to_string(*a.seed));
     if (a.cfg_scale) sets.push_back("workload.guidance_scale=" + std::to_string(*a.cfg_scale));
+    if (a.num_images) sets.push_back("workload.num_images=" + std::to_string(*a.num_images));
     if (a.prompt) sets.push_back("workload.prompt=" + quoted(*a.prompt));
     if (a.negative_prompt) sets.push_back("workload.negative_prompt=" + quoted(*a.negative_prompt));
     return sets;
@@ -324,6 +325,9 @@ void install(CLI::App & app, HostOptions & options) {
     app.add_option("--width", a->width, "shorthand for --set workload.width=W")->group(g);
     app.add_option("--height", a->height, "shorthand for --set workload.height=H")->group(g);
     app.add_option("--seed", a->seed, "shorthand for --set workload.seed=S; -1 = random (recorded)")->group(g);
+    app.add_option("--num-images,--batch-count", a->num_images,
+                   "images per prompt (workload.num_images; diffusers' num_images_per_prompt)")
+        ->group(g);
     app.add_flag("--dry-run", a->dry_run, "resolve, load and record; the plugin computes nothing")->group(g);
     app.add_flag("--hash-weights", a->hash_weights,
                  "record a full content hash (sha256 + xxh3) of every checkpoint file in the report (reads the whole "

@@ -14,7 +14,7 @@ struct RunArgs {
     std::vector<std::string> sets;
     std::string model, prompt_embeds, output, output_file, report;
     std::optional<std::string> prompt, negative_prompt;
-    std::optional<long long> steps, width, height, seed;
+    std::optional<long long> steps, width, height, seed, num_images;
     std::optional<double> cfg_scale;
     bool dry_run = false;
     bool hash_weights = false;

@@ -183,6 +183,10 @@ std::map<std::string, Effect> effects() {
     e["workload.frames"] = {kStream, kStream + " --set workload.frames=9", true,
                             [](const KeyRun & b, const KeyRun & c) { expect_refused(b, c, "workload.frames"); }};
     e["workload.seed"] = {kStream, kStream + " --set workload.seed=1", false, pixels_differ()};
+    e["workload.num_images"] = {kStream, kStream + " --set workload.num_images=2", false, [](const KeyRun & b, const KeyRun & c) {
+                                    EXPECT_EQ(b.report.at("outputs").size(), 1u);
+                                    EXPECT_EQ(c.report.at("outputs").size(), 2u);
+                                }};
     e["workload.precision"] = {kStream, kStream + " --set workload.precision=bf16", true, differs("workload.dtype")};
     e["workload.prompt"].shown_by = "Qi21Cli.WhatThePluginCannotHonourIsRefusedWithExit2";
     e["workload.negative_prompt"].shown_by = "Qi21Cli.WhatThePluginCannotHonourIsRefusedWithExit2";

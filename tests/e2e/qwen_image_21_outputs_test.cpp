@@ -105,3 +105,32 @@ TEST_F(Qi21Outputs, TwoRunsOfOneCheckpointRecordTheSameIdentity) {
     EXPECT_GE(th.at("hash_weights_s").get<double>(), 0.0);
     EXPECT_EQ(th.at("files")[0].at("header_xxh3_128"), tr.at("files")[0].at("header_xxh3_128"));
 }
+
+// --num-images 2 = diffusers' num_images_per_prompt = 2: image_0.png and image_1.png, each equal to its diffusers image.
+TEST_F(Qi21Outputs, NumImagesPerPromptWritesEachImageEqualToDiffusers) {
+    const auto ref = nlohmann::json::parse(std::ifstream(kFixtures / "reference.json")).at("pipeline_multi");
+    const auto want = ddo::qwen_image_21::TensorFile::open_file(kFixtures / "pipeline_multi.safetensors").read("multi.pixels");
+    std::vector<Png> got;
+    OutputsRun r;
+    static_cast<ddo::test::HostRun &>(r) = ddo::test::run_ddo_host(
+        "outputs_multi",
+        "--plugin qwen_image --preset low_ram_safe.toml --model '" + (kFixtures / "checkpoint").string() + "' --prompt-embeds '" +
+            (kFixtures / "prompt_embeds.safetensors").string() + "' --num-images 2 --steps " +
+            std::to_string(ref.at("steps").get<int>()) + " --width 64 --height 64 --seed " + std::to_string(ref.at("seed").get<int>()),
+        [&](const fs::path & dir) {
+            for (int i = 0; i < 2; ++i) got.push_back(read_png(dir / ("image_" + std::to_string(i) + ".png")));
+        });
+    ASSERT_EQ(r.exit_code, 0) << r.log;
+    ASSERT_EQ(want.size(0), 2);
+    EXPECT_EQ(r.report.at("outputs").size(), 2u);
+    EXPECT_EQ(r.report.at("workload").at("num_images"), 2);
+    for (int i = 0; i < 2; ++i) {
+        ASSERT_EQ(int64_t(got[size_t(i)].pixels.size()), want[i].numel()) << "image " << i;
+        const uint8_t * w = want[i].contiguous().data_ptr<uint8_t>();
+        int max_diff = 0;
+        for (size_t k = 0; k < got[size_t(i)].pixels.size(); ++k)
+            max_diff = std::max(max_diff, std::abs(int(got[size_t(i)].pixels[k]) - int(w[k])));
+        EXPECT_LE(max_diff, 1) << "image " << i << " vs QwenImage21Pipeline(num_images_per_prompt=2)";
+        std::cout << "[ images    ] image_" << i << ".png: max pixel difference " << max_diff << "/255 against diffusers\n";
+    }
+}

@@ -28,6 +28,7 @@ Files written:
   checkpoint_rgb/                  the same transformer with a 3-channel (RGB) VAE (in/out_channels 3)
   pipeline_rgb.safetensors         rgb.pixels: QwenImage21Pipeline(output_type="np") on checkpoint_rgb as uint8 HWC
                                    (numpy_to_pil's rounding), the image a PNG writer must reproduce
+  pipeline_multi.safetensors       multi.pixels: num_images_per_prompt = 2 (uint8 [2, H, W, 4]) on checkpoint
 """
 
 import argparse
@@ -425,6 +426,25 @@ def rgb_fixtures(out, transformer, meta):
     meta["pipeline_rgb"] = run
 
 
+def multi_fixtures(out, transformer, vae, meta):
+    """num_images_per_prompt = 2 from the prompt embeddings: the images the plugin's --num-images must reproduce."""
+    g = torch.Generator().manual_seed(SEED + 4)
+    pos, pos_mask = _embeds(g, 1, 9, 7)
+    pipe = QwenImage21Pipeline(scheduler=FlowMatchEulerDiscreteScheduler(**SCHEDULER_CONFIG), vae=vae, text_encoder=None,
+                               processor=_NoProcessor(), transformer=transformer)
+    pipe.set_progress_bar_config(disable=True)
+    run = dict(num_images_per_prompt=2, steps=2, height=64, width=64, seed=SEED)
+    with torch.no_grad():
+        images = pipe(prompt_embeds=pos, prompt_embeds_mask=pos_mask, height=run["height"], width=run["width"],
+                      num_inference_steps=run["steps"], num_images_per_prompt=run["num_images_per_prompt"],
+                      generator=torch.Generator().manual_seed(SEED), output_type="np", return_dict=False)[0]
+    assert images.shape[0] == 2, images.shape
+    pixels = torch.from_numpy((images * 255).round().astype("uint8"))  # [2, H, W, 4], numpy_to_pil's rounding
+    assert not torch.equal(pixels[0], pixels[1]), "the two images of one prompt must differ (one noise draw for both)"
+    _save(out / "pipeline_multi.safetensors", {"multi.pixels": pixels}, {"reference": "diffusers"})
+    meta["pipeline_multi"] = run
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("out_dir")
@@ -449,6 +469,7 @@ def main():
     pipeline_fixtures(out, transformer, vae, meta, 64)
     vae_encode_fixtures(out, transformer, vae, meta)
     rgb_fixtures(out, transformer, meta)
+    multi_fixtures(out, transformer, vae, meta)
     # Written last: its presence marks a complete fixture set.
     (out / "reference.json").write_text(json.dumps(meta, indent=2, default=list) + "\n")
     print(f"qwen_image_21 fixtures: diffusers {diffusers.__version__}, torch {torch.__version__} -> {out}")

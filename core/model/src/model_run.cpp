@@ -105,6 +105,7 @@ Workload ModelRun::workload(const WorkloadDefaults & d) {
     w.width = pick("width", d.width);
     w.height = pick("height", d.height);
     w.seed = pick("seed", d.seed);
+    w.num_images = pick("num_images", 1);
     w.guidance_scale = s.get_optional<double>("workload.guidance_scale");
     w.prompt = s.get_optional<std::string>("workload.prompt");
     w.negative_prompt = s.get_optional<std::string>("workload.negative_prompt");

@@ -137,6 +137,9 @@ const std::vector<KeyDef> & preset_schema() {
         s.push_back(integer("workload.frames", 1, 100000, nullptr, "Frames (video plugins). Unset = plugin default.",
                             "video model plugins"));
         s.push_back(integer("workload.seed", 0, 9007199254740991.0, nullptr, "Random seed. Unset = plugin default."));
+        s.push_back(integer("workload.num_images", 1, 64, nullptr,
+                            "Images per prompt (diffusers' num_images_per_prompt: one noise draw for all of them from "
+                            "the one seed). Unset = 1."));
         s.push_back(choice("workload.precision", {"bf16", "fp16", "fp32"}, nullptr,
                            "Compute precision. Unset = plugin default."));
         s.push_back(str("workload.prompt", nullptr, "Prompt text. Unset = plugin default (or --prompt-embeds)."));

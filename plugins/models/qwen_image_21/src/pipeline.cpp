@@ -67,6 +67,20 @@ PromptEmbeds load_prompt_embeds(const std::filesystem::path & path, int64_t cont
     return e;
 }
 
+PromptEmbeds repeat_per_prompt(const PromptEmbeds & e, int64_t n) {
+    if (n <= 1) return e;
+    auto rep = [n](const at::Tensor & t) {
+        const int64_t B = t.size(0), L = t.size(1);
+        return t.dim() == 3 ? t.repeat({1, n, 1}).view({B * n, L, t.size(2)}) : t.repeat({1, n}).view({B * n, L});
+    };
+    PromptEmbeds r;
+    r.embeds = rep(e.embeds);
+    if (e.mask) r.mask = rep(*e.mask);
+    if (e.neg_embeds) r.neg_embeds = rep(*e.neg_embeds);
+    if (e.neg_mask) r.neg_mask = rep(*e.neg_mask);
+    return r;
+}
+
 ModelFiles ModelFiles::open(const std::filesystem::path & dir) {
     const auto tcfg = dir / "transformer" / "config.json";
     const auto vcfg = dir / "vae" / "config.json";

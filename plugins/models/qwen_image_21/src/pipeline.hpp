@@ -26,6 +26,9 @@ struct PromptEmbeds {
 };
 // Keys: prompt_embeds, prompt_embeds_mask (optional), negative_prompt_embeds(+_mask) (optional).
 PromptEmbeds load_prompt_embeds(const std::filesystem::path & path, int64_t context_in_dim);
+// num_images_per_prompt as QwenImage21Pipeline.encode_prompt: each prompt's rows repeated n times, interleaved
+// (embeds repeat(1, n, 1), masks repeat(1, n), both viewed as [B * n, L, ...]).
+PromptEmbeds repeat_per_prompt(const PromptEmbeds & e, int64_t n);
 
 struct PipelineOptions {
     int64_t width = 1024, height = 1024;

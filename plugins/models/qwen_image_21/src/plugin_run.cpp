@@ -91,7 +91,7 @@ void run_qwen_image_21(model::ModelRun & run) {
                               {"block_payload_bytes", block_payload_bytes(m.transformer, m.transformer_config, 0)}});
     PromptEmbeds embeds;
     if (have_embeds) {
-        embeds = load_prompt_embeds(run.prompt_embeds(), m.transformer_config.context_in_dim);
+        embeds = repeat_per_prompt(load_prompt_embeds(run.prompt_embeds(), m.transformer_config.context_in_dim), w.num_images);
         run.plan_images(int(embeds.embeds.size(0)));  // existing outputs refused now, not after denoising
     }
     // Guidance as diffusers: true_cfg_scale > 1 guides only with a negative prompt; without one it is off.
@@ -108,7 +108,10 @@ void run_qwen_image_21(model::ModelRun & run) {
                    "QwenImage21Pipeline");
     }
     run.record_workload({{"model", "qwen_image_21"}, {"width", o.width}, {"height", o.height}, {"steps", o.steps},
-                         {"seed", o.seed}, {"guidance_scale", o.true_cfg_scale}, {"use_kv_cache", o.use_kv_cache},
+                         {"seed", o.seed}, {"num_images", w.num_images},
+                         {"seed_per_image", "one noise draw for all images from seed " + std::to_string(o.seed) +
+                                                " (image i is the i-th sample of it, as diffusers' num_images_per_prompt)"},
+                         {"guidance_scale", o.true_cfg_scale}, {"use_kv_cache", o.use_kv_cache},
                          // The prefix KV cache acts on the causal condition prefix (QwenImage21Pipeline: cache_enabled).
                          {"kv_cache_used", o.use_kv_cache && m.transformer_config.causal_condition},
                          {"kv_cache_reason", !o.use_kv_cache ? "plugin.qwen_image_21.use_kv_cache = false"

@@ -60,6 +60,7 @@ struct Workload {
     std::int64_t width = 0, height = 0;
     int steps = 0;
     std::uint64_t seed = 0;
+    int num_images = 1;                    // workload.num_images (--num-images): images per prompt
     std::optional<double> guidance_scale;  // workload.guidance_scale (--cfg-scale); unset = the plugin's default
     std::optional<std::string> prompt;           // workload.prompt (-p): a plugin without a text encoder refuses it
     std::optional<std::string> negative_prompt;  // workload.negative_prompt (-n)
