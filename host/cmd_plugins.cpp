@@ -60,7 +60,7 @@ std::vector<std::string> c_list(const char * const * list) {
 // What a loaded model plugin says of itself (its vtable): description, components, supported options.
 struct ModelFacts {
     std::string description;
-    std::vector<std::string> components, options;
+    std::vector<std::string> components, options, pipelines;
 };
 
 // Loads every verified model plugin to read its table (verified bytes only; a failure to load is recorded as the
@@ -82,8 +82,9 @@ std::map<std::string, ModelFacts> model_facts(PluginRegistry & registry) {
         try {
             const LoadedPlugin & p = registry.load(n, "model");
             if (!p.model) continue;
+            const bool has_classes = p.model->struct_size >= offsetof(ddo_model_vtable, pipeline_classes) + sizeof(void *);
             out[n] = {p.model->description ? p.model->description : "", c_list(p.model->components),
-                      c_list(p.model->supported_options)};
+                      c_list(p.model->supported_options), has_classes ? c_list(p.model->pipeline_classes) : std::vector<std::string>{}};
         } catch (const std::exception &) {  // the record now says why
         }
     }
@@ -140,7 +141,8 @@ void print_table(const PluginRegistry & registry, const std::map<std::string, Mo
         if (const auto it = facts.find(r.name); it != facts.end() && r.status != PluginStatus::refused) {
             std::cout << "    " << it->second.description << "\n"
                       << "    components: " << join(it->second.components, ", ") << "\n"
-                      << "    options: " << (it->second.options.empty() ? "-" : join(it->second.options, ", ")) << "\n";
+                      << "    options: " << (it->second.options.empty() ? "-" : join(it->second.options, ", ")) << "\n"
+                      << "    takes: " << (it->second.pipelines.empty() ? "-" : join(it->second.pipelines, ", ")) << "\n";
         }
     }
 }
@@ -169,6 +171,7 @@ void install(CLI::App & app, HostOptions & options) {
                     j["description"] = it->second.description;
                     j["components"] = it->second.components;
                     j["supported_options"] = it->second.options;
+                    j["pipeline_classes"] = it->second.pipelines;
                 }
                 out["plugins"].push_back(std::move(j));
             }

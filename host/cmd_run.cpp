@@ -131,6 +131,43 @@ json workload_of(const ResolvedSettings & s) {
     return w;
 }
 
+// The pipeline classes a loaded model plugin declares (ABI 1.1; empty for older tables or none declared).
+std::vector<std::string> pipeline_classes(const ddo_model_vtable * vt) {
+    if (!vt || vt->struct_size < offsetof(ddo_model_vtable, pipeline_classes) + sizeof(vt->pipeline_classes)) return {};
+    return c_list(vt->pipeline_classes);
+}
+
+// model_index.json names the checkpoint's pipeline: one the plugin takes, or exit 2 before the run, naming the
+// installed plugin that takes it (loading only verified model plugins to ask).
+void check_pipeline_class(const fs::path & model, const LoadedPlugin & plugin, PluginRegistry & registry) {
+    const auto takes = pipeline_classes(plugin.model);
+    if (takes.empty() || model.empty()) return;
+    std::ifstream in(model / "model_index.json");
+    if (!in) return;
+    const auto j = json::parse(in, nullptr, /*allow_exceptions=*/false);
+    if (!j.is_object() || !j.contains("_class_name") || !j["_class_name"].is_string()) return;
+    const std::string found = j["_class_name"].get<std::string>();
+    if (std::find(takes.begin(), takes.end(), found) != takes.end()) return;
+    std::string other;
+    std::vector<std::string> names;
+    for (const auto & r : registry.records())
+        if (r.kind == "model" && r.status != PluginStatus::refused && r.name != plugin.record.name) names.push_back(r.name);
+    for (const auto & n : names) {
+        try {
+            const auto t = pipeline_classes(registry.load(n, "model").model);
+            if (std::find(t.begin(), t.end(), found) != t.end()) other = n;
+        } catch (const std::exception &) {
+        }
+        if (!other.empty()) break;
+    }
+    std::string list;
+    for (const auto & t : takes) list += (list.empty() ? "" : ", ") + t;
+    throw UsageError((model / "model_index.json").string() + ": this is a " + found + " checkpoint; plugin '" +
+                     plugin.record.name + "' takes " + list + ". " +
+                     (other.empty() ? "No installed plugin takes " + found + " (ddo-host plugins lists what each takes)"
+                                    : "Plugin '" + other + "' takes it: run with --plugin " + other));
+}
+
 }  // namespace
 
 int run_once(const RunArgs & a, const HostOptions & options, const std::vector<std::string> & argv) {
@@ -212,6 +249,7 @@ int run_once(const RunArgs & a, const HostOptions & options, const std::vector<s
             tracker.set_route_intended(c, rv.value.get<std::string>(), rv.provenance.to_string());
         }
         if (!a.model.empty()) tracker.set_checkpoint({{"path", fs::absolute(a.model).string()}});
+        check_pipeline_class(a.model, plugin, registry);
         setup.end();
 
         if (g_interrupted.load()) throw Error(ExitCode::interrupted, "interrupted by SIGINT before the run started");

@@ -69,10 +69,11 @@ void run_one_block(ddo::model::ModelRun & run) {
 const char * const kAliases[] = {nullptr};
 const char * const kComponents[] = {"block", nullptr};
 const char * const kOptions[] = {nullptr};
+const char * const kPipelineClasses[] = {"OneBlockExample", nullptr};
 
 constexpr ddo::model::PluginDefinition kPlugin{
     "one_block", "0.1.0", kAliases, "example: one residual MLP block per pixel (examples/one_block)",
-    kComponents, kOptions, run_one_block,
+    kComponents, kOptions, run_one_block, kPipelineClasses,
 };
 
 }  // namespace

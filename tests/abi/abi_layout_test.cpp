@@ -16,7 +16,7 @@
 #define DDO_PIN_OFFSET(T, M, N) static_assert(offsetof(T, M) == (N), #T "." #M " moved: ABI break")
 
 static_assert(sizeof(void *) == 8, "the pinned layouts are for LP64 targets");
-static_assert(DDO_ABI_VERSION_MAJOR == 1 && DDO_ABI_VERSION_MINOR == 0, "bump the pins with the ABI version");
+static_assert(DDO_ABI_VERSION_MAJOR == 1 && DDO_ABI_VERSION_MINOR == 1, "bump the pins with the ABI version");
 
 DDO_PIN_SIZE(ddo_status, 4);
 DDO_PIN_SIZE(ddo_plugin_kind, 4);
@@ -46,13 +46,14 @@ DDO_PIN_OFFSET(ddo_host_api, host_ctx, 8);
 DDO_PIN_OFFSET(ddo_host_api, log, 16);
 DDO_PIN_OFFSET(ddo_host_api, set_error, 24);
 
-DDO_PIN_SIZE(ddo_model_vtable, 40);
+DDO_PIN_SIZE(ddo_model_vtable, 48);  // 1.1 appended pipeline_classes
 DDO_PIN_OFFSET(ddo_model_vtable, struct_size, 0);
 DDO_PIN_OFFSET(ddo_model_vtable, abi_minor, 4);
 DDO_PIN_OFFSET(ddo_model_vtable, description, 8);
 DDO_PIN_OFFSET(ddo_model_vtable, components, 16);
 DDO_PIN_OFFSET(ddo_model_vtable, supported_options, 24);
 DDO_PIN_OFFSET(ddo_model_vtable, run, 32);
+DDO_PIN_OFFSET(ddo_model_vtable, pipeline_classes, 40);  // since 1.1
 
 DDO_PIN_SIZE(ddo_kv, 16);
 DDO_PIN_OFFSET(ddo_kv, key, 0);

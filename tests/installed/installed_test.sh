@@ -88,6 +88,16 @@ example)
     --model "$WORK/one_block_model" --width 24 --height 16 --steps 3 --seed 5 --output "$WORK/example_out"
   "$PY" "$WORK/example_src/reference.py" check "$WORK/one_block_model" "$WORK/example_out/image.png" \
     --width 24 --height 16 --steps 3 --seed 5
+  # A checkpoint of the other installed model: refused before the run, naming the plugin that takes it.
+  set +e
+  hidden "$HOST" --plugin-dir "$WORK/plugins" --plugin one_block --model "$WORK/inputs/checkpoint" \
+    --output "$WORK/wrong_model_out" >"$WORK/wrong_model.log" 2>&1
+  rc=$?
+  set -e
+  [ "$rc" -eq 2 ] || { cat "$WORK/wrong_model.log"; fail "one_block on a Qwen-Image checkpoint exited $rc, expected 2"; }
+  grep -q "Plugin 'qwen_image_21' takes it: run with --plugin qwen_image_21" "$WORK/wrong_model.log" \
+    || { cat "$WORK/wrong_model.log"; fail "the refusal does not name qwen_image_21"; }
+  say "one_block on a QwenImage21Pipeline checkpoint: exit 2, names --plugin qwen_image_21"
   ;;
 tamper)
   rm -rf "$WORK/plugins_tampered"

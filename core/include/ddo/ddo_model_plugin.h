@@ -27,6 +27,10 @@ typedef struct ddo_model_vtable {
     const char * const * supported_options;
     /* Runs one job. ctx is borrowed for the call. Errors: status + host->set_error(message). */
     ddo_status (*run)(ddo_run_context * ctx);
+    /* since ABI 1.1 (optional, may be NULL): static, NULL-terminated diffusers pipeline classes this plugin takes
+     * (model_index.json "_class_name", e.g. "QwenImage21Pipeline"). The host refuses a checkpoint of another class
+     * before the run (exit 2) and names the installed plugin that declares it. */
+    const char * const * pipeline_classes;
 } ddo_model_vtable;
 
 #ifdef __cplusplus

@@ -18,7 +18,8 @@ extern "C" {
 #endif
 
 #define DDO_ABI_VERSION_MAJOR 1 /* bump = breaking; the host refuses any other major          */
-#define DDO_ABI_VERSION_MINOR 0 /* bump = appended members; the host accepts older minors     */
+#define DDO_ABI_VERSION_MINOR 1 /* bump = appended members; the host accepts older minors     */
+/* 1.1: ddo_model_vtable.pipeline_classes */
 
 #if defined(__GNUC__)
 #define DDO_PLUGIN_EXPORT __attribute__((visibility("default")))

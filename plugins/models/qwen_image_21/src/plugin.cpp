@@ -9,6 +9,7 @@ const char * const kAliases[] = {"qwen_image", nullptr};
 const char * const kComponents[] = {"transformer", "vae", nullptr};
 // Exact keys: anything else under plugin.qwen_image_21 is refused before the run (with the nearest key).
 const char * const kOptions[] = {"plugin.qwen_image_21.use_kv_cache", nullptr};
+const char * const kPipelineClasses[] = {"QwenImage21Pipeline", nullptr};
 
 constexpr ddo::model::PluginDefinition kPlugin{
     "qwen_image_21",
@@ -18,6 +19,7 @@ constexpr ddo::model::PluginDefinition kPlugin{
     kComponents,
     kOptions,
     ddo::qwen_image_21::run_qwen_image_21,
+    kPipelineClasses,
 };
 
 }  // namespace

@@ -8,8 +8,9 @@
 //   const char * const kComponents[] = {"transformer", nullptr};
 //   const char * const kOptions[] = {"plugin.tiny_model.*", nullptr};
 //   void run_tiny(ddo::model::ModelRun & run);
+//   const char * const kClasses[] = {"TinyPipeline", nullptr};
 //   constexpr ddo::model::PluginDefinition kPlugin{"tiny_model", "0.1.0", kAliases, "one-block example",
-//                                                  kComponents, kOptions, run_tiny};
+//                                                  kComponents, kOptions, run_tiny, kClasses};
 //   DDO_MODEL_PLUGIN(kPlugin)
 #pragma once
 
@@ -27,6 +28,7 @@ struct PluginDefinition {
     const char * const * components;        // NULL-terminated: "transformer", "vae", ...
     const char * const * supported_options; // NULL-terminated key patterns ("plugin.<name>.*")
     void (*run)(ModelRun & run);            // the model: throws ddo::Error (or anything) on failure
+    const char * const * pipeline_classes = nullptr;  // NULL-terminated model_index.json classes it takes (ABI 1.1)
 };
 
 // The body of the vtable's run: a ModelRun over ctx, the plugin's function, every exception mapped to a status.
@@ -43,7 +45,8 @@ ddo_status run_guarded(const PluginDefinition & plugin, const ddo_host_api * hos
     }                                                                                                              \
     const ddo_model_vtable ddo_model_plugin_vtable_{sizeof(ddo_model_vtable), DDO_ABI_VERSION_MINOR,              \
                                                     (definition).description, (definition).components,            \
-                                                    (definition).supported_options, ddo_model_plugin_run_};        \
+                                                    (definition).supported_options, ddo_model_plugin_run_,         \
+                                                    (definition).pipeline_classes};                                \
     }                                                                                                              \
     extern "C" DDO_PLUGIN_EXPORT ddo_status ddo_plugin_negotiate(uint32_t, uint32_t, ddo_plugin_info * info) {     \
         return ddo_plugin_info_fill(info, DDO_PLUGIN_KIND_MODEL, (definition).name, (definition).version,          \
