@@ -14,6 +14,7 @@
 #include "command_registry.hpp"
 #include "run_command.hpp"
 #include "run_console.hpp"
+#include "run_signals.hpp"
 #include "ddo/error.hpp"
 #include "ddo/platform/linux_admission.hpp"
 #include "ddo/plugin/plugin_host_api.hpp"
@@ -32,25 +33,11 @@ namespace {
 namespace fs = std::filesystem;
 using nlohmann::json;
 
-std::atomic<bool> g_interrupted{false};
+std::atomic<bool> & g_interrupted = run_interrupted();  // run_signals.hpp: SIGINT, SIGTERM, SIGHUP
 
-extern "C" void on_sigint(int) { g_interrupted.store(true); }
-
-// Installs the SIGINT handler for the life of the run, restoring the previous one afterwards.
-class SigintScope {
-public:
-    SigintScope() {
-        struct sigaction sa {};
-        sa.sa_handler = on_sigint;
-        sigemptyset(&sa.sa_mask);
-        sigaction(SIGINT, &sa, &old_);
-    }
-    ~SigintScope() { sigaction(SIGINT, &old_, nullptr); }
-
-private:
-    struct sigaction old_ {};
-};
-
+// "interrupted by SIGTERM" and its exit code (128 + signal).
+std::string interrupted_by() { return std::string("interrupted by ") + signal_name(interrupting_signal()); }
+int interrupted_code() { return interrupting_signal() ? 128 + interrupting_signal() : int(ExitCode::interrupted); }
 
 // A --set value that stays the text given: the resolver strips one pair of surrounding quotes, so wrap it in one.
 std::string quoted(const std::string & s) { return "\"" + s + "\""; }
@@ -70,6 +57,18 @@ std::vector<std::string> c_list(const char * const * list) {
 // --steps N etc. are shorthand for --set workload.steps=N (so they carry provenance "--set").
 std::vector<std::string> all_sets(const RunArgs & a, std::optional<std::uint64_t> drawn_seed) {
     std::vector<std::string> sets = a.sets;
+    // A shorthand and a --set of the same key: which one the user meant is unknowable (the command line's order
+    // between different options is not kept), so both is a usage error.
+    const std::pair<bool, const char *> shorthands[] = {
+        {bool(a.steps), "workload.steps"},           {bool(a.width), "workload.width"},
+        {bool(a.height), "workload.height"},         {bool(a.seed), "workload.seed"},
+        {bool(a.cfg_scale), "workload.guidance_scale"}, {bool(a.prompt), "workload.prompt"},
+        {bool(a.negative_prompt), "workload.negative_prompt"}, {bool(a.num_images), "workload.num_images"}};
+    for (const auto & [given, key] : shorthands)
+        if (given)
+            for (const auto & s : a.sets)
+                if (s.starts_with(std::string(key) + "="))
+                    throw UsageError(std::string("both a shorthand flag and --set ") + key + " were given; give one of them");
     if (a.steps) sets.push_back("workload.steps=" + std::to_string(*a.steps));
     if (a.width) sets.push_back("workload.width=" + std::to_string(*a.width));
     if (a.height) sets.push_back("workload.height=" + std::to_string(*a.height));
@@ -183,8 +182,14 @@ int run_once(const RunArgs & a, const HostOptions & options, const std::vector<s
     // What the kernel would let this run grow into, before anything grows (seed 002; an unknown
     // observation is recorded as such, never as 0).
     tracker.set_admission(platform::LinuxAdmission().observe().to_json());
-    g_interrupted.store(false);
-    SigintScope sigint;
+    // A second signal ends the process at once: the report is written first, from the watcher thread.
+    set_second_signal_flush([&tracker, report_path](int signo) {
+        tracker.mark_interrupted(std::string("interrupted by a second ") + signal_name(signo) + ": ended at once");
+        tracker.write(report_path);
+    });
+    struct ClearFlush {
+        ~ClearFlush() { set_second_signal_flush({}); }
+    } clear_flush;
     RunConsole console(tracker, spdlog::get_level() <= spdlog::level::info, ::isatty(STDERR_FILENO) == 1);
 
     int code = 0;
@@ -252,7 +257,7 @@ int run_once(const RunArgs & a, const HostOptions & options, const std::vector<s
         check_pipeline_class(a.model, plugin, registry);
         setup.end();
 
-        if (g_interrupted.load()) throw Error(ExitCode::interrupted, "interrupted by SIGINT before the run started");
+        if (g_interrupted.load()) throw Error(ExitCode::interrupted, interrupted_by() + " before the run started");
 
         RunContext ctx;
         ctx.settings = &settings;
@@ -294,7 +299,7 @@ int run_once(const RunArgs & a, const HostOptions & options, const std::vector<s
             st = plugin.model->run(ctx.to_c());
         }
         if (st == DDO_STATUS_INTERRUPTED || (g_interrupted.load() && st != DDO_STATUS_OK))
-            throw Error(ExitCode::interrupted, "interrupted by SIGINT during the run");
+            throw Error(ExitCode::interrupted, interrupted_by() + " during the run");
         // The plugin's own words (host->set_error) name the file/tensor and the next step.
         const std::string detail = plugin.host ? plugin.host->last_error() : std::string();
         const std::string said = detail.empty() ? " (the plugin gave no message; see the log above)" : ": " + detail;
@@ -303,10 +308,10 @@ int run_once(const RunArgs & a, const HostOptions & options, const std::vector<s
                              "; check the preset and options");
         if (st != DDO_STATUS_OK)
             throw RuntimeError("plugin '" + rec.name + "' run failed (" + status_name(st) + ")" + said);
-        if (g_interrupted.load()) throw Error(ExitCode::interrupted, "interrupted by SIGINT");
+        if (g_interrupted.load()) throw Error(ExitCode::interrupted, interrupted_by());
         tracker.mark_completed();
     } catch (const Error & e) {
-        code = static_cast<int>(e.code());
+        code = e.code() == ExitCode::interrupted ? interrupted_code() : static_cast<int>(e.code());
         if (e.code() == ExitCode::interrupted)
             tracker.mark_interrupted(e.what());
         else

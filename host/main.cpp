@@ -8,6 +8,7 @@
 #include <iostream>
 
 #include "command_registry.hpp"
+#include "run_signals.hpp"
 #include "ddo/build_info.h"
 #include "ddo/error.hpp"
 
@@ -25,6 +26,7 @@ fs::path executable_dir() {
 
 int main(int argc, char ** argv) {
     using namespace ddo::host;
+    install_run_signals();  // before anything else: a signal in the first milliseconds still leaves a report
     CLI::App app{"ddo-host: runs large diffusion models on one GPU by streaming weights"};
     app.set_version_flag("--version", std::string(DDO_VERSION_STRING) + " (" + DDO_GIT_REVISION + ")");
     app.footer(R"(Examples:

@@ -3,7 +3,12 @@
 // report is overwritten unasked.
 #include <gtest/gtest.h>
 
+#include <fcntl.h>
+#include <sys/wait.h>
 #include <unistd.h>
+
+#include <csignal>
+#include <tuple>
 
 #include <filesystem>
 #include <fstream>
@@ -98,6 +103,12 @@ TEST(Qi21Cli, GuidanceWithoutNegativeEmbeddingsIsOffAndSaysSo) {
     ASSERT_EQ(guided.exit_code, 0) << guided.log;
     EXPECT_EQ(adjustment(guided.report, "workload.guidance_scale"), nullptr);
     EXPECT_EQ(guided.report.at("workload").at("guidance_scale"), 4.0);
+}
+
+TEST(Qi21Cli, AShorthandAndASetOfTheSameKeyIsAUsageError) {
+    const auto r = run("both", base() + "--set workload.steps=3");
+    EXPECT_EQ(r.exit_code, 2) << r.log;
+    EXPECT_NE(r.log.find("both a shorthand flag and --set workload.steps"), std::string::npos) << r.log;
 }
 
 TEST(Qi21Cli, WhatThePluginCannotHonourIsRefusedWithExit2) {
@@ -222,4 +233,73 @@ TEST(Qi21Cli, PresetShowPlanPrintsWhatWouldStream) {
     EXPECT_EQ(log.find("denoise"), std::string::npos) << "nothing computed\n" << log;
     EXPECT_EQ(host("preset show low_ram_safe --plan", &log), 2) << log;
     EXPECT_NE(log.find("needs --plugin NAME and --model DIR"), std::string::npos) << log;
+}
+
+namespace {
+
+std::string long_run() {
+    return "--plugin qwen_image --preset low_ram_safe.toml --model '" + (kFixtures / "checkpoint").string() +
+           "' --prompt-embeds '" + (kFixtures / "prompt_embeds.safetensors").string() + "' --steps 400 --width 256 --height 256 ";
+}
+
+// Starts ddo-host in the background (output to `log`), waits until `marker` shows in its output, sends `signals`,
+// and returns the exit status.
+int signal_run(const std::string & args, const fs::path & log, const std::string & marker, std::vector<int> signals) {
+    const pid_t pid = ::fork();
+    if (pid == 0) {
+        const int fd = ::open(log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+        ::dup2(fd, 1);
+        ::dup2(fd, 2);
+        ::execl("/bin/sh", "sh", "-c", (std::string("exec '") + DDO_HOST_BIN + "' " + args).c_str(), (char *)nullptr);
+        ::_exit(127);
+    }
+    int st = 0;
+    for (int i = 0; i < 600; ++i) {  // up to 60 s for the marker, unless the run ended before it
+        if (::waitpid(pid, &st, WNOHANG) == pid) return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+        std::ifstream in(log);
+        const std::string text((std::istreambuf_iterator<char>(in)), {});
+        if (text.find(marker) != std::string::npos) break;
+        ::usleep(100000);
+    }
+    for (int s : signals) ::kill(pid, s);
+    ::waitpid(pid, &st, 0);
+    return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+}
+
+}  // namespace
+
+// SIGTERM (timeout, systemd) and SIGHUP (a closed terminal) end a run like SIGINT does: at the next step, with
+// its report (status interrupted, true counters) and exit 128 + signal; no temp file is left behind.
+TEST(Qi21Cli, SigtermAndSighupMidDenoiseLeaveAnInterruptedReport) {
+    for (const auto & [sig, code, name] : {std::tuple{SIGTERM, 143, "SIGTERM"}, std::tuple{SIGHUP, 129, "SIGHUP"},
+                                          std::tuple{SIGINT, 130, "SIGINT"}}) {
+        TempDir t;
+        const fs::path report = t.path / "r.json";
+        const int rc = signal_run(long_run() + "--set components.transformer.route=disk"
+                                           " --output '" + t.path.string() + "' --report '" + report.string() + "'",
+                                  t.path / "log", "denoise 2/400", {sig});
+        EXPECT_EQ(rc, code) << name;
+        ASSERT_TRUE(fs::exists(report)) << name;
+        const json r = json::parse(std::ifstream(report));
+        EXPECT_EQ(r.at("status"), "interrupted") << name;
+        EXPECT_NE(r.at("error").at("message").get<std::string>().find(name), std::string::npos) << r.at("error").dump();
+        // The counters were taken when the run ended, not left at the plan's zeros.
+        EXPECT_GT(r.at("counters").at("transformer").at("engine").at("counters").at("bytes_moved").at("file").get<double>(), 0)
+            << name;
+        EXPECT_FALSE(fs::exists(t.path / "image.png")) << name;
+        for (const auto & f : fs::directory_iterator(t.path))
+            EXPECT_EQ(f.path().filename().string().find(".tmp"), std::string::npos) << f.path();
+    }
+}
+
+// A second signal does not wait for the step to end: the report is written and the process exits at once.
+TEST(Qi21Cli, ASecondSignalEndsTheRunAtOnceWithItsReport) {
+    TempDir t;
+    const fs::path report = t.path / "r.json";
+    const int rc = signal_run(long_run() + "--output '" + t.path.string() +
+                                  "' --report '" + report.string() + "'",
+                              t.path / "log", "denoise 2/400", {SIGTERM, SIGTERM});
+    EXPECT_EQ(rc, 143);
+    ASSERT_TRUE(fs::exists(report));
+    EXPECT_EQ(json::parse(std::ifstream(report)).at("status"), "interrupted");
 }
