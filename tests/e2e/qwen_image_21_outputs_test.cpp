@@ -10,6 +10,7 @@
 #include <nlohmann/json.hpp>
 
 #include "checkpoint.hpp"
+#include "ddo/util/file_digest.hpp"
 #include "e2e/host_run.hpp"
 #include "e2e/png_read.hpp"
 
@@ -76,8 +77,22 @@ TEST_F(Qi21Outputs, RgbVaeWritesAnRgbPngEqualToDiffusers) {
 }
 
 TEST_F(Qi21Outputs, RgbaVaeWritesAnRgbaPng) {
-    auto r = run_host("rgba", kFixtures / "checkpoint", "--steps 1 --width 64 --height 64");
+    std::string on_disk;
+    OutputsRun r;
+    static_cast<ddo::test::HostRun &>(r) = ddo::test::run_ddo_host(
+        "outputs_rgba",
+        "--plugin qwen_image --preset low_ram_safe.toml --model '" + (kFixtures / "checkpoint").string() + "' --prompt-embeds '" +
+            (kFixtures / "prompt_embeds.safetensors").string() + "' --steps 1 --width 64 --height 64",
+        [&](const fs::path & dir) {
+            r.image = read_png(dir / "image.png");
+            on_disk = ddo::file_sha256(dir / "image.png").value_or("");
+            for (const auto & f : fs::directory_iterator(dir))  // written atomically: no temp file is left
+                EXPECT_EQ(f.path().filename().string().find(".tmp"), std::string::npos) << f.path();
+        });
     ASSERT_EQ(r.exit_code, 0) << r.log;
+    // The report hashes the bytes written, and they are the bytes on disk.
+    EXPECT_EQ(r.report.at("outputs").at(0).at("sha256"), on_disk);
+    EXPECT_GT(r.report.at("outputs").at(0).at("bytes").get<uint64_t>(), 0u);
     EXPECT_EQ(r.image.color_type, PNG_COLOR_TYPE_RGBA);
     EXPECT_EQ(r.image.channels, 4);
     EXPECT_EQ(r.image.width, 64u);

@@ -3,17 +3,12 @@
 #include <ATen/ATen.h>
 #include <png.h>
 
-#include <cstdio>
-#include <memory>
 
 #include "ddo/error.hpp"
+#include "ddo/util/atomic_write.hpp"
 
 namespace ddo::model {
 namespace {
-
-struct FileCloser {
-    void operator()(std::FILE * f) const noexcept { if (f) std::fclose(f); }
-};
 
 // png_create_write_struct/info as one RAII handle.
 class PngWrite {
@@ -43,12 +38,17 @@ int color_type(int channels) {
     }
 }
 
-// Writes everything after the file is open; a libpng error longjmps back here, so no C++ object with a destructor
-// lives in this frame.
-bool write_all(png_structp png, png_infop info, std::FILE * fp, const std::uint8_t * pixels, std::uint32_t width,
-               std::uint32_t height, int channels, png_text * text, int n_text) {
+extern "C" void append_bytes(png_structp png, png_bytep data, png_size_t n) {
+    auto * out = static_cast<std::vector<std::uint8_t> *>(png_get_io_ptr(png));
+    out->insert(out->end(), data, data + n);
+}
+extern "C" void flush_nothing(png_structp) {}
+
+// Encodes into `out`; a libpng error longjmps back here, so no C++ object with a destructor lives in this frame.
+bool encode_all(png_structp png, png_infop info, std::vector<std::uint8_t> * out, const std::uint8_t * pixels,
+                std::uint32_t width, std::uint32_t height, int channels, png_text * text, int n_text) {
     if (setjmp(png_jmpbuf(png))) return false;
-    png_init_io(png, fp);
+    png_set_write_fn(png, out, append_bytes, flush_nothing);
     png_set_IHDR(png, info, width, height, 8, color_type(channels), PNG_INTERLACE_NONE, PNG_COMPRESSION_TYPE_DEFAULT,
                  PNG_FILTER_TYPE_DEFAULT);
     if (n_text > 0) png_set_text(png, info, text, n_text);
@@ -61,13 +61,12 @@ bool write_all(png_structp png, png_infop info, std::FILE * fp, const std::uint8
 
 }  // namespace
 
-void write_png(const std::filesystem::path & path, const std::uint8_t * pixels, std::uint32_t width,
-               std::uint32_t height, int channels, const PngText & text) {
+std::vector<std::uint8_t> encode_png(const std::uint8_t * pixels, std::uint32_t width, std::uint32_t height, int channels,
+                                     const PngText & text) {
     if (color_type(channels) < 0)
-        throw UsageError(path.string() + ": a PNG takes 1, 2, 3 or 4 channels; the model produced " +
-                         std::to_string(channels));
-    if (width == 0 || height == 0) throw UsageError(path.string() + ": an image of " + std::to_string(width) + "x" +
-                                                    std::to_string(height) + " pixels cannot be written");
+        throw UsageError("a PNG takes 1, 2, 3 or 4 channels; the model produced " + std::to_string(channels));
+    if (width == 0 || height == 0)
+        throw UsageError("an image of " + std::to_string(width) + "x" + std::to_string(height) + " pixels cannot be written");
     std::vector<png_text> chunks;
     for (const auto & [k, v] : text) {
         png_text t{};
@@ -77,13 +76,25 @@ void write_png(const std::filesystem::path & path, const std::uint8_t * pixels, 
         t.itxt_length = v.size();
         chunks.push_back(t);
     }
-    std::unique_ptr<std::FILE, FileCloser> fp(std::fopen(path.c_str(), "wb"));
-    if (!fp) throw RuntimeError(path.string() + ": cannot create the PNG file; check that the output directory is writable");
     PngWrite w;
-    if (!w.png() || !w.info()) throw RuntimeError(path.string() + ": libpng could not start a PNG (out of memory?)");
-    if (!write_all(w.png(), w.info(), fp.get(), pixels, width, height, channels, chunks.data(), int(chunks.size())))
-        throw RuntimeError(path.string() + ": writing the PNG failed (disk full?)");
-    if (std::fclose(fp.release()) != 0) throw RuntimeError(path.string() + ": closing the PNG failed (disk full?)");
+    if (!w.png() || !w.info()) throw RuntimeError("libpng could not start a PNG (out of memory?)");
+    std::vector<std::uint8_t> out;
+    out.reserve(std::size_t(width) * height * std::size_t(channels) / 2 + 1024);
+    if (!encode_all(w.png(), w.info(), &out, pixels, width, height, channels, chunks.data(), int(chunks.size())))
+        throw RuntimeError("encoding the PNG failed (libpng error)");
+    return out;
+}
+
+std::vector<std::uint8_t> write_png(const std::filesystem::path & path, const std::uint8_t * pixels, std::uint32_t width,
+                                    std::uint32_t height, int channels, const PngText & text) {
+    std::vector<std::uint8_t> bytes;
+    try {
+        bytes = encode_png(pixels, width, height, channels, text);
+    } catch (const Error & e) {
+        throw RuntimeError(path.string() + ": " + e.what());
+    }
+    write_text_atomically(path, std::string(bytes.begin(), bytes.end()), "output");
+    return bytes;
 }
 
 at::Tensor to_pixels_hwc(const at::Tensor & chw) {

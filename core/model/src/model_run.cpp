@@ -15,6 +15,7 @@
 #include "ddo/store/checkpoint_identity.hpp"
 #include "ddo/torch/torch_memory.hpp"
 #include "ddo/util/build_info.hpp"
+#include "ddo/util/file_digest.hpp"
 
 namespace ddo::model {
 namespace fs = std::filesystem;
@@ -317,9 +318,10 @@ std::vector<fs::path> ModelRun::write_images(const at::Tensor & images, const st
         }
         first_images_.push_back(digest);
         const auto & path = planned_images_.at(size_t(i));
-        write_png(path, hwc.data_ptr<std::uint8_t>(), std::uint32_t(hwc.size(1)), std::uint32_t(hwc.size(0)),
-                  int(hwc.size(2)), text);
-        if (ctx_.tracker) ctx_.tracker->add_output(path, "image/png");
+        // Written atomically; the report's sha256 is of the bytes written (not of what is on disk later).
+        const auto bytes = write_png(path, hwc.data_ptr<std::uint8_t>(), std::uint32_t(hwc.size(1)),
+                                     std::uint32_t(hwc.size(0)), int(hwc.size(2)), text);
+        if (ctx_.tracker) ctx_.tracker->add_output_written(path, "image/png", bytes.size(), sha256_hex(bytes.data(), bytes.size()));
         log(1, "wrote " + path.string());
         out.push_back(path);
     }

@@ -415,6 +415,13 @@ void RunTracker::add_output(const fs::path & path, const std::string & kind) {
                               {"sha256_reason", sha ? json(nullptr) : json("cannot read " + path.string())}});
 }
 
+void RunTracker::add_output_written(const fs::path & path, const std::string & kind, std::uint64_t bytes,
+                                    const std::string & sha256) {
+    std::lock_guard lk(impl_->mu);
+    impl_->outputs.push_back({{"path", path.string()}, {"kind", kind}, {"bytes", bytes}, {"sha256", sha256},
+                              {"sha256_reason", nullptr}});
+}
+
 void RunTracker::set_command_line(std::vector<std::string> argv) {
     std::lock_guard lk(impl_->mu);
     impl_->command_line = std::move(argv);

@@ -86,6 +86,14 @@ FileDigest digest_fd(int fd, const std::filesystem::path & path_for_messages) {
 
 std::string short_digest(std::string_view hex) { return std::string(hex.substr(0, 12)); }
 
+std::string sha256_hex(const void * data, std::size_t size) {
+    std::array<unsigned char, EVP_MAX_MD_SIZE> md{};
+    unsigned int md_len = 0;
+    if (EVP_Digest(data, size, md.data(), &md_len, EVP_sha256(), nullptr) != 1)
+        throw RuntimeError("SHA-256 of " + std::to_string(size) + " bytes in memory failed (EVP_Digest)");
+    return to_hex(md.data(), md_len);
+}
+
 }  // namespace ddo
 
 namespace ddo {

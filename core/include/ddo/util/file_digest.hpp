@@ -20,6 +20,10 @@ struct FileDigest {
 // Throws ddo::RuntimeError naming path_for_messages when a read fails.
 FileDigest digest_fd(int fd /* borrowed */, const std::filesystem::path & path_for_messages);
 
+// SHA-256 of bytes in memory (an output before it is written: the report hashes what was written, not what a
+// later reader finds on disk).
+std::string sha256_hex(const void * data, std::size_t size);
+
 // The first 12 hex digits, for listings ("sha256 3f2a9c0d1e4b").
 std::string short_digest(std::string_view hex);
 

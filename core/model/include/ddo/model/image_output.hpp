@@ -15,10 +15,15 @@ namespace ddo::model {
 
 using PngText = std::vector<std::pair<std::string, std::string>>;  // (keyword <= 79 Latin-1 chars, UTF-8 text)
 
-// pixels: height * width * channels bytes, row-major, interleaved (borrowed). Writes to `path` (created or
-// truncated). Throws UsageError for an unsupported channel count, RuntimeError naming the file on I/O failure.
-void write_png(const std::filesystem::path & path, const std::uint8_t * pixels, std::uint32_t width,
-               std::uint32_t height, int channels, const PngText & text = {});
+// pixels: height * width * channels bytes, row-major, interleaved (borrowed). The PNG file's bytes. Throws
+// UsageError for an unsupported channel count or an empty image.
+std::vector<std::uint8_t> encode_png(const std::uint8_t * pixels, std::uint32_t width, std::uint32_t height, int channels,
+                                     const PngText & text = {});
+
+// encode_png written to `path` atomically (a temp file beside it, fsynced, renamed: a reader, a crash or a full disk
+// never leaves a torn PNG under the name). Returns the bytes written. RuntimeError naming the file on failure.
+std::vector<std::uint8_t> write_png(const std::filesystem::path & path, const std::uint8_t * pixels, std::uint32_t width,
+                                    std::uint32_t height, int channels, const PngText & text = {});
 
 // [C, H, W] floating values in [0, 1] -> [H, W, C] uint8 on the CPU, rounded as diffusers' numpy_to_pil
 // ((x * 255).round()).
