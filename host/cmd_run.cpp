@@ -24,6 +24,7 @@
 #include "ddo/preset/preset_schema.hpp"
 #include "ddo/report/run_tracker.hpp"
 #include "ddo/run_context.hpp"
+#include "ddo/util/path_lock.hpp"
 #include "ddo/util/status_name.hpp"
 
 namespace ddo::host {
@@ -194,10 +195,12 @@ int run_once(const RunArgs & a, const HostOptions & options, const std::vector<s
 
     int code = 0;
     bool report_writable = true;
+    PathLock report_lock;  // released after the report is written (declared first: destroyed last)
     try {
         auto setup = tracker.phase("setup");
         try {
             check_report_path(a, report_path);
+            report_lock = PathLock::acquire(report_path, "report");
         } catch (const UsageError &) {
             // A report that cannot be written where asked (or must not overwrite an existing one) goes to a temp file.
             report_writable = false;

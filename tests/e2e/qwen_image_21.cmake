@@ -45,7 +45,7 @@ endif()
 if(TARGET qwen_image_21 AND TARGET ddo-host AND DDO_PYTHON)
   ddo_add_gtest(qwen_image_21_cli_test LABELS e2e TIMEOUT 300
     SOURCES ${CMAKE_CURRENT_LIST_DIR}/qwen_image_21_cli_test.cpp
-    LIBS nlohmann_json::nlohmann_json PNG::PNG)
+    LIBS ddo_core PNG::PNG)
   target_compile_definitions(qwen_image_21_cli_test PRIVATE DDO_PYTHON="${DDO_PYTHON}"
     QI21_FIXTURE_DIR="${CMAKE_BINARY_DIR}/fixtures/qwen_image_21" DDO_HOST_BIN="$<TARGET_FILE:ddo-host>")
   add_dependencies(qwen_image_21_cli_test ddo-host qwen_image_21 linear ddo_manifest_main)

@@ -15,6 +15,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "ddo/util/file_digest.hpp"
 #include "e2e/host_run.hpp"
 #include "e2e/png_read.hpp"
 
@@ -302,4 +303,38 @@ TEST(Qi21Cli, ASecondSignalEndsTheRunAtOnceWithItsReport) {
     EXPECT_EQ(rc, 143);
     ASSERT_TRUE(fs::exists(report));
     EXPECT_EQ(json::parse(std::ifstream(report)).at("status"), "interrupted");
+}
+
+// Two runs on one output folder: the second is refused at once (exit 2) naming the run that holds the paths,
+// whatever --overwrite says; the first completes, and its report hashes the image it wrote.
+TEST(Qi21Cli, ASecondRunOnTheSamePathsIsRefusedWhileTheFirstRuns) {
+    TempDir t;
+    const std::string out = "--output '" + t.path.string() + "' --overwrite";
+    const pid_t first = ::fork();
+    if (first == 0) {
+        const int fd = ::open((t.path / "first.log").c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+        ::dup2(fd, 1);
+        ::dup2(fd, 2);
+        ::execl("/bin/sh", "sh", "-c", (std::string("exec '") + DDO_HOST_BIN + "' " + long_run() + out).c_str(), (char *)nullptr);
+        ::_exit(127);
+    }
+    for (int i = 0; i < 600; ++i) {
+        std::ifstream in(t.path / "first.log");
+        const std::string text((std::istreambuf_iterator<char>(in)), {});
+        if (text.find("denoise 2/400") != std::string::npos) break;
+        ::usleep(100000);
+    }
+    std::string log;
+    EXPECT_EQ(host(base() + "--width 64 --height 64 " + out, &log), 2) << log;
+    EXPECT_NE(log.find("is being written by another run (pid " + std::to_string(first) + ")"), std::string::npos) << log;
+    ::kill(first, SIGTERM);
+    int st = 0;
+    ::waitpid(first, &st, 0);
+    EXPECT_EQ(WEXITSTATUS(st), 143);
+    // With the first one gone its locks are gone: a run on the same paths goes through.
+    EXPECT_EQ(host(base() + "--width 64 --height 64 " + out, &log), 0) << log;
+    const json rep = json::parse(std::ifstream(t.path / "ddo_report.json"));
+    EXPECT_EQ(rep.at("outputs").at(0).at("sha256"), ddo::file_sha256(t.path / "image.png").value_or("?"));
+    for (const auto & f : fs::directory_iterator(t.path))
+        EXPECT_EQ(f.path().filename().string().find("ddo-lock"), std::string::npos) << f.path() << " left behind";
 }

@@ -281,6 +281,11 @@ std::vector<fs::path> ModelRun::plan_images(int count, const std::string & stem)
             throw UsageError("output " + p.string() + " exists; pass --overwrite to replace it, or choose another --output");
         paths.push_back(p);
     }
+    std::error_code ec;
+    if (!paths.empty()) fs::create_directories(paths.front().parent_path(), ec);
+    std::vector<PathLock> locks;
+    for (const auto & p : paths) locks.push_back(PathLock::acquire(p, "output"));
+    image_locks_ = std::move(locks);
     planned_images_ = paths;
     return paths;
 }

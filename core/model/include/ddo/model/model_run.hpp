@@ -36,6 +36,7 @@
 #include "ddo/model/component_weights.hpp"
 #include "ddo/model/device_placement.hpp"
 #include "ddo/run_context.hpp"
+#include "ddo/util/path_lock.hpp"
 
 namespace ddo {
 class RunTracker;
@@ -153,7 +154,7 @@ public:
     void record_input(const std::string & role, const std::filesystem::path & file);
 
     // The files write_images will write for `count` images, checked now (before anything loads): UsageError (exit 2)
-    // when one exists without --overwrite or is the report itself. -o/--output-file names the first; otherwise
+    // when one exists without --overwrite, is the report itself, or another run is writing it (PathLock). -o/--output-file names the first; otherwise
     // <output>/<stem>.png (count 1) or <stem>_<i>.png.
     std::vector<std::filesystem::path> plan_images(int count, const std::string & stem = "image");
     // [B, C, H, W] in [0, 1] with C = 1..4 -> the planned files (plan_images(B, stem) when not planned), 8-bit, text
@@ -177,6 +178,7 @@ private:
     nlohmann::json generation_notes_ = nlohmann::json::array();
     nlohmann::json inputs_ = nlohmann::json::object();
     std::vector<std::filesystem::path> planned_images_;
+    std::vector<PathLock> image_locks_;  // this run's claim on its image paths (released with the run)
     nlohmann::json checkpoint_ = nlohmann::json::object();
 };
 
