@@ -55,6 +55,25 @@ std::vector<std::string> c_list(const char * const * list) {
     return out;
 }
 
+// Command-line text must be UTF-8 (it goes into the report's JSON and into presets' string values): checked by
+// nlohmann::json's own UTF-8 validation, before anything is resolved.
+void require_utf8(const std::string & text, const std::string & what) {
+    try {
+        (void)json(text).dump();
+    } catch (const json::exception &) {
+        throw UsageError(what + " is not valid UTF-8; pass UTF-8 text (check the terminal's or the script's encoding)");
+    }
+}
+
+void require_utf8(const RunArgs & a) {
+    for (const auto & s : a.sets) require_utf8(s, "--set " + s.substr(0, s.find('=')));
+    if (a.prompt) require_utf8(*a.prompt, "--prompt");
+    if (a.negative_prompt) require_utf8(*a.negative_prompt, "--negative-prompt");
+    for (const auto & [v, flag] : {std::pair{a.preset, "--preset"}, {a.model, "--model"}, {a.prompt_embeds, "--prompt-embeds"},
+                                   {a.output, "--output"}, {a.output_file, "--output-file"}, {a.report, "--report"}})
+        require_utf8(v, flag);
+}
+
 // --steps N etc. are shorthand for --set workload.steps=N (so they carry provenance "--set").
 std::vector<std::string> all_sets(const RunArgs & a, std::optional<std::uint64_t> drawn_seed) {
     std::vector<std::string> sets = a.sets;
@@ -207,6 +226,7 @@ int run_once(const RunArgs & a, const HostOptions & options, const std::vector<s
             throw;
         }
         check_output_paths(a, report_path);
+        require_utf8(a);
         std::optional<std::uint64_t> drawn_seed;
         if (a.seed && *a.seed == -1) {
             drawn_seed = random_seed();

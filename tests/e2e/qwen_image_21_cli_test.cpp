@@ -121,7 +121,9 @@ TEST(Qi21Cli, WhatThePluginCannotHonourIsRefusedWithExit2) {
                            Case{"--set plugin.qwen_image_21.use_kv_cach=false", "did you mean 'plugin.qwen_image_21.use_kv_cache'"},
                            Case{"--set plugin.qwen_image_21.sampler=dpmpp_2m", "plugin.qwen_image_21.sampler"},
                            Case{"--set plugin.no_such_plugin.x=1", "no plugin of that name"},
-                           Case{"--set vae.tile_size=500", "multiple of 8"}, Case{"--seed -5", "--seed -5"}}) {
+                           Case{"--set vae.tile_size=500", "multiple of 8"}, Case{"--seed -5", "--seed -5"},
+                           Case{"--set \"workload.prompt=$(printf 'a\\377')\"", "is not valid UTF-8"},
+                           Case{"--set capacities.ram_headroom_gb=nan", "capacities.ram_headroom_gb"}}) {
         const auto r = run("refuse", base() + c.args);
         EXPECT_EQ(r.exit_code, 2) << c.args << "\n" << r.log;
         EXPECT_NE(r.log.find(c.names), std::string::npos) << c.args << "\n" << r.log;

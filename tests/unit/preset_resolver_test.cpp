@@ -186,6 +186,16 @@ TEST_F(PresetTest, LintReportsEveryErrorInLineOrder) {
     EXPECT_NE(cross[0].problem().find("tile_overlap"), std::string::npos);
 }
 
+// nan / inf in a preset file compare false with every bound; they are refused with file:line:col.
+TEST_F(PresetTest, ErrorNonFiniteNumberNamesFileLineCol) {
+    for (const char * v : {"nan", "inf", "-inf"}) {
+        auto p = write("nan.toml", std::string("schema_version = 1\n[capacities]\nram_headroom_gb = ") + v + "\n");
+        auto e = error_of(request(p.string()));
+        EXPECT_EQ(e.line(), 3) << v;
+        EXPECT_NE(e.problem().find("not a finite number"), std::string::npos) << e.what();
+    }
+}
+
 TEST_F(PresetTest, ErrorUnknownKeyWithSuggestion) {
     auto p = write("bad.toml", "schema_version = 1\n[capacities]\nstagin_slots = 2\n");
     auto e = error_of(request(p.string()));

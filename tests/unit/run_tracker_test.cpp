@@ -4,6 +4,8 @@
 #include <unistd.h>
 
 #include <fstream>
+
+#include "ddo/util/path_lock.hpp"
 #include <thread>
 
 #include "ddo/error.hpp"
@@ -255,6 +257,19 @@ TEST_F(RunTrackerTest, AtomicWriteReplacesAndLeavesNoTemp) {
     // A path under a regular file cannot be written: RuntimeError, exit 4, nothing partial.
     EXPECT_THROW(t.write(dir_ / "marker" / "r.json"), RuntimeError);
     EXPECT_EQ(json::parse(std::ifstream(path))["notes"]["k"], 2);
+}
+
+// A report name of 244-255 characters is a valid file name, but ".<name>.tmp.XXXXXX" is not: the temp name is shortened.
+TEST_F(RunTrackerTest, AtomicWriteTakesNamesUpToNameMax) {
+    RunTracker t(no_sources());
+    for (std::size_t len : {240u, 250u, 255u}) {
+        const fs::path path = dir_ / (std::string(len - 5, 'r') + ".json");
+        ASSERT_EQ(path.filename().string().size(), len);
+        EXPECT_NO_THROW(t.write(path)) << len;
+        EXPECT_TRUE(fs::exists(path)) << len;
+        const fs::path lock_target = dir_ / (std::string(len, 'i'));
+        EXPECT_NO_THROW((void)ddo::PathLock::acquire(lock_target, "output")) << len;
+    }
 }
 
 TEST_F(RunTrackerTest, OutputsAreHashed) {

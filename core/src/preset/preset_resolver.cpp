@@ -74,6 +74,10 @@ std::string range_text(const KeyDef & d) {
 }
 
 void check_range(const KeyDef & d, const std::string & key, double v, const Loc & loc) {
+    // nan and inf compare false with every bound: refuse them before they become budgets (nan GiB -> 2^63 bytes).
+    if (!std::isfinite(v))
+        fail(loc, "value " + std::string(std::isnan(v) ? "nan" : "inf") + " for '" + key + "' is not a finite number",
+             "give a number in " + range_text(d) + " (" + kDocsHint + ")");
     if ((d.min && v < *d.min) || (d.max && v > *d.max))
         fail(loc, "value " + json(v).dump() + " for '" + key + "' is out of range",
              "allowed range " + range_text(d) + " (" + kDocsHint + ")");

@@ -28,7 +28,10 @@ void write_text_atomically(const fs::path & path, const std::string & text, cons
     fs::path dir = path.parent_path().empty() ? fs::path(".") : path.parent_path();
     std::error_code ec;
     fs::create_directories(dir, ec);
-    std::string tmpl = (dir / ("." + path.filename().string() + ".tmp.XXXXXX")).string();
+    // ".<name>.tmp.XXXXXX" unless that exceeds NAME_MAX (a 244-255 character name): then a short fixed one.
+    std::string temp_name = "." + path.filename().string() + ".tmp.XXXXXX";
+    if (temp_name.size() > 255) temp_name = ".ddo-write.tmp.XXXXXX";
+    std::string tmpl = (dir / temp_name).string();
     int fd = mkstemp(tmpl.data());
     if (fd < 0) fail("cannot create temp file in " + dir.string());
     const char * p = text.data();

@@ -8,6 +8,7 @@
 #include <cerrno>
 #include <cstring>
 #include <fstream>
+#include <functional>
 #include <utility>
 
 #include "ddo/error.hpp"
@@ -21,7 +22,10 @@ namespace fs = std::filesystem;
 // not. The lock dies with the process (a SIGKILLed run leaves a stale file, which the next run simply locks).
 PathLock PathLock::acquire(const fs::path & target, const std::string & what) {
     const fs::path abs = fs::absolute(target);
-    const fs::path file = abs.parent_path() / ("." + abs.filename().string() + ".ddo-lock");
+    std::string name = "." + abs.filename().string() + ".ddo-lock";
+    if (name.size() > 255)  // NAME_MAX: a long name gets a lock named by its hash
+        name = ".ddo-" + std::to_string(std::hash<std::string>{}(abs.filename().string())) + ".ddo-lock";
+    const fs::path file = abs.parent_path() / name;
     for (int attempt = 0; attempt < 16; ++attempt) {
         const int fd = ::open(file.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
         if (fd < 0)
