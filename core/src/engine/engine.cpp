@@ -355,7 +355,7 @@ Engine::Engine(const ModelLayout & layout, Plan plan, const ddo_allocator_vtable
 }
 
 Engine::~Engine() {
-    try { impl_->tr.drain(); } catch (...) {}
+    try { impl_->tr.drain(); } catch (...) { ++impl_->c.failures; }  // counted: nothing can be thrown from here
     if (!impl_->closed && close() != DDO_STATUS_OK) {
         // Leases outlived the engine (a caller bug): leak the device memory rather than free it under a reader.
         for (auto & s : impl_->slots) (void)s.buf.release();
@@ -446,7 +446,14 @@ std::uint64_t Engine::end_phase() {
 ddo_status Engine::close() noexcept {
     Impl & m = *impl_;
     if (m.closed) return DDO_STATUS_OK;
-    try { m.refresh_flags(); } catch (...) {}
+    try {
+        m.refresh_flags();
+    } catch (const std::exception & e) {
+        ++m.c.failures;
+        if (m.c.failure_reasons.size() < 8) m.c.failure_reasons.push_back(std::string("close: refreshing slot flags: ") + e.what());
+    } catch (...) {
+        ++m.c.failures;
+    }
     if (m.live_leases > 0 || m.pending_uploads() > 0) {
         ++m.c.close_refusals;
         return DDO_STATUS_BUSY;
@@ -458,7 +465,14 @@ ddo_status Engine::close() noexcept {
         ++m.c.failures;
     }
     for (auto & s : m.slots) {
-        try { s.buf.set_flags(0); } catch (...) {}
+        try {
+            s.buf.set_flags(0);
+        } catch (const std::exception & e) {
+            ++m.c.failures;
+            if (m.c.failure_reasons.size() < 8) m.c.failure_reasons.push_back(std::string("close: clearing slot flags: ") + e.what());
+        } catch (...) {
+            ++m.c.failures;
+        }
         if (s.buf.release() == DDO_STATUS_BUSY) ++m.c.quarantines;
     }
     m.slots.clear();
@@ -494,7 +508,13 @@ EngineCounters Engine::counters() const {
                 const auto st = m.pool->stats();
                 c.failures += st.failures;
                 c.quarantines += st.quarantines;
-            } catch (...) {}
+            } catch (const std::exception & e) {  // the pool's own failures are unknown: say so, never a silent 0
+                ++c.failures;
+                if (c.failure_reasons.size() < 8) c.failure_reasons.push_back(std::string("allocator stats unreadable: ") + e.what());
+            } catch (...) {
+                ++c.failures;
+                if (c.failure_reasons.size() < 8) c.failure_reasons.push_back("allocator stats unreadable (unknown exception)");
+            }
         }
     }
     c.outstanding_owners = m.live_leases + m.pending_uploads();

@@ -28,6 +28,7 @@ nlohmann::json EngineCounters::to_json() const {
     j["pinned_fallback_reasons"] = pinned_fallback_reasons;
     j["device_bytes"] = device_bytes;
     j["failures"] = failures;
+    j["failure_reasons"] = failure_reasons;
     j["quarantines"] = quarantines;
     j["close_refusals"] = close_refusals;
     j["outstanding_owners"] = outstanding_owners;

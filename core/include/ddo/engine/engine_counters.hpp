@@ -37,6 +37,7 @@ struct EngineCounters {
     std::vector<std::string> pinned_fallback_reasons;  // the pinned route's answers, distinct, first 8
     std::uint64_t device_bytes = 0;            // residents + slots
     std::uint64_t failures = 0;                // failed uploads or allocator calls
+    std::vector<std::string> failure_reasons;  // what failed where the failure has no other record, first 8
     std::uint64_t quarantines = 0;             // buffers withheld after a refused release
     std::uint64_t close_refusals = 0;
     std::uint64_t outstanding_owners = 0;      // live leases + uploads in flight, now
