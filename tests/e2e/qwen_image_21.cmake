@@ -31,32 +31,22 @@ if(TARGET qwen_image_21_impl AND TARGET qwen_image_21 AND TARGET ddo-host)
   add_dependencies(qwen_image_21_outputs_test ddo-host qwen_image_21 linear ddo_manifest_main)
 endif()
 
-# Settings whose effect lives in the model kit: a changed value changes the report, or the run is refused.
-if(TARGET qwen_image_21 AND TARGET ddo-host)
-  ddo_add_gtest(qwen_image_21_settings_test LABELS e2e TIMEOUT 300
-    SOURCES ${CMAKE_CURRENT_LIST_DIR}/qwen_image_21_settings_test.cpp
-    LIBS nlohmann_json::nlohmann_json PNG::PNG)
-  target_compile_definitions(qwen_image_21_settings_test PRIVATE
+# ddo-host driven e2e tests on the fixtures: one helper (the host, the plugin, both allocators and the manifest built
+# first; QI21_FIXTURE_DIR, DDO_HOST_BIN and DDO_PYTHON defined).
+function(qi21_host_test name)
+  cmake_parse_arguments(Q "" "TIMEOUT" "LIBS" ${ARGN})
+  ddo_add_gtest(${name} LABELS e2e TIMEOUT ${Q_TIMEOUT} SOURCES ${CMAKE_CURRENT_FUNCTION_LIST_DIR}/${name}.cpp LIBS ${Q_LIBS})
+  target_compile_definitions(${name} PRIVATE DDO_PYTHON="${DDO_PYTHON}"
     QI21_FIXTURE_DIR="${CMAKE_BINARY_DIR}/fixtures/qwen_image_21" DDO_HOST_BIN="$<TARGET_FILE:ddo-host>")
-  add_dependencies(qwen_image_21_settings_test ddo-host qwen_image_21 linear ddo_manifest_main)
-endif()
+  add_dependencies(${name} ddo-host qwen_image_21 linear vmm ddo_manifest_main)
+endfunction()
 
-# The run command line: adjustments, refusals before loading (exit 2), no overwrite unasked, -o, --seed -1, log level.
 if(TARGET qwen_image_21 AND TARGET ddo-host AND DDO_PYTHON)
-  ddo_add_gtest(qwen_image_21_cli_test LABELS e2e TIMEOUT 300
-    SOURCES ${CMAKE_CURRENT_LIST_DIR}/qwen_image_21_cli_test.cpp
-    LIBS ddo_core PNG::PNG)
-  target_compile_definitions(qwen_image_21_cli_test PRIVATE DDO_PYTHON="${DDO_PYTHON}"
-    QI21_FIXTURE_DIR="${CMAKE_BINARY_DIR}/fixtures/qwen_image_21" DDO_HOST_BIN="$<TARGET_FILE:ddo-host>")
-  add_dependencies(qwen_image_21_cli_test ddo-host qwen_image_21 linear ddo_manifest_main)
-endif()
-
-# Every schema key and qwen_image_21 option changes the run or is refused; prints the keys without a test.
-if(TARGET qwen_image_21 AND TARGET ddo-host AND DDO_PYTHON)
-  ddo_add_gtest(qwen_image_21_key_effects_test LABELS e2e TIMEOUT 600
-    SOURCES ${CMAKE_CURRENT_LIST_DIR}/qwen_image_21_key_effects_test.cpp
-    LIBS ddo_core PNG::PNG)
-  target_compile_definitions(qwen_image_21_key_effects_test PRIVATE DDO_PYTHON="${DDO_PYTHON}"
-    DDO_HOST_BIN="$<TARGET_FILE:ddo-host>")
-  add_dependencies(qwen_image_21_key_effects_test ddo-host qwen_image_21 linear vmm ddo_manifest_main)
+  # Settings whose effect lives in the model kit: a changed value changes the report, or the run is refused.
+  qi21_host_test(qwen_image_21_settings_test TIMEOUT 300 LIBS nlohmann_json::nlohmann_json PNG::PNG)
+  # The run command line: adjustments, refusals before loading (exit 2), no overwrite unasked, -o, --seed -1, log
+  # level, signals, path locks.
+  qi21_host_test(qwen_image_21_cli_test TIMEOUT 300 LIBS ddo_core PNG::PNG)
+  # Every schema key and qwen_image_21 option changes the run or is refused; prints the keys without a test.
+  qi21_host_test(qwen_image_21_key_effects_test TIMEOUT 600 LIBS ddo_core PNG::PNG)
 endif()

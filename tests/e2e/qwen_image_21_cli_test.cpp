@@ -245,9 +245,8 @@ std::string long_run() {
            "' --prompt-embeds '" + (kFixtures / "prompt_embeds.safetensors").string() + "' --steps 400 --width 256 --height 256 ";
 }
 
-// Starts ddo-host in the background (output to `log`), waits until `marker` shows in its output, sends `signals`,
-// and returns the exit status.
-int signal_run(const std::string & args, const fs::path & log, const std::string & marker, std::vector<int> signals) {
+// ddo-host in the background, its stdout and stderr to `log`.
+pid_t spawn_host(const std::string & args, const fs::path & log) {
     const pid_t pid = ::fork();
     if (pid == 0) {
         const int fd = ::open(log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
@@ -256,6 +255,13 @@ int signal_run(const std::string & args, const fs::path & log, const std::string
         ::execl("/bin/sh", "sh", "-c", (std::string("exec '") + DDO_HOST_BIN + "' " + args).c_str(), (char *)nullptr);
         ::_exit(127);
     }
+    return pid;
+}
+
+// Starts ddo-host in the background (output to `log`), waits until `marker` shows in its output, sends `signals`,
+// and returns the exit status.
+int signal_run(const std::string & args, const fs::path & log, const std::string & marker, std::vector<int> signals) {
+    const pid_t pid = spawn_host(args, log);
     int st = 0;
     for (int i = 0; i < 600; ++i) {  // up to 60 s for the marker, unless the run ended before it
         if (::waitpid(pid, &st, WNOHANG) == pid) return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
@@ -312,14 +318,7 @@ TEST(Qi21Cli, ASecondSignalEndsTheRunAtOnceWithItsReport) {
 TEST(Qi21Cli, ASecondRunOnTheSamePathsIsRefusedWhileTheFirstRuns) {
     TempDir t;
     const std::string out = "--output '" + t.path.string() + "' --overwrite";
-    const pid_t first = ::fork();
-    if (first == 0) {
-        const int fd = ::open((t.path / "first.log").c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-        ::dup2(fd, 1);
-        ::dup2(fd, 2);
-        ::execl("/bin/sh", "sh", "-c", (std::string("exec '") + DDO_HOST_BIN + "' " + long_run() + out).c_str(), (char *)nullptr);
-        ::_exit(127);
-    }
+    const pid_t first = spawn_host(long_run() + out, t.path / "first.log");
     for (int i = 0; i < 600; ++i) {
         std::ifstream in(t.path / "first.log");
         const std::string text((std::istreambuf_iterator<char>(in)), {});
