@@ -6,7 +6,6 @@
 #include <chrono>
 #include <fstream>
 
-#include <xxhash.h>
 
 #include "ddo/error.hpp"
 #include "ddo/model/image_output.hpp"
@@ -20,22 +19,6 @@
 namespace ddo::model {
 namespace fs = std::filesystem;
 using Clock = std::chrono::steady_clock;
-
-namespace {
-
-std::string pixel_digest(const at::Tensor & hwc) {
-    XXH128_canonical_t c;
-    XXH128_canonicalFromHash(&c, XXH3_128bits(hwc.data_ptr(), size_t(hwc.numel()) * hwc.element_size()));
-    static const char * d = "0123456789abcdef";
-    std::string out;
-    for (unsigned char b : c.digest) {
-        out += d[b >> 4];
-        out += d[b & 15];
-    }
-    return out;
-}
-
-}  // namespace
 
 struct ModelRun::PhaseState {
     std::optional<RunTracker::Phase> phase;
@@ -311,7 +294,7 @@ std::vector<fs::path> ModelRun::write_images(const at::Tensor & images, const st
     for (int64_t i = 0; i < pixels.size(0); ++i) {
         check_interrupted("while writing outputs");
         const auto hwc = to_pixels_hwc(pixels[i]);
-        const std::string digest = pixel_digest(hwc);
+        const std::string digest = xxh3_128_hex(hwc.data_ptr(), size_t(hwc.numel()) * hwc.element_size());
         if (generation_ > 1) {  // runtime.generation_repeats: compared, not written again
             const bool same = size_t(i) < first_images_.size() && first_images_[size_t(i)] == digest;
             generation_notes_.push_back({{"generation", generation_}, {"image", i}, {"pixels_xxh3_128", digest},

@@ -2,7 +2,6 @@
 
 #include <fcntl.h>
 #include <unistd.h>
-#include <xxhash.h>
 
 #include <algorithm>
 #include <chrono>
@@ -37,18 +36,6 @@ void pread_exact(int fd, void * dst, std::size_t n, off_t offset, const fs::path
     }
 }
 
-std::string hex128(XXH128_hash_t h) {
-    XXH128_canonical_t c;
-    XXH128_canonicalFromHash(&c, h);
-    std::string out(32, '0');
-    static const char * d = "0123456789abcdef";
-    for (int i = 0; i < 16; ++i) {
-        out[std::size_t(2 * i)] = d[c.digest[i] >> 4];
-        out[std::size_t(2 * i + 1)] = d[c.digest[i] & 15];
-    }
-    return out;
-}
-
 json file_entry(const fs::path & file, const IdentityOptions & o) {
     UniqueFd fd(::open(file.c_str(), O_RDONLY | O_CLOEXEC));
     if (!fd) throw RuntimeError(file.string() + ": cannot open (" + std::strerror(errno) + "); check the checkpoint path");
@@ -66,7 +53,7 @@ json file_entry(const fs::path & file, const IdentityOptions & o) {
     std::copy(len_bytes, len_bytes + 8, bytes.begin());
     pread_exact(fd.get(), bytes.data() + 8, n, 8, file);
     json e = {{"file", file.filename().string()}, {"size", size}, {"header_bytes", n},
-              {"header_xxh3_128", hex128(XXH3_128bits(bytes.data(), bytes.size()))}};
+              {"header_xxh3_128", xxh3_128_hex(bytes.data(), bytes.size())}};
     if (o.hash_weights) {
         const auto d = digest_fd(fd.get(), file);
         e["sha256"] = d.sha256;

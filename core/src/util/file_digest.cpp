@@ -86,6 +86,12 @@ FileDigest digest_fd(int fd, const std::filesystem::path & path_for_messages) {
 
 std::string short_digest(std::string_view hex) { return std::string(hex.substr(0, 12)); }
 
+std::string xxh3_128_hex(const void * data, std::size_t size) {
+    XXH128_canonical_t canonical;
+    XXH128_canonicalFromHash(&canonical, XXH3_128bits(data, size));
+    return to_hex(canonical.digest, sizeof(canonical.digest));
+}
+
 std::string sha256_hex(const void * data, std::size_t size) {
     std::array<unsigned char, EVP_MAX_MD_SIZE> md{};
     unsigned int md_len = 0;

@@ -23,6 +23,8 @@ FileDigest digest_fd(int fd /* borrowed */, const std::filesystem::path & path_f
 // SHA-256 of bytes in memory (an output before it is written: the report hashes what was written, not what a
 // later reader finds on disk).
 std::string sha256_hex(const void * data, std::size_t size);
+// XXH3-128 of bytes in memory, lowercase hex of the canonical form (as FileDigest::xxh3_128).
+std::string xxh3_128_hex(const void * data, std::size_t size);
 
 // The first 12 hex digits, for listings ("sha256 3f2a9c0d1e4b").
 std::string short_digest(std::string_view hex);
