@@ -12,6 +12,7 @@
 #include <sstream>
 
 #include "command_registry.hpp"
+#include "model_table.hpp"
 #include "ddo/error.hpp"
 #include "ddo/util/file_digest.hpp"
 #include "ddo/plugin/plugin_registry.hpp"
@@ -51,12 +52,6 @@ std::string join(const std::vector<std::string> & items, const char * sep) {
     return out;
 }
 
-std::vector<std::string> c_list(const char * const * list) {
-    std::vector<std::string> out;
-    for (; list && *list; ++list) out.emplace_back(*list);
-    return out;
-}
-
 // What a loaded model plugin says of itself (its vtable): description, components, supported options.
 struct ModelFacts {
     std::string description;
@@ -82,9 +77,8 @@ std::map<std::string, ModelFacts> model_facts(PluginRegistry & registry) {
         try {
             const LoadedPlugin & p = registry.load(n, "model");
             if (!p.model) continue;
-            const bool has_classes = p.model->struct_size >= offsetof(ddo_model_vtable, pipeline_classes) + sizeof(void *);
             out[n] = {p.model->description ? p.model->description : "", c_list(p.model->components),
-                      c_list(p.model->supported_options), has_classes ? c_list(p.model->pipeline_classes) : std::vector<std::string>{}};
+                      c_list(p.model->supported_options), pipeline_classes(p.model)};
         } catch (const std::exception &) {  // the record now says why
         }
     }

@@ -12,6 +12,8 @@
 #include <iostream>
 
 #include "command_registry.hpp"
+#include "ddo/store/diffusers_checkpoint.hpp"
+#include "model_table.hpp"
 #include "run_command.hpp"
 #include "run_console.hpp"
 #include "run_signals.hpp"
@@ -47,12 +49,6 @@ std::string quoted(const std::string & s) { return "\"" + s + "\""; }
 std::uint64_t random_seed() {
     std::random_device rd;
     return ((std::uint64_t(rd()) << 32) | rd()) & ((1ull << 53) - 1);  // workload.seed is at most 2^53 - 1
-}
-
-std::vector<std::string> c_list(const char * const * list) {
-    std::vector<std::string> out;
-    for (; list && *list; ++list) out.emplace_back(*list);
-    return out;
 }
 
 // Command-line text must be UTF-8 (it goes into the report's JSON and into presets' string values): checked by
@@ -150,22 +146,18 @@ json workload_of(const ResolvedSettings & s) {
     return w;
 }
 
-// The pipeline classes a loaded model plugin declares (ABI 1.1; empty for older tables or none declared).
-std::vector<std::string> pipeline_classes(const ddo_model_vtable * vt) {
-    if (!vt || vt->struct_size < offsetof(ddo_model_vtable, pipeline_classes) + sizeof(vt->pipeline_classes)) return {};
-    return c_list(vt->pipeline_classes);
-}
-
 // model_index.json names the checkpoint's pipeline: one the plugin takes, or exit 2 before the run, naming the
 // installed plugin that takes it (loading only verified model plugins to ask).
 void check_pipeline_class(const fs::path & model, const LoadedPlugin & plugin, PluginRegistry & registry) {
     const auto takes = pipeline_classes(plugin.model);
-    if (takes.empty() || model.empty()) return;
-    std::ifstream in(model / "model_index.json");
-    if (!in) return;
-    const auto j = json::parse(in, nullptr, /*allow_exceptions=*/false);
-    if (!j.is_object() || !j.contains("_class_name") || !j["_class_name"].is_string()) return;
-    const std::string found = j["_class_name"].get<std::string>();
+    if (takes.empty() || model.empty() || !fs::exists(model / "model_index.json")) return;
+    std::string found;
+    try {
+        found = store::DiffusersCheckpoint::open(model).pipeline_class();
+    } catch (const RuntimeError &) {  // a malformed model_index.json: the plugin's own checks name the problem
+        return;
+    }
+    if (found.empty()) return;
     if (std::find(takes.begin(), takes.end(), found) != takes.end()) return;
     std::string other;
     std::vector<std::string> names;

@@ -66,9 +66,9 @@ void run_qwen_image_21(model::ModelRun & run) {
     if (run.prompt_embeds().empty() && !run.dry_run())
         throw UsageError("qwen_image_21: --prompt-embeds is required (the Qwen3-VL text encoder is not built yet); "
                          "write one with tools/reference/qwen_image_21_fixtures.py");
-    // The checkpoint is this plugin's before anything is read: exit 2 naming the class otherwise.
+    // The checkpoint is this plugin's before anything is read: exit 2 naming the class otherwise. (The host already
+    // checked model_index.json against the plugin's pipeline classes.)
     run.require_model_dir();
-    run.check_class("model_index.json", {"QwenImage21Pipeline"});
     run.check_class("transformer/config.json", {"QwenImage21Transformer2DModel"});
     run.check_class("vae/config.json", {"AutoencoderKLQwenImage21"});
     const auto transformer_plan = run.plan("transformer");
