@@ -5,6 +5,7 @@
 #include <map>
 #include <set>
 
+#include "byte_text.hpp"
 #include "command_registry.hpp"
 #include "ddo/error.hpp"
 #include <nlohmann/json.hpp>
@@ -72,16 +73,7 @@ std::string text(const json & v) {
 const char * kMonitors[] = {"rss", "uss", "mem_available", "cgroup", "gpu_absolute", "gpu_delta", "torch_allocated",
                             "torch_reserved"};
 
-std::string bytes(const json & v) {
-    if (!v.is_number()) return "null";
-    const double b = v.get<double>();
-    char out[32];
-    if (b >= 1073741824.0) std::snprintf(out, sizeof out, "%.3f GiB", b / 1073741824.0);
-    else if (b >= 1048576.0) std::snprintf(out, sizeof out, "%.2f MiB", b / 1048576.0);
-    else if (b >= 1024.0) std::snprintf(out, sizeof out, "%.2f KiB", b / 1024.0);
-    else std::snprintf(out, sizeof out, "%.0f B", b);
-    return out;
-}
+std::string bytes(const json & v) { return v.is_number() ? human_bytes(v.get<double>()) : "null"; }
 
 // One staging route: "pinned on: 2/2 ok, 80 KiB" or "registration off (reason): 0 attempts".
 std::string staging_route(const json & hs, const char * route) {

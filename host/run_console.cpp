@@ -5,21 +5,11 @@
 
 #include <nlohmann/json.hpp>
 
+#include "byte_text.hpp"
+
 namespace ddo::host {
 
 using nlohmann::json;
-
-std::string human_bytes(double b) {
-    const char * units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
-    int u = 0;
-    while (b >= 1024 && u < 4) {
-        b /= 1024;
-        ++u;
-    }
-    char buf[32];
-    std::snprintf(buf, sizeof buf, u == 0 ? "%.0f %s" : "%.2f %s", b, units[u]);
-    return buf;
-}
 
 namespace {
 

@@ -32,7 +32,4 @@ private:
     std::chrono::steady_clock::time_point start_ = std::chrono::steady_clock::now(), phase_start_ = start_;
 };
 
-// "1.50 GiB", "40.5 KiB": the console's byte spelling.
-std::string human_bytes(double bytes);
-
 }  // namespace ddo::host
