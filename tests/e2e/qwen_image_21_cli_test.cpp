@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include <csignal>
+#include <optional>
 #include <tuple>
 
 #include <filesystem>
@@ -258,18 +259,26 @@ pid_t spawn_host(const std::string & args, const fs::path & log) {
     return pid;
 }
 
+// Waits (up to 60 s) until `marker` shows in the output of the background run `pid`; its exit status when it
+// ended before that, nullopt when the marker came.
+std::optional<int> wait_for_marker(pid_t pid, const fs::path & log, const std::string & marker) {
+    int st = 0;
+    for (int i = 0; i < 600; ++i) {
+        if (::waitpid(pid, &st, WNOHANG) == pid) return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+        std::ifstream in(log);
+        const std::string text((std::istreambuf_iterator<char>(in)), {});
+        if (text.find(marker) != std::string::npos) return std::nullopt;
+        ::usleep(100000);
+    }
+    return std::nullopt;
+}
+
 // Starts ddo-host in the background (output to `log`), waits until `marker` shows in its output, sends `signals`,
 // and returns the exit status.
 int signal_run(const std::string & args, const fs::path & log, const std::string & marker, std::vector<int> signals) {
     const pid_t pid = spawn_host(args, log);
+    if (const auto ended = wait_for_marker(pid, log, marker)) return *ended;
     int st = 0;
-    for (int i = 0; i < 600; ++i) {  // up to 60 s for the marker, unless the run ended before it
-        if (::waitpid(pid, &st, WNOHANG) == pid) return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
-        std::ifstream in(log);
-        const std::string text((std::istreambuf_iterator<char>(in)), {});
-        if (text.find(marker) != std::string::npos) break;
-        ::usleep(100000);
-    }
     for (int s : signals) ::kill(pid, s);
     ::waitpid(pid, &st, 0);
     return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
@@ -319,12 +328,7 @@ TEST(Qi21Cli, ASecondRunOnTheSamePathsIsRefusedWhileTheFirstRuns) {
     TempDir t;
     const std::string out = "--output '" + t.path.string() + "' --overwrite";
     const pid_t first = spawn_host(long_run() + out, t.path / "first.log");
-    for (int i = 0; i < 600; ++i) {
-        std::ifstream in(t.path / "first.log");
-        const std::string text((std::istreambuf_iterator<char>(in)), {});
-        if (text.find("denoise 2/400") != std::string::npos) break;
-        ::usleep(100000);
-    }
+    ASSERT_FALSE(wait_for_marker(first, t.path / "first.log", "denoise 2/400")) << "the first run ended before step 2";
     std::string log;
     EXPECT_EQ(host(base() + "--width 64 --height 64 " + out, &log), 2) << log;
     EXPECT_NE(log.find("is being written by another run (pid " + std::to_string(first) + ")"), std::string::npos) << log;
