@@ -60,14 +60,16 @@ PathLock::PathLock(PathLock && o) noexcept : fd_(std::exchange(o.fd_, -1)), file
 
 PathLock & PathLock::operator=(PathLock && o) noexcept {
     if (this != &o) {
-        this->~PathLock();
+        release();
         fd_ = std::exchange(o.fd_, -1);
         file_ = std::move(o.file_);
     }
     return *this;
 }
 
-PathLock::~PathLock() {
+PathLock::~PathLock() { release(); }
+
+void PathLock::release() noexcept {
     if (fd_ < 0) return;
     std::error_code ec;
     fs::remove(file_, ec);  // before the release: see Note [Path locks]

@@ -21,6 +21,8 @@ public:
     ~PathLock();  // removes the lock file, then releases
 
 private:
+    void release() noexcept;  // removes the lock file, then closes the descriptor (which releases the lock)
+
     int fd_ = -1;
     std::filesystem::path file_;
 };
