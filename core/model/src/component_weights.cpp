@@ -190,13 +190,6 @@ std::unique_ptr<ComponentWeights> ComponentWeights::open(const std::filesystem::
 
 const std::string & ComponentWeights::component() const noexcept { return impl_->component; }
 std::size_t ComponentWeights::size() const noexcept { return impl_->specs.size(); }
-const store::WeightStore & ComponentWeights::store() const noexcept { return *impl_->store; }
-
-std::uint64_t ComponentWeights::payload_bytes(std::size_t i) const {
-    std::uint64_t b = 0;
-    for (const auto & n : impl_->specs.at(i).tensors) b += impl_->store->at(n).nbytes;
-    return b;
-}
 
 void ComponentWeights::begin_phase(std::string_view name) {
     auto & m = *impl_;

@@ -27,10 +27,6 @@
 
 #include "ddo/model/component_plan.hpp"
 
-namespace ddo::store {
-class WeightStore;
-}
-
 namespace ddo::model {
 
 // One execution group: a name for reports and errors, and the tensors it holds (checkpoint names).
@@ -63,10 +59,7 @@ public:
     ComponentWeights & operator=(const ComponentWeights &) = delete;
 
     const std::string & component() const noexcept;
-    std::size_t size() const noexcept;                  // execution groups declared
-    const store::WeightStore & store() const noexcept;  // the checkpoint files (for header checks, globals)
-    // Bytes of group i as stored in the checkpoint.
-    std::uint64_t payload_bytes(std::size_t i) const;
+    std::size_t size() const noexcept;  // execution groups declared
 
     // Begins the engine phase `name` (host copies, resident uploads); idempotent. ModelRun calls it when a run
     // phase begins; otherwise the first acquire begins a phase named after the component.
