@@ -8,6 +8,8 @@ find_package(CLI11 CONFIG REQUIRED)                  # ddo-host command line
 find_package(Boost 1.74 REQUIRED)                    # Boost.DLL (header-only)
 find_package(PNG REQUIRED)
 pkg_check_modules(TOMLPP REQUIRED IMPORTED_TARGET tomlplusplus)
+pkg_check_modules(PCRE2 REQUIRED IMPORTED_TARGET libpcre2-8)     # BPE pre-tokenizer regex (\p{L}, look-ahead)
+pkg_check_modules(UTF8PROC REQUIRED IMPORTED_TARGET libutf8proc) # NFC normalisation of prompts
 find_library(XXHASH_LIBRARY NAMES xxhash REQUIRED)
 find_path(XXHASH_INCLUDE_DIR xxhash.h REQUIRED)
 add_library(ddo_xxhash INTERFACE)

@@ -66,7 +66,7 @@ void require_utf8(const RunArgs & a) {
     if (a.prompt) require_utf8(*a.prompt, "--prompt");
     if (a.negative_prompt) require_utf8(*a.negative_prompt, "--negative-prompt");
     for (const auto & [v, flag] : {std::pair{a.preset, "--preset"}, {a.model, "--model"}, {a.prompt_embeds, "--prompt-embeds"},
-                                   {a.output, "--output"}, {a.output_file, "--output-file"}, {a.report, "--report"}})
+                                   {a.latents, "--latents"}, {a.output, "--output"}, {a.output_file, "--output-file"}, {a.report, "--report"}})
         require_utf8(v, flag);
 }
 
@@ -120,6 +120,14 @@ void check_report_path(const RunArgs & a, const fs::path & report_path) {
         throw UsageError("report " + report_path.string() + " exists; pass --overwrite to replace it, or choose another "
                          "--report");
     probe_dir(report_path.parent_path(), "--report");
+}
+
+// Input files named on the command line exist (exit 2 naming the flag), before anything loads.
+void check_input_paths(const RunArgs & a) {
+    for (const auto & [v, flag] : {std::pair{a.prompt_embeds, "--prompt-embeds"}, {a.latents, "--latents"}})
+        if (!v.empty() && !fs::is_regular_file(v))
+            throw UsageError(std::string(flag) + " " + v + (fs::exists(v) ? " is not a regular file" : " does not exist") +
+                             "; give a safetensors file");
 }
 
 // The output paths, before anything loads (exit 2): distinct from the report, writable. The files a plugin writes
@@ -218,6 +226,7 @@ int run_once(const RunArgs & a, const HostOptions & options, const std::vector<s
             throw;
         }
         check_output_paths(a, report_path);
+        check_input_paths(a);
         require_utf8(a);
         std::optional<std::uint64_t> drawn_seed;
         if (a.seed && *a.seed == -1) {
@@ -285,6 +294,8 @@ int run_once(const RunArgs & a, const HostOptions & options, const std::vector<s
         }
         ctx.overwrite = a.overwrite;
         ctx.prompt_embeds = a.prompt_embeds;
+        ctx.latents = a.latents;
+        ctx.encode_only = a.encode_only;
         ctx.interrupted = &g_interrupted;
         ctx.dry_run = a.dry_run;
         ctx.report_path = report_path;
@@ -366,8 +377,12 @@ void install(CLI::App & app, HostOptions & options) {
         ->group(g);
     app.add_option("--set", a->sets, "key=value override of a preset key (repeatable; docs/presets.md)")->group(g);
     app.add_option("--model", a->model, "checkpoint directory (diffusers layout)")->group(g);
-    app.add_option("--prompt-embeds", a->prompt_embeds, "precomputed prompt embeddings file")->group(g);
+    app.add_option("--prompt-embeds", a->prompt_embeds, "precomputed prompt embeddings file (ddo-host encode writes one)")
+        ->group(g);
     app.add_option("-p,--prompt", a->prompt, "prompt text (workload.prompt); needs a plugin with a text encoder")->group(g);
+    app.add_option("--latents", a->latents, "initial noise: a safetensors file with tensor 'latents' (the pipeline's "
+                                            "latents=) instead of the seeded draw")
+        ->group(g);
     app.add_option("-n,--negative-prompt", a->negative_prompt, "negative prompt (workload.negative_prompt)")->group(g);
     app.add_option("--cfg-scale", a->cfg_scale, "guidance scale (workload.guidance_scale); > 1 guides when there is "
                                                 "a negative prompt")

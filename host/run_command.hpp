@@ -12,13 +12,14 @@ namespace ddo::host {
 struct RunArgs {
     std::string plugin, preset;
     std::vector<std::string> sets;
-    std::string model, prompt_embeds, output, output_file, report;
+    std::string model, prompt_embeds, latents, output, output_file, report;
     std::optional<std::string> prompt, negative_prompt;
     std::optional<long long> steps, width, height, seed, num_images;
     std::optional<double> cfg_scale;
     bool dry_run = false;
     bool hash_weights = false;
     bool overwrite = false;
+    bool encode_only = false;  // `ddo-host encode`: the plugin writes the prompt embeddings to output_file only
 };
 
 // One run: resolve, verify and load the plugin, run it (or dry), write the report. Returns the exit code.

@@ -50,3 +50,9 @@ if(TARGET qwen_image_21 AND TARGET ddo-host AND DDO_PYTHON)
   # Every schema key and qwen_image_21 option changes the run or is refused; prints the keys without a test.
   qi21_host_test(qwen_image_21_key_effects_test TIMEOUT 600 LIBS ddo_core PNG::PNG)
 endif()
+
+# ddo-host from a text prompt on a checkpoint saved whole (the text-path fixtures).
+if(TARGET qwen_image_21 AND TARGET ddo-host AND DDO_PYTHON)
+  qi21_host_test(qwen_image_21_text_test TIMEOUT 600 LIBS qwen_image_21_impl PNG::PNG)
+  target_compile_definitions(qwen_image_21_text_test PRIVATE QI21_TEXT_FIXTURE_DIR="${CMAKE_BINARY_DIR}/fixtures/qwen_image_21_text")
+endif()

@@ -43,6 +43,8 @@ struct RunContext {
     std::filesystem::path report_path;             // where the host writes the run report (for output metadata)
     bool hash_weights = false;                     // --hash-weights: full content hash of every checkpoint file
     std::function<void(const ProgressEvent &)> progress;  // may be empty; called on the plugin's thread
+    std::filesystem::path latents;                 // --latents FILE: initial noise instead of the seeded draw
+    bool encode_only = false;                      // `ddo-host encode`: write prompt embeddings to output_file only
 
     static RunContext & from_c(ddo_run_context * c) { return *reinterpret_cast<RunContext *>(c); }
     ddo_run_context * to_c() { return reinterpret_cast<ddo_run_context *>(this); }

@@ -9,10 +9,12 @@
 
 #include "ddo/error.hpp"
 #include "ddo/model/image_output.hpp"
+#include "ddo/model/tensor_output.hpp"
 #include "ddo/preset/resolved_settings.hpp"
 #include "ddo/report/run_tracker.hpp"
 #include "ddo/store/checkpoint_identity.hpp"
 #include "ddo/torch/torch_memory.hpp"
+#include "ddo/util/atomic_write.hpp"
 #include "ddo/util/build_info.hpp"
 #include "ddo/util/file_digest.hpp"
 
@@ -86,6 +88,8 @@ Workload ModelRun::workload(const WorkloadDefaults & d) {
     };
     Workload w;
     w.steps = pick("steps", d.steps);
+    w.steps_set = s.get_optional<int>("workload.steps").has_value();
+    w.sigmas = s.get_optional<std::vector<double>>("workload.sigmas");
     w.width = pick("width", d.width);
     w.height = pick("height", d.height);
     w.seed = pick("seed", d.seed);
@@ -271,6 +275,32 @@ std::vector<fs::path> ModelRun::plan_images(int count, const std::string & stem)
     image_locks_ = std::move(locks);
     planned_images_ = paths;
     return paths;
+}
+
+fs::path ModelRun::plan_tensor_file() {
+    if (ctx_.output_file.empty())
+        throw UsageError(plugin_ + ": no output file: give -o/--output-file FILE (the safetensors file to write)");
+    const fs::path p = ctx_.output_file;
+    std::error_code ec;
+    if (!ctx_.report_path.empty() && fs::weakly_canonical(fs::absolute(p), ec) == fs::weakly_canonical(fs::absolute(ctx_.report_path), ec))
+        throw UsageError("output " + p.string() + " is the report file (--report); choose another --report or -o");
+    if (fs::exists(p) && !ctx_.overwrite)
+        throw UsageError("output " + p.string() + " exists; pass --overwrite to replace it, or choose another -o");
+    fs::create_directories(p.parent_path(), ec);
+    image_locks_.clear();
+    image_locks_.push_back(PathLock::acquire(p, "output"));
+    planned_images_ = {p};
+    return p;
+}
+
+fs::path ModelRun::write_tensors(const std::vector<std::pair<std::string, at::Tensor>> & tensors,
+                                 const std::map<std::string, std::string> & metadata) {
+    const fs::path p = planned_images_.size() == 1 ? planned_images_.front() : plan_tensor_file();
+    const std::string bytes = encode_safetensors(tensors, metadata);
+    write_text_atomically(p, bytes, "tensor file");
+    if (ctx_.tracker)
+        ctx_.tracker->add_output_written(p, "application/x-safetensors", bytes.size(), sha256_hex(bytes.data(), bytes.size()));
+    return p;
 }
 
 std::vector<fs::path> ModelRun::write_images(const at::Tensor & images, const std::string & stem) {

@@ -84,6 +84,7 @@ const CudaDriver * CudaDriver::get(std::string * reason) {
         DDO_RESOLVE(mem_free_host, cuMemFreeHost);
         DDO_RESOLVE(mem_host_register, cuMemHostRegister);
         DDO_RESOLVE(mem_host_unregister, cuMemHostUnregister);
+        DDO_RESOLVE(mem_get_info, cuMemGetInfo);
 #undef DDO_RESOLVE
         if (!missing.empty()) {
             out.reason = "CUDA driver too old: libcuda.so.1 lacks " + missing + "; update the NVIDIA driver";

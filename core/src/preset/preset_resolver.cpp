@@ -148,6 +148,22 @@ json convert_node(const toml::node & n, const KeyDef & d, const std::string & ke
             if (out.size() == a->size()) return out;
         }
         break;
+    case KeyType::number_list:
+        if (auto a = n.as_array()) {
+            json out = json::array();
+            for (const auto & e : *a) {
+                double v = 0;
+                if (auto i = e.as_integer()) v = double(i->get());
+                else if (auto f = e.as_floating_point()) v = f->get();
+                else wrong_type(d, key, "array with a " + toml_type_name(e), loc);
+                if (!std::isfinite(v)) wrong_type(d, key, "array with a non-finite number", loc);
+                check_range(d, key, v, loc);
+                out.push_back(v);
+            }
+            if (out.empty()) fail(loc, "'" + key + "' is an empty array", "give at least one number, or remove the key");
+            return out;
+        }
+        break;
     }
     wrong_type(d, key, toml_type_name(n), loc);
 }
@@ -179,6 +195,27 @@ json convert_text(std::string text, const KeyDef & d, const std::string & key, c
     case KeyType::string: return text;
     case KeyType::enumeration: return check_enum(d, key, text, loc);
     case KeyType::string_or_list: return json::array({text});
+    case KeyType::number_list: {
+        // "[1.0, 0.5]" or "1.0,0.5"
+        if (!text.empty() && text.front() == '[' && text.back() == ']') text = text.substr(1, text.size() - 2);
+        json out = json::array();
+        std::size_t at = 0;
+        while (at <= text.size()) {
+            const auto comma = text.find(',', at);
+            std::string part = text.substr(at, comma == std::string::npos ? std::string::npos : comma - at);
+            part.erase(0, part.find_first_not_of(" \t"));
+            part.erase(part.find_last_not_of(" \t") + 1);
+            char * end = nullptr;
+            const double v = std::strtod(part.c_str(), &end);
+            if (part.empty() || end != part.c_str() + part.size() || !std::isfinite(v))
+                wrong_type(d, key, "'" + text + "'", loc);
+            check_range(d, key, v, loc);
+            out.push_back(v);
+            if (comma == std::string::npos) break;
+            at = comma + 1;
+        }
+        return out;
+    }
     }
     return text;
 }

@@ -13,6 +13,7 @@ const char * to_string(KeyType t) {
     case KeyType::string: return "string";
     case KeyType::enumeration: return "string (one of a fixed set)";
     case KeyType::string_or_list: return "string or array of strings";
+    case KeyType::number_list: return "array of numbers";
     }
     return "?";
 }
@@ -144,6 +145,9 @@ const std::vector<KeyDef> & preset_schema() {
                            "Compute precision. Unset = plugin default."));
         s.push_back(str("workload.prompt", nullptr, "Prompt text. Unset = plugin default (or --prompt-embeds)."));
         s.push_back(str("workload.negative_prompt", nullptr, "Negative prompt. Unset = none."));
+        s.push_back(KeyDef{"workload.sigmas", KeyType::number_list, 0.0, 1.0, {}, nullptr,
+                           "Sampling sigmas, excluding the terminal one (the pipeline's sigmas=); their count is the "
+                           "number of steps. Unset = the checkpoint's sample_sigmas, else the plugin's default grid."});
         s.push_back(num("workload.guidance_scale", 0, 100, nullptr, "Guidance scale. Unset = plugin default."));
         return s;
     }();

@@ -41,6 +41,7 @@ struct CudaDriverApi {
     decltype(&::cuMemFreeHost) mem_free_host = nullptr;
     decltype(&::cuMemHostRegister) mem_host_register = nullptr;
     decltype(&::cuMemHostUnregister) mem_host_unregister = nullptr;
+    decltype(&::cuMemGetInfo) mem_get_info = nullptr;
 };
 
 class CudaDriver {

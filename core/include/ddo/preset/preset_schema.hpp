@@ -11,7 +11,8 @@
 
 namespace ddo {
 
-enum class KeyType { boolean, integer, number, string, enumeration, string_or_list };
+// number_list: a TOML array of numbers (each within min..max); --set takes "[a, b]" or "a,b".
+enum class KeyType { boolean, integer, number, string, enumeration, string_or_list, number_list };
 const char * to_string(KeyType t);
 
 struct KeyDef {

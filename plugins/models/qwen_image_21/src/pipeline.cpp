@@ -2,6 +2,7 @@
 
 #include <ATen/CPUGeneratorImpl.h>
 
+#include <cmath>
 #include <fstream>
 
 #include <nlohmann/json.hpp>
@@ -30,6 +31,30 @@ std::optional<at::Tensor> mask_or_none(const TensorFile & f, const std::string &
     m = m.to(at::kBool);
     if (m.all().item<bool>()) return std::nullopt;  // encode_prompt drops an all-valid mask
     return m;
+}
+
+std::string shape_text(const at::Tensor & t) {
+    std::string s = "[";
+    for (int64_t d = 0; d < t.dim(); ++d) s += (d ? ", " : "") + std::to_string(t.size(d));
+    return s + "]";
+}
+
+[[noreturn]] void throw_not_finite(const FlowMatchSchedule & sched, int i, int steps, const PipelineOptions & o) {
+    std::string why;
+    bool schedule_bad = false;
+    for (float v : sched.sigmas) schedule_bad = schedule_bad || !std::isfinite(v);
+    if (schedule_bad)
+        why = "the sigma schedule itself is not finite: the scheduler's shift_terminal stretch divides by zero "
+              "on a one-step grid (scheduler/scheduler_config.json); use 2 or more steps, or a sigma list "
+              "(workload.sigmas) that does not end at 1";
+    else if (o.dtype == at::kHalf)
+        why = "the transformer overflowed in fp16; use workload.precision = \"bf16\" or \"fp32\"";
+    else
+        why = "the transformer produced non-finite values; check the checkpoint (a corrupt or mismatched "
+              "transformer) and the prompt embeddings";
+    throw RuntimeError("qwen_image_21: the latents are not finite after step " + std::to_string(i + 1) + " of " +
+                       std::to_string(steps) + " (sigma " + std::to_string(sched.sigmas[size_t(i)]) + " -> " +
+                       std::to_string(sched.sigmas[size_t(i) + 1]) + "): " + why);
 }
 
 at::Tensor run_transformer(const Transformer & tr, BlockSource & blocks, const TransformerInputs & in, KvMode mode,
@@ -81,13 +106,54 @@ PromptEmbeds repeat_per_prompt(const PromptEmbeds & e, int64_t n) {
     return r;
 }
 
+at::Tensor load_initial_latents(const std::filesystem::path & path, int64_t B, int64_t C, int64_t width,
+                                int64_t height) {
+    const int64_t h = 2 * (height / 32), w = 2 * (width / 32);
+    auto f = TensorFile::open_file(path);
+    const std::string want = "[" + std::to_string(B) + ", " + std::to_string(h * w) + ", " + std::to_string(C) +
+                             "] (packed, as QwenImage21Pipeline's latents=) or [" + std::to_string(B) + ", 1, " +
+                             std::to_string(C) + ", " + std::to_string(h) + ", " + std::to_string(w) + "]";
+    if (!f.contains("latents"))
+        throw UsageError(path.string() + ": no tensor 'latents'; --latents takes a safetensors file whose tensor "
+                         "'latents' is " + want);
+    auto t = f.read("latents");
+    if (!at::isFloatingType(t.scalar_type()))
+        throw UsageError(path.string() + ": tensor 'latents' is not floating point");
+    if (t.sizes() == at::IntArrayRef({B, 1, C, h, w})) t = t.reshape({B, C, h * w}).transpose(1, 2).contiguous();
+    if (t.sizes() != at::IntArrayRef({B, h * w, C}))
+        throw UsageError(path.string() + ": tensor 'latents' has shape " + shape_text(t) + "; for " +
+                         std::to_string(width) + "x" + std::to_string(height) + " and " + std::to_string(B) +
+                         " image(s) it must be " + want);
+    return t;
+}
+
 ModelFiles ModelFiles::open(const std::filesystem::path & dir) {
     const auto tcfg = dir / "transformer" / "config.json";
     const auto vcfg = dir / "vae" / "config.json";
     const auto scfg = dir / "scheduler" / "scheduler_config.json";
     ModelFiles m{TransformerConfig::from_json(read_json(tcfg), tcfg), VaeConfig::from_json(read_json(vcfg), vcfg),
                  SchedulerConfig::from_json(read_json(scfg), scfg), TensorFile::open_component(dir / "transformer"),
-                 TensorFile::open_component(dir / "vae")};
+                 TensorFile::open_component(dir / "vae"), std::nullopt};
+    const auto index = dir / "model_index.json";
+    if (std::filesystem::is_regular_file(index)) {
+        const auto j = read_json(index);
+        if (j.contains("sample_sigmas") && !j.at("sample_sigmas").is_null()) {
+            const auto & a = j.at("sample_sigmas");
+            std::vector<double> v;
+            if (a.is_array())
+                for (const auto & e : a) {
+                    if (!e.is_number() || !(e.get<double>() > 0.0 && e.get<double>() <= 1.0)) {
+                        v.clear();
+                        break;
+                    }
+                    v.push_back(e.get<double>());
+                }
+            if (v.empty() || v.size() != a.size())
+                throw RuntimeError(index.string() + ": sample_sigmas must be a non-empty array of numbers in (0, 1] "
+                                   "(the default sigmas, excluding the terminal one); fix or remove the key");
+            m.sample_sigmas = std::move(v);
+        }
+    }
     validate_transformer_checkpoint(m.transformer, m.transformer_config);
     // The decoder half is needed by every run: check it from the header now, not after denoising.
     validate_vae_checkpoint(m.vae, m.vae_config, vae_decoder_spec(m.vae_config));
@@ -108,13 +174,24 @@ at::Tensor denoise(const ModelFiles & m, const Transformer & transformer, BlockS
     const int64_t B = e.embeds.size(0), C = tc.in_channels;
     const bool cfg = o.true_cfg_scale > 1.0 && e.neg_embeds.has_value();
 
-    // prepare_latents: one randn((B, 1, C, h, w)) from a CPU generator seeded like torch.Generator().manual_seed.
-    auto gen = at::make_generator<at::CPUGeneratorImpl>(o.seed);
-    auto noise = at::randn({B, 1, C, h, w}, gen, at::TensorOptions().dtype(o.dtype));
-    auto latents = noise.view({B, C, h * w}).transpose(1, 2).to(o.device);
+    // prepare_latents: one randn((B, 1, C, h, w)) from a CPU generator seeded like torch.Generator().manual_seed,
+    // packed; or the caller's latents as given.
+    at::Tensor latents;
+    if (o.latents) {
+        if (o.latents->sizes() != at::IntArrayRef({B, h * w, C}))
+            throw UsageError("qwen_image_21: the initial latents have shape " + shape_text(*o.latents) + ", expected [" +
+                             std::to_string(B) + ", " + std::to_string(h * w) + ", " + std::to_string(C) + "]");
+        latents = o.latents->to(o.device, o.dtype);
+    } else {
+        auto gen = at::make_generator<at::CPUGeneratorImpl>(o.seed);
+        auto noise = at::randn({B, 1, C, h, w}, gen, at::TensorOptions().dtype(o.dtype));
+        latents = noise.view({B, C, h * w}).transpose(1, 2).to(o.device);
+    }
 
     const double mu = calculate_shift(double(h * w), m.scheduler_config);
-    const auto sched = make_schedule(m.scheduler_config, o.steps, mu);
+    const auto sched = o.sigmas.empty() ? make_schedule(m.scheduler_config, o.steps, mu)
+                                        : make_schedule(m.scheduler_config, o.sigmas, mu);
+    const int steps = int(sched.timesteps.size());
 
     auto opts = at::TensorOptions().device(o.device);
     auto pos = e.embeds.to(opts.dtype(o.dtype));
@@ -132,7 +209,7 @@ at::Tensor denoise(const ModelFiles & m, const Transformer & transformer, BlockS
     std::vector<KvLayerCache> pos_cache(size_t(tc.num_layers)), neg_cache(size_t(tc.num_layers));
     const std::vector<ImageShape> shapes{{1, h, w}};
 
-    for (int i = 0; i < o.steps; ++i) {
+    for (int i = 0; i < steps; ++i) {
         if (cb.check_interrupted) cb.check_interrupted(i);
         const KvMode mode = cache_on ? (i == 0 ? KvMode::extract : KvMode::cached) : KvMode::off;
         auto timestep = (at::full({B}, double(sched.timesteps[size_t(i)]), opts.dtype(at::kFloat)).to(o.dtype)) / 1000;
@@ -149,7 +226,9 @@ at::Tensor denoise(const ModelFiles & m, const Transformer & transformer, BlockS
         const float dt = sched.sigmas[size_t(i) + 1] - sched.sigmas[size_t(i)];
         latents = (latents.to(at::kFloat) + at::scalar_tensor(dt, opts.dtype(at::kFloat)) * noise_pred)
                       .to(noise_pred.scalar_type());
-        if (cb.on_step) cb.on_step(i + 1, o.steps);
+        // One reduction per step: a NaN here would otherwise decode to an all-black image and exit 0.
+        if (!at::isfinite(latents).all().item<bool>()) throw_not_finite(sched, i, steps, o);
+        if (cb.on_step) cb.on_step(i + 1, steps);
     }
     return latents;
 }

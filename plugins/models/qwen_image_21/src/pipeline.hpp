@@ -32,7 +32,9 @@ PromptEmbeds repeat_per_prompt(const PromptEmbeds & e, int64_t n);
 
 struct PipelineOptions {
     int64_t width = 1024, height = 1024;
-    int steps = 40;
+    int steps = 40;                     // the default grid's size when `sigmas` is empty
+    std::vector<float> sigmas;          // the sampling grid (excluding the terminal); empty: default_sigmas(steps)
+    std::optional<at::Tensor> latents;  // initial packed latents [B, h*w, C] (the pipeline's latents=); none: seeded noise
     uint64_t seed = 0;
     double true_cfg_scale = 1.0;
     bool use_kv_cache = true;
@@ -51,10 +53,19 @@ struct ModelFiles {
     SchedulerConfig scheduler_config;
     TensorFile transformer;
     TensorFile vae;
+    // model_index.json sample_sigmas: the model author's default grid (excluding the terminal sigma); the pipeline
+    // uses it unless the call passes sigmas=. None when absent or null.
+    std::optional<std::vector<double>> sample_sigmas;
     static ModelFiles open(const std::filesystem::path & model_dir);
 };
 
-// Packed latents [B, h*w, C] after denoising. blocks supplies each block's weights.
+// The initial latents from a file (--latents): tensor "latents", packed [B, h*w, C] as the pipeline's latents= or
+// the noise's own shape [B, 1, C, h, w]. UsageError naming the file and the shape expected.
+at::Tensor load_initial_latents(const std::filesystem::path & path, int64_t batch, int64_t channels, int64_t width,
+                                int64_t height);
+
+// Packed latents [B, h*w, C] after denoising. blocks supplies each block's weights. RuntimeError naming the step
+// when the latents stop being finite (and the likely cause).
 at::Tensor denoise(const ModelFiles & m, const Transformer & transformer, BlockSource & blocks,
                    const PromptEmbeds & embeds, const PipelineOptions & o, const PipelineCallbacks & cb = {});
 // De-normalise + decode: [B, 4, H, W] in [0, 1].

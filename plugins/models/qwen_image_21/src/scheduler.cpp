@@ -12,7 +12,7 @@ double calculate_shift(double image_seq_len, const SchedulerConfig & c) {
     return image_seq_len * m + b;
 }
 
-FlowMatchSchedule make_schedule(const SchedulerConfig & c, int steps, std::optional<double> mu) {
+std::vector<float> default_sigmas(int steps) {
     if (steps < 1) throw UsageError("qwen_image_21: steps must be >= 1 (got " + std::to_string(steps) + ")");
     // np.linspace(1.0, 1/steps, steps) in float64, then float32.
     std::vector<float> s(steps);
@@ -20,6 +20,18 @@ FlowMatchSchedule make_schedule(const SchedulerConfig & c, int steps, std::optio
     const double step = steps > 1 ? (stop - start) / double(steps - 1) : 0.0;
     for (int i = 0; i < steps; ++i) s[i] = float(start + double(i) * step);
     if (steps > 1) s[steps - 1] = float(stop);  // numpy sets the endpoint exactly
+    return s;
+}
+
+std::vector<float> sigmas_from(const std::vector<double> & sigmas) {
+    if (sigmas.empty()) throw UsageError("qwen_image_21: the sigma list is empty; give at least one sigma");
+    std::vector<float> s;
+    for (double v : sigmas) s.push_back(float(v));
+    return s;
+}
+
+FlowMatchSchedule make_schedule(const SchedulerConfig & c, std::vector<float> s, std::optional<double> mu) {
+    if (s.empty()) throw UsageError("qwen_image_21: the sigma list is empty");
 
     if (c.use_dynamic_shifting) {
         if (!mu) throw UsageError("qwen_image_21: the scheduler uses dynamic shifting, which needs mu");

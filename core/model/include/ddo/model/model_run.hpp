@@ -24,6 +24,7 @@
 #include <cstdint>
 #include <filesystem>
 #include <functional>
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
@@ -60,6 +61,8 @@ struct WorkloadDefaults {
 struct Workload {
     std::int64_t width = 0, height = 0;
     int steps = 0;
+    bool steps_set = false;                // workload.steps was set by a layer (else `steps` is the plugin default)
+    std::optional<std::vector<double>> sigmas;  // workload.sigmas: the sampling grid asked for (excluding the terminal)
     std::uint64_t seed = 0;
     int num_images = 1;                    // workload.num_images (--num-images): images per prompt
     std::optional<double> guidance_scale;  // workload.guidance_scale (--cfg-scale); unset = the plugin's default
@@ -81,6 +84,12 @@ public:
     bool dry_run() const noexcept { return ctx_.dry_run; }
     const std::filesystem::path & model_dir() const noexcept { return ctx_.model_dir; }
     const std::filesystem::path & prompt_embeds() const noexcept { return ctx_.prompt_embeds; }
+    // --latents FILE: the initial noise instead of the seeded draw (empty: none).
+    const std::filesystem::path & latents_file() const noexcept { return ctx_.latents; }
+    // `ddo-host encode`: encode the prompt and write the embeddings to output_file(), nothing else.
+    bool encode_only() const noexcept { return ctx_.encode_only; }
+    const std::filesystem::path & output_file() const noexcept { return ctx_.output_file; }
+    bool overwrite() const noexcept { return ctx_.overwrite; }
     RunTracker * tracker() const noexcept { return ctx_.tracker; }
     // The checkpoint directory, checked: UsageError (exit 2) naming --model when it was not given or is no directory.
     const std::filesystem::path & require_model_dir() const;
@@ -160,6 +169,13 @@ public:
     // [B, C, H, W] in [0, 1] with C = 1..4 -> the planned files (plan_images(B, stem) when not planned), 8-bit, text
     // chunks naming the plugin, preset, report and settings; each file is hashed into the report's outputs.
     std::vector<std::filesystem::path> write_images(const at::Tensor & images, const std::string & stem = "image");
+
+    // -o/--output-file as a tensor file (`ddo-host encode`), checked now as plan_images checks images: UsageError
+    // when it is unset, exists without --overwrite, is the report, or another run is writing it.
+    std::filesystem::path plan_tensor_file();
+    // Writes the planned tensor file atomically (safetensors, tensor_output.hpp) and records it in outputs.
+    std::filesystem::path write_tensors(const std::vector<std::pair<std::string, at::Tensor>> & tensors,
+                                        const std::map<std::string, std::string> & metadata);
 
 private:
     const nlohmann::json * option_value(const std::string & key, std::string * source) const;

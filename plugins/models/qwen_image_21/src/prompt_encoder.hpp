@@ -1,0 +1,58 @@
+// The QwenImage21Pipeline's text path (_get_qwen_prompt_embeds): each prompt in the pipeline's raw ChatML
+// template (not apply_chat_template), tokenized with the checkpoint's tokenizer.json, left padded in a batch,
+// through the Qwen3-VL text tower (text_models/qwen3_text_model.hpp) to the last layer's output before the final
+// norm; the padding removed, the system turn's tokens dropped (the drop index), rows right padded with zeros and
+// a mask when the prompts' lengths differ. Condition images (the template's <|image_pad|> slots) need the vision
+// tower, which is not built: text-to-image only.
+#pragma once
+
+#include <filesystem>
+#include <functional>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <ATen/core/Tensor.h>
+
+#include "bpe_tokenizer.hpp"
+#include "ddo/model/component_weights.hpp"
+#include "qwen3_text_model.hpp"
+
+namespace ddo::qwen_image_21 {
+
+struct EncodedPrompts {
+    at::Tensor embeds;                // [B, L, hidden]
+    std::optional<at::Tensor> mask;   // [B, L] bool; none when no row is padded (encode_prompt drops it)
+    std::vector<std::int64_t> tokens; // template tokens per prompt (before the drop)
+};
+
+class PromptEncoder {
+public:
+    // <model>/text_encoder/config.json and the tokenizer (<model>/processor/tokenizer.json, else
+    // <model>/tokenizer/tokenizer.json). UsageError naming the missing file and what a whole checkpoint holds.
+    static PromptEncoder open(const std::filesystem::path & model_dir);
+
+    const text::Qwen3TextConfig & config() const noexcept { return config_; }
+    const std::filesystem::path & tokenizer_file() const noexcept { return tokenizer_file_; }
+    std::filesystem::path weights_dir() const { return model_dir_ / "text_encoder"; }
+    // Tokens of the system turn the pipeline drops from the hidden states (its _drop_idx).
+    std::int64_t drop_index() const noexcept { return drop_idx_; }
+    // The template's token ids for one prompt (an empty prompt is encoded as " ", as the pipeline does).
+    std::vector<std::int64_t> template_ids(const std::string & prompt) const;
+    // The tower's execution groups (component text_encoder), from the checkpoint's tensor names.
+    std::vector<model::GroupSpec> groups();
+
+    EncodedPrompts encode(model::ComponentWeights & weights, const std::vector<std::string> & prompts,
+                          at::ScalarType dtype, at::Device device, const text::TextTowerCallbacks & cb = {}) const;
+
+private:
+    PromptEncoder(std::filesystem::path model_dir, text::Qwen3TextConfig c, std::filesystem::path tokenizer_file,
+                  text::BpeTokenizer tokenizer);
+    std::filesystem::path model_dir_;
+    text::Qwen3TextConfig config_;
+    std::filesystem::path tokenizer_file_;
+    text::BpeTokenizer tokenizer_;
+    std::int64_t drop_idx_ = 0;
+};
+
+}  // namespace ddo::qwen_image_21

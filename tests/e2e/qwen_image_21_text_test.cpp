@@ -1,0 +1,202 @@
+// ddo-host from a text prompt on a checkpoint saved whole (tools/reference/qwen_image_21_text_fixtures.py): the
+// PNG equals QwenImage21Pipeline(prompt=..., negative_prompt=...) with the same seed (<= 1/255), with guidance on and
+// off, for resident and streamed text-encoder routes; the report shows the text encoder's route, bytes streamed and
+// its unload before denoise. Also: model_index.json sample_sigmas and workload.sigmas give diffusers' image,
+// `ddo-host encode` writes embeddings that reproduce the image, --latents replaces the seeded draw, a non-finite
+// step fails with exit 4, and a 1024^2 default-preset run decodes resident and says why.
+#include <gtest/gtest.h>
+
+#include <ATen/ATen.h>
+#include <ATen/CPUGeneratorImpl.h>
+
+#include <filesystem>
+#include <fstream>
+
+#include <nlohmann/json.hpp>
+
+#include "checkpoint.hpp"
+#include "ddo/model/tensor_output.hpp"
+#include "e2e/host_run.hpp"
+#include "e2e/png_read.hpp"
+
+namespace fs = std::filesystem;
+
+namespace {
+
+const fs::path kDir = QI21_TEXT_FIXTURE_DIR;
+
+struct TextRun : ddo::test::HostRun {
+    ddo::test::Png image;
+};
+
+std::string q(const std::string & s) { return "'" + s + "'"; }
+
+TextRun run(const std::string & tag, const std::string & args, const fs::path & model = kDir / "checkpoint") {
+    TextRun r;
+    static_cast<ddo::test::HostRun &>(r) = ddo::test::run_ddo_host(
+        "text_" + tag, "--plugin qwen_image --model " + q(model.string()) + " " + args, [&](const fs::path & dir) {
+            if (fs::exists(dir / "image.png")) r.image = ddo::test::read_png(dir / "image.png");
+        });
+    return r;
+}
+
+const nlohmann::json & runs() {
+    static nlohmann::json j = nlohmann::json::parse(std::ifstream(kDir / "reference.json")).at("pipeline_runs");
+    return j;
+}
+
+// The run's flags as the fixture recorded them; `seed` / `width` replace the recorded values when >= 0.
+std::string args_of(const nlohmann::json & r, int seed = -1, int width = -1) {
+    std::string a = "-p " + q(r.at("prompt").get<std::string>()) + " --width " +
+                    std::to_string(width >= 0 ? width : r.at("width").get<int>()) + " --height " +
+                    std::to_string(r.at("height").get<int>()) + " --seed " +
+                    std::to_string(seed >= 0 ? seed : r.at("seed").get<int>());
+    if (!r.at("negative_prompt").is_null()) a += " -n " + q(r.at("negative_prompt").get<std::string>());
+    if (!r.at("steps").is_null()) a += " --steps " + std::to_string(r.at("steps").get<int>());
+    a += " --cfg-scale " + std::to_string(r.at("true_cfg_scale").get<double>());
+    return a;
+}
+
+int max_diff(const TextRun & r, const std::string & name) {
+    const auto want = ddo::qwen_image_21::TensorFile::open_file(kDir / "pipeline_text.safetensors").read(name + ".pixels");
+    EXPECT_EQ(int64_t(r.image.height), want.size(1));
+    EXPECT_EQ(int64_t(r.image.width), want.size(2));
+    EXPECT_EQ(int64_t(r.image.pixels.size()), want[0].numel());
+    if (int64_t(r.image.pixels.size()) != want[0].numel()) return 256;
+    const auto w = want[0].contiguous();
+    const uint8_t * p = w.data_ptr<uint8_t>();
+    int d = 0;
+    for (size_t i = 0; i < r.image.pixels.size(); ++i) d = std::max(d, std::abs(int(r.image.pixels[i]) - int(p[i])));
+    return d;
+}
+
+class Qi21Text : public ::testing::Test {
+protected:
+    void SetUp() override {
+        if (!fs::exists(kDir / "reference.json"))
+            GTEST_SKIP() << kDir << "/reference.json missing: build target qwen_image_21_text_fixtures";
+    }
+};
+
+}  // namespace
+
+TEST_F(Qi21Text, FromTextEqualsDiffusersOnResidentAndStreamedTextEncoderRoutes) {
+    struct Case {
+        const char * run;
+        const char * preset;
+        const char * te_route;
+    };
+    for (const Case & c : {Case{"cfg", "off.toml", "resident"}, Case{"cfg", "one_shot_fast.toml", "group_leaf"},
+                           Case{"plain", "low_ram_safe.toml", "group_leaf"}, Case{"plain", "off.toml", "disk"}}) {
+        const auto & ref = runs().at(c.run);
+        std::string extra = std::string(" --preset ") + c.preset;
+        if (std::string(c.te_route) == "disk") extra += " --set components.text_encoder.route=disk";
+        auto r = run(std::string(c.run) + "_" + c.te_route, args_of(ref) + extra);
+        ASSERT_EQ(r.exit_code, 0) << r.log;
+        const int d = max_diff(r, c.run);
+        EXPECT_LE(d, 1) << c.run << " on text_encoder route " << c.te_route << ": PNG vs QwenImage21Pipeline(prompt=...)";
+        const auto & te = r.report.at("counters").at("text_encoder");
+        EXPECT_EQ(te.at("route").get<std::string>(), c.te_route) << te.dump();
+        EXPECT_GT(te.at("bytes_streamed").get<uint64_t>(), 0u) << te.dump();
+        EXPECT_EQ(te.at("unloaded_in_phase").get<std::string>(), "encode") << te.dump();
+        const auto & wl = r.report.at("workload");
+        EXPECT_EQ(wl.at("text_encoder").get<std::string>(), "unloaded after encode, before denoise");
+        EXPECT_EQ(wl.at("guidance_scale").get<double>(), ref.at("true_cfg_scale").get<double>());
+        std::cout << "[ text      ] " << c.run << " (" << c.preset << ", text_encoder " << c.te_route
+                  << "): max pixel difference " << d << "/255 vs diffusers; text encoder bytes streamed "
+                  << te.at("bytes_streamed") << "\n";
+    }
+}
+
+TEST_F(Qi21Text, SampleSigmasOfTheCheckpointAndWorkloadSigmasGiveDiffusersImage) {
+    auto a = run("sample_sigmas", args_of(runs().at("sigmas")), kDir / "checkpoint_sigmas");
+    ASSERT_EQ(a.exit_code, 0) << a.log;
+    EXPECT_LE(max_diff(a, "sigmas"), 1) << "model_index.json sample_sigmas";
+    EXPECT_NE(a.report.at("workload").at("sigmas_source").get<std::string>().find("sample_sigmas"), std::string::npos);
+    EXPECT_EQ(a.report.at("workload").at("sigmas").size(), runs().at("sigmas").size() ? 3u : 0u);
+    const auto & cs = runs().at("call_sigmas");
+    std::string list;
+    for (const auto & v : cs.at("sigmas")) list += (list.empty() ? "" : ",") + nlohmann::json(v.get<double>()).dump();
+    auto b = run("call_sigmas", args_of(cs) + " --set 'workload.sigmas=[" + list + "]'");
+    ASSERT_EQ(b.exit_code, 0) << b.log;
+    EXPECT_LE(max_diff(b, "call_sigmas"), 1) << "workload.sigmas (the pipeline's sigmas=)";
+    EXPECT_EQ(b.report.at("workload").at("sigmas_source").get<std::string>(), "workload.sigmas");
+    EXPECT_EQ(b.report.at("workload").at("steps").get<int>(), int(cs.at("sigmas").size()));
+    // An explicit --steps is honoured over the checkpoint's grid, and the report says the grid was not used.
+    auto c = run("steps_over_sigmas", args_of(runs().at("sigmas")) + " --steps 2", kDir / "checkpoint_sigmas");
+    ASSERT_EQ(c.exit_code, 0) << c.log;
+    EXPECT_EQ(c.report.at("workload").at("steps").get<int>(), 2);
+    EXPECT_NE(c.report.at("workload").at("sigmas_source").get<std::string>().find("not used"), std::string::npos);
+}
+
+TEST_F(Qi21Text, EncodeWritesEmbeddingsThatReproduceTheImage) {
+    const auto & ref = runs().at("cfg");
+    const fs::path out = fs::temp_directory_path() / ("qi21_encode_" + std::to_string(::getpid()));
+    fs::remove_all(out);
+    fs::create_directories(out);
+    const std::string cmd = std::string("'") + DDO_HOST_BIN + "' encode --plugin qwen_image --model " +
+                            q((kDir / "checkpoint").string()) + " -p " + q(ref.at("prompt").get<std::string>()) + " -n " +
+                            q(ref.at("negative_prompt").get<std::string>()) + " -o " + q((out / "embeds.safetensors").string()) +
+                            " --report " + q((out / "encode.json").string()) + " > " + q((out / "log").string()) + " 2>&1";
+    ASSERT_EQ(std::system(cmd.c_str()), 0) << std::ifstream(out / "log").rdbuf();
+    auto f = ddo::qwen_image_21::TensorFile::open_file(out / "embeds.safetensors");
+    EXPECT_TRUE(f.contains("prompt_embeds"));
+    EXPECT_TRUE(f.contains("negative_prompt_embeds"));
+    const auto rep = nlohmann::json::parse(std::ifstream(out / "encode.json"));
+    EXPECT_EQ(rep.at("status").get<std::string>(), "completed");
+    EXPECT_EQ(rep.at("outputs").size(), 1u);
+    std::string a = "--prompt-embeds " + q((out / "embeds.safetensors").string()) + " --width " +
+                    std::to_string(ref.at("width").get<int>()) + " --height " + std::to_string(ref.at("height").get<int>()) +
+                    " --steps " + std::to_string(ref.at("steps").get<int>()) + " --cfg-scale 4 --seed 0";
+    auto r = run("from_encoded", a);
+    ASSERT_EQ(r.exit_code, 0) << r.log;
+    EXPECT_LE(max_diff(r, "cfg"), 1) << "generating from `ddo-host encode` embeddings";
+    // Running it again does not overwrite the file unasked.
+    ASSERT_NE(std::system(cmd.c_str()), 0);
+    std::ifstream again(out / "log");
+    EXPECT_NE(std::string(std::istreambuf_iterator<char>(again), {}).find("exists"), std::string::npos);
+    fs::remove_all(out);
+}
+
+TEST_F(Qi21Text, LatentsFromAFileReplaceTheSeededDraw) {
+    const auto & ref = runs().at("plain");
+    const int64_t h = 2 * (ref.at("height").get<int64_t>() / 32), w = 2 * (ref.at("width").get<int64_t>() / 32);
+    const auto cfg = nlohmann::json::parse(std::ifstream(kDir / "checkpoint" / "transformer" / "config.json"));
+    const int64_t C = cfg.at("in_channels").get<int64_t>();
+    auto gen = at::make_generator<at::CPUGeneratorImpl>(uint64_t(ref.at("seed").get<int>()));
+    const auto noise = at::randn({1, 1, C, h, w}, gen, at::TensorOptions().dtype(at::kFloat));  // the seed's own draw
+    const fs::path file = fs::temp_directory_path() / ("qi21_latents_" + std::to_string(::getpid()) + ".safetensors");
+    {
+        std::ofstream o(file, std::ios::binary);
+        o << ddo::model::encode_safetensors({{"latents", noise}}, {});
+    }
+    auto r = run("latents", args_of(ref, 12345) + " --latents " + q(file.string()));
+    ASSERT_EQ(r.exit_code, 0) << r.log;
+    EXPECT_LE(max_diff(r, "plain"), 1) << "the file's latents, not seed 12345's";
+    EXPECT_TRUE(r.report.at("identity").at("checkpoint").at("inputs").contains("latents")) << r.report.at("identity").dump();
+    auto bad = run("latents_bad", args_of(ref, -1, 96) + " --latents " + q(file.string()));
+    EXPECT_EQ(bad.exit_code, 2) << bad.log;
+    EXPECT_NE(bad.log.find("'latents' has shape"), std::string::npos) << bad.log;
+    fs::remove(file);
+}
+
+TEST_F(Qi21Text, ANonFiniteStepFailsNamingTheStepAndCause) {
+    auto r = run("one_step", "-p 'a cat' --width 64 --height 64 --steps 1");
+    EXPECT_EQ(r.exit_code, 4) << r.log;
+    EXPECT_EQ(r.report.at("status").get<std::string>(), "failed") << r.report.dump();
+    EXPECT_NE(r.log.find("not finite after step 1 of 1"), std::string::npos) << r.log;
+    EXPECT_NE(r.log.find("shift_terminal"), std::string::npos) << r.log;
+    EXPECT_TRUE(r.report.at("outputs").empty());
+}
+
+TEST_F(Qi21Text, A1024DefaultPresetRunDecodesResidentAndSaysWhy) {
+    auto r = run("1024", "-p 'a cat' --width 1024 --height 1024 --steps 2");
+    ASSERT_EQ(r.exit_code, 0) << r.log;
+    const auto & vae = r.report.at("counters").at("vae");
+    EXPECT_EQ(vae.at("strategy").get<std::string>(), "resident") << vae.dump();
+    EXPECT_EQ(vae.at("requested").get<std::string>(), "auto") << vae.dump();
+    EXPECT_NE(vae.at("reason").get<std::string>().find("fits"), std::string::npos) << vae.dump();
+    EXPECT_GT(vae.at("auto").at("estimate_activation_bytes").get<uint64_t>(), 0u);
+    EXPECT_EQ(r.image.width, 1024u);
+    std::cout << "[ vae auto  ] 1024x1024: " << vae.at("reason").get<std::string>() << "\n";
+}
