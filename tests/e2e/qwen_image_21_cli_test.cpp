@@ -29,7 +29,7 @@ const fs::path kFixtures = QI21_FIXTURE_DIR;
 
 std::string base(const fs::path & model = kFixtures / "checkpoint") {
     return "--plugin qwen_image --preset low_ram_safe.toml --model '" + model.string() + "' --prompt-embeds '" +
-           (kFixtures / "prompt_embeds.safetensors").string() + "' --steps 1 ";
+           (kFixtures / "prompt_embeds.safetensors").string() + "' --steps 2 ";
 }
 
 ddo::test::HostRun run(const std::string & tag, const std::string & args, std::vector<uint8_t> * pixels = nullptr) {
@@ -88,7 +88,7 @@ TEST(Qi21Cli, GuidanceWithoutNegativeEmbeddingsIsOffAndSaysSo) {
                            "save_file({k: v for k, v in d.items() if not k.startswith('negative')}, '" + pos_only.string() +
                            "')\"").c_str()), 0);
     const std::string args = "--plugin qwen_image --preset low_ram_safe.toml --model '" + (kFixtures / "checkpoint").string() +
-                             "' --prompt-embeds '" + pos_only.string() + "' --steps 1 --width 64 --height 64 ";
+                             "' --prompt-embeds '" + pos_only.string() + "' --steps 2 --width 64 --height 64 ";
     std::vector<uint8_t> plain, asked;
     const auto one = run("cfg1", args, &plain);
     const auto four = run("cfg4", args + "--cfg-scale 4", &asked);
@@ -199,7 +199,7 @@ TEST(Qi21Cli, OutputFileSeedAndLogLevel) {
     ASSERT_EQ(host(base() + "--width 64 --height 64 --overwrite -o '" + img.string() + "'", &log), 0);
     EXPECT_NE(log.find("ddo: qwen_image_21 0.1.0 on CPU"), std::string::npos) << log;
     EXPECT_NE(log.find("  transformer: dynamic"), std::string::npos) << log;
-    EXPECT_NE(log.find("  denoise 1/1"), std::string::npos) << log;
+    EXPECT_NE(log.find("  denoise 2/2"), std::string::npos) << log;
     EXPECT_NE(log.find("ddo: wrote " + img.string()), std::string::npos) << log;
     EXPECT_NE(log.find("wall; peaks: rss"), std::string::npos) << log;
     EXPECT_EQ(log.find("[debug]"), std::string::npos) << log;

@@ -188,8 +188,9 @@ std::map<std::string, Effect> effects() {
                                     EXPECT_EQ(c.report.at("outputs").size(), 2u);
                                 }};
     e["workload.precision"] = {kStream, kStream + " --set workload.precision=bf16", true, differs("workload.dtype")};
-    e["workload.prompt"].shown_by = "Qi21Cli.WhatThePluginCannotHonourIsRefusedWithExit2";
-    e["workload.negative_prompt"].shown_by = "Qi21Cli.WhatThePluginCannotHonourIsRefusedWithExit2";
+    e["workload.prompt"].shown_by = "Qi21Text.FromTextEqualsDiffusersOnResidentAndStreamedTextEncoderRoutes";
+    e["workload.negative_prompt"].shown_by = "Qi21Text.FromTextEqualsDiffusersOnResidentAndStreamedTextEncoderRoutes";
+    e["workload.sigmas"].shown_by = "Qi21Text.SampleSigmasOfTheCheckpointAndWorkloadSigmasGiveDiffusersImage";
     e["workload.guidance_scale"] = {kStream, kStream + " --set workload.guidance_scale=3", false, pixels_differ()};
     // The plugin's own option.
     e["plugin.qwen_image_21.use_kv_cache"] = {kStream, kStream + " --set plugin.qwen_image_21.use_kv_cache=false", true,

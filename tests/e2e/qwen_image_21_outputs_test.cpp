@@ -82,7 +82,7 @@ TEST_F(Qi21Outputs, RgbaVaeWritesAnRgbaPng) {
     static_cast<ddo::test::HostRun &>(r) = ddo::test::run_ddo_host(
         "outputs_rgba",
         "--plugin qwen_image --preset low_ram_safe.toml --model '" + (kFixtures / "checkpoint").string() + "' --prompt-embeds '" +
-            (kFixtures / "prompt_embeds.safetensors").string() + "' --steps 1 --width 64 --height 64",
+            (kFixtures / "prompt_embeds.safetensors").string() + "' --steps 2 --width 64 --height 64",
         [&](const fs::path & dir) {
             r.image = read_png(dir / "image.png");
             on_disk = ddo::file_sha256(dir / "image.png").value_or("");

@@ -26,7 +26,7 @@ HostRun run_host(const std::string & tag, const std::string & extra, const fs::p
     return ddo::test::run_ddo_host("placement_" + tag, "--plugin qwen_image --preset low_ram_safe.toml --model '" +
                                                            model.string() + "' --prompt-embeds '" +
                                                            (kFixtures / "prompt_embeds.safetensors").string() +
-                                                           "' --steps 1 --width 64 --height 64 " + extra);
+                                                           "' --steps 2 --width 64 --height 64 " + extra);
 }
 
 class Qi21Placement : public ::testing::Test {

@@ -9,7 +9,10 @@ reference (`Tokenizer.from_file(p).encode(text).ids`, add_special_tokens=True):
                                                ignore_merges reaches, added tokens with lstrip/rstrip, normalized,
                                                single_word
   tokenizer_<name>.json, corpus_<name>.json    one each for the other code paths (Split behaviours, invert, String
-                                               patterns, GPT-2 ByteLevel regex, NFKC/NFD sequences, post-processors)
+                                               patterns, anchors, GPT-2 ByteLevel regex, NFKC/NFD/NFKD, no normalizer,
+                                               post-processors) and for the places where PCRE2/utf8proc differ from
+                                               tokenizers' Oniguruma/normalisation tables (extra_merges,
+                                               split_classes_removed)
   reference.json                               written last (marks a complete set): versions and the list of fixtures
 Each corpus file: {"reference": "tokenizers", "reference_version": ..., "vocab_size": ..., "cases": [{"text", "ids"}]}.
 Every tokenizer file is loaded back with Tokenizer.from_file and the ids come from that loaded tokenizer.
@@ -55,6 +58,14 @@ def fixed_cases():
           "x\u0301\u0302\u0303", "\u0301 starts with a mark", "\u0915\u094d\u0937", "\u1100\u1161\u11a8", "\uac00\u11a8",
           "Ω\u0301", "e\u0301\u0301", "\u0041\u0308\u0301", "ﬁ ligature", "①②③ ⅣⅤ", "ｆｕｌｌｗｉｄｔｈ ＡＢＣ１２３",
           "x²+y³", "½ ¼ ¾"]
+    # letters and digits new in Unicode 15/16 (tokenizers' Oniguruma knows them, PCRE2 10.42 does not)
+    c += ["CJK Ext H \U00031350\U00031351", "Ext I \U0002EBF0", "Garay \U00010D4A\U00010D4B \U00010D40",
+          "Kawi \U00011F04\U00011F05", "Kaktovik \U0001D2C0\U0001D2C1", "Todhri \U000105C0", "\uA7CB\uA7DA",
+          "Cyrillic \U0001E030x", "a\U00031350b1\U00011BF0"]
+    # characters whose normalisation tokenizers' tables (Unicode 9) do not know but utf8proc's do
+    c += ["\u32ff \uA7F2\uAB69", "\U0001FBF1\U0001FBF2\U0001FBF3", "\U00010781\U000107A2", "\U00011935\U00011930",
+          "\U00011938", "a\u1df6\u0334", "a\u0334\u1df6", "\u0628\u0650\u08CA\u0651", "e\u0301\u08CA\u0316",
+          "o\u1ABF\u0302\u0323", "\U0001E030\u0301"]
     # digit runs
     c += ["numbers 1234567890 and 3.14159", "0", "00", "2026", "1,000,000", "12345678901234567890", "v1.2.3-rc4",
           "٠١٢٣٤٥٦٧٨٩", "१२३", "3x3=9", "1e-5", "-42"]
@@ -191,22 +202,20 @@ def extra_jsons(base):
         pre_tokenizers.Split(".", behavior="isolated", invert=False), byte_level()]))
     out["split_anchors"] = with_pre(pre_tokenizers.Sequence([
         pre_tokenizers.Split(Regex(r"^\p{L}+|\p{N}+$|\s"), behavior="removed", invert=False), byte_level()]))
-    # U+180E (MONGOLIAN VOWEL SEPARATOR) is \s for PCRE2 but not for Oniguruma: with merges across it the pieces
-    # the two regex engines cut become different ids ("a \u180e!" is one Qwen2 piece " \u180e!" for Oniguruma).
+    # Merges that make regex-engine differences show as ids. U+180E (MONGOLIAN VOWEL SEPARATOR) is \s for PCRE2 but
+    # not for Oniguruma: "a \u180e!" is one Qwen2 piece " \u180e!" for Oniguruma, three for a plain PCRE2 \s. And
+    # overlapping equal pairs ("aaa", three spaces): tokenizers merges the leftmost first.
     j = json.loads(json.dumps(base))
-    chars = "".join(pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)
-                    .pre_tokenize_str("\u180e")[0][0])
-    new = [(chars[0], chars[1]), (chars[:2], chars[2]), ("Ġ", chars), (chars, "!"), ("Ġ" + chars, "!")]
-    for a, b in new:
-        if a + b not in j["model"]["vocab"]:
-            j["model"]["vocab"][a + b] = len(j["model"]["vocab"])
-        j["model"]["merges"].append([a, b])
-    # Overlapping equal pairs ("aaa"): tokenizers merges the leftmost first.
-    for a, b in [("a", "a"), ("aa", "a"), ("Ġ", "Ġ"), ("ĠĠ", "Ġ")]:
+    mvs = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False).pre_tokenize_str("\u180e")[0][0]
+    for a, b in [(mvs[0], mvs[1]), (mvs[:2], mvs[2]), ("Ġ", mvs), (mvs, "!"), ("Ġ" + mvs, "!"),
+                 ("a", "a"), ("aa", "a"), ("Ġ", "Ġ"), ("ĠĠ", "Ġ")]:
         if a + b not in j["model"]["vocab"]:
             j["model"]["vocab"][a + b] = len(j["model"]["vocab"])
         j["model"]["merges"].append([a, b])
     out["extra_merges"] = j
+    # Letters, numbers and whitespace removed: every code point the two regex engines classify differently shows.
+    out["split_classes_removed"] = with_pre(pre_tokenizers.Sequence([
+        pre_tokenizers.Split(Regex(r"\p{L}+|\p{N}|\s+"), behavior="removed", invert=False), byte_level()]))
     out["byte_level_gpt2"] = with_pre(pre_tokenizers.ByteLevel(add_prefix_space=True, use_regex=True))
     out["split_then_gpt2"] = with_pre(pre_tokenizers.Sequence([
         pre_tokenizers.Split(Regex(r"\n"), behavior="merged_with_previous", invert=False),

@@ -39,21 +39,15 @@ template <class V>
 using StringMap = std::unordered_map<std::string, V, StringHash, std::equal_to<>>;
 
 // ---------------------------------------------------------------- UTF-8 and character classes
-// Offset of the first byte that is not valid UTF-8 (overlong forms, surrogates and > U+10FFFF included), or npos.
+// Offset of the first byte that is not valid UTF-8, or npos. utf8proc_iterate refuses overlong forms, surrogates
+// and code points above U+10FFFF.
 std::size_t invalid_utf8_at(std::string_view s) {
-    static constexpr char32_t kMin[5] = {0, 0, 0x80, 0x800, 0x10000};
+    utf8proc_int32_t cp = 0;
     for (std::size_t i = 0; i < s.size();) {
-        const auto c = static_cast<unsigned char>(s[i]);
-        std::size_t len = c < 0x80 ? 1 : (c & 0xE0) == 0xC0 ? 2 : (c & 0xF0) == 0xE0 ? 3 : (c & 0xF8) == 0xF0 ? 4 : 0;
-        if (len == 0 || i + len > s.size()) return i;
-        char32_t cp = len == 1 ? c : c & (0x7F >> len);
-        for (std::size_t k = 1; k < len; ++k) {
-            const auto d = static_cast<unsigned char>(s[i + k]);
-            if ((d & 0xC0) != 0x80) return i;
-            cp = (cp << 6) | (d & 0x3F);
-        }
-        if (cp < kMin[len] || cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF)) return i;
-        i += len;
+        const auto n = utf8proc_iterate(reinterpret_cast<const utf8proc_uint8_t *>(s.data() + i),
+                                        static_cast<utf8proc_ssize_t>(s.size() - i), &cp);
+        if (n <= 0) return i;
+        i += static_cast<std::size_t>(n);
     }
     return npos;
 }
@@ -97,6 +91,28 @@ bool is_word_char(char32_t c) {
         return c == 0x200C || c == 0x200D || (c >= 0x24B6 && c <= 0x24E9) || (c >= 0x1F130 && c <= 0x1F149) ||
                (c >= 0x1F150 && c <= 0x1F169) || (c >= 0x1F170 && c <= 0x1F189);
     }
+}
+
+// Code points utf8proc 2.8 (Unicode 15) normalises but tokenizers' tables (unicode-normalization-alignments, Unicode 9)
+// do not know: later compatibility/canonical decompositions (U+32FF, U+1E030.., U+1FBF0.., U+11938), combining classes
+// of later marks (U+08CA.., U+1DF6..) and the composition U+11935 U+11930. tokenizers treats them as inert starters
+// (no mapping, class 0), so ddo keeps them verbatim and normalises the text between them on its own. Found by
+// normalising every code point, and every combining mark next to others, with both (tokenizers 0.23.3).
+constexpr std::pair<char32_t, char32_t> kInertInReference[] = {
+    {0x7FD, 0x7FD}, {0x898, 0x89F}, {0x8CA, 0x8D3}, {0x9FE, 0x9FE}, {0xC3C, 0xC3C}, {0xD3B, 0xD3C}, {0xEBA, 0xEBA},
+    {0x1715, 0x1715}, {0x1ABF, 0x1ACE}, {0x1DF6, 0x1DFA}, {0x32FF, 0x32FF}, {0xA7F2, 0xA7F4}, {0xA82C, 0xA82C},
+    {0xAB69, 0xAB69}, {0x10781, 0x10785}, {0x10787, 0x107B0}, {0x107B2, 0x107BA}, {0x10D24, 0x10D27},
+    {0x10EAB, 0x10EAC}, {0x10EFD, 0x10EFF}, {0x10F46, 0x10F50}, {0x10F82, 0x10F85}, {0x11070, 0x11070},
+    {0x1133B, 0x1133B}, {0x1145E, 0x1145E}, {0x11839, 0x1183A}, {0x11930, 0x11930}, {0x11935, 0x11935},
+    {0x11938, 0x11938}, {0x1193D, 0x1193E}, {0x11943, 0x11943}, {0x119E0, 0x119E0}, {0x11A34, 0x11A34},
+    {0x11A47, 0x11A47}, {0x11A99, 0x11A99}, {0x11D42, 0x11D42}, {0x11D44, 0x11D45}, {0x11D97, 0x11D97},
+    {0x11F41, 0x11F42}, {0x16FF0, 0x16FF1}, {0x1E030, 0x1E06D}, {0x1E08F, 0x1E08F}, {0x1E130, 0x1E136},
+    {0x1E2AE, 0x1E2AE}, {0x1E2EC, 0x1E2EF}, {0x1E4EC, 0x1E4EF}, {0x1F16C, 0x1F16C}, {0x1FBF0, 0x1FBF9}};
+
+bool inert_in_reference(char32_t c) {
+    const auto it = std::upper_bound(std::begin(kInertInReference), std::end(kInertInReference), c,
+                                     [](char32_t v, const auto & r) { return v < r.first; });
+    return it != std::begin(kInertInReference) && c <= std::prev(it)->second;
 }
 
 // GPT-2's bytes_to_unicode: printable Latin-1 bytes map to themselves, the others to U+0100 onwards in byte order.
@@ -163,8 +179,23 @@ struct MatchDataFree {
 };
 using MatchData = std::unique_ptr<pcre2_match_data, MatchDataFree>;
 
-// An Oniguruma pattern (as tokenizers runs it) in PCRE2 syntax: \s/\S get Oniguruma's set; \w \W \b \B (different
-// Unicode classes), \h \H (hex digit in Oniguruma) and nested/POSIX classes (different syntax) are refused.
+// Letters and numbers that tokenizers' Oniguruma (Unicode 16) has and PCRE2 10.42 (Unicode 14) does not: the
+// difference of \p{L} and \p{N} over all code points, taken with tokenizers 0.23.3 (no code point is in PCRE2's set
+// only). Other \p{...} properties are passed through and carry the same Unicode-version difference.
+constexpr const char * kUnicode16Letters =
+    R"(\x{1C89}-\x{1C8A}\x{A7CB}-\x{A7CD}\x{A7DA}-\x{A7DC}\x{105C0}-\x{105F3}\x{10D4A}-\x{10D65}\x{10D6F}-\x{10D85})"
+    R"(\x{10EC2}-\x{10EC4}\x{1123F}-\x{11240}\x{11380}-\x{11389}\x{1138B}\x{1138E}\x{11390}-\x{113B5}\x{113B7})"
+    R"(\x{113D1}\x{113D3}\x{11BC0}-\x{11BE0}\x{11F02}\x{11F04}-\x{11F10}\x{11F12}-\x{11F33}\x{1342F})"
+    R"(\x{13441}-\x{13446}\x{13460}-\x{143FA}\x{16100}-\x{1611D}\x{16D40}-\x{16D6C}\x{18CFF}\x{1B132}\x{1B155})"
+    R"(\x{1DF25}-\x{1DF2A}\x{1E030}-\x{1E06D}\x{1E4D0}-\x{1E4EB}\x{1E5D0}-\x{1E5ED}\x{1E5F0}\x{2B739})"
+    R"(\x{2EBF0}-\x{2EE5D}\x{31350}-\x{323AF})";
+constexpr const char * kUnicode16Numbers =
+    R"(\x{10D40}-\x{10D49}\x{116D0}-\x{116E3}\x{11BF0}-\x{11BF9}\x{11F50}-\x{11F59}\x{16130}-\x{16139})"
+    R"(\x{16D70}-\x{16D79}\x{1CCF0}-\x{1CCF9}\x{1D2C0}-\x{1D2D3}\x{1E4F0}-\x{1E4F9}\x{1E5F1}-\x{1E5FA})";
+
+// An Oniguruma pattern (as tokenizers runs it) in PCRE2 syntax: \s \S \p{L} \P{L} \p{N} \P{N} become classes with
+// Oniguruma's sets; \w \W \b \B (different Unicode classes), \h \H (hex digit in Oniguruma), negated escapes inside a
+// class and nested/POSIX classes (different syntax) are refused.
 std::string to_pcre2(std::string_view p, const Loader & ld, const std::string & key) {
     std::string out;
     bool in_class = false;
@@ -172,16 +203,32 @@ std::string to_pcre2(std::string_view p, const Loader & ld, const std::string & 
         const char c = p[i];
         if (c == '\\' && i + 1 < p.size()) {
             const char d = p[++i];
-            if (d == 's') {
-                out += in_class ? std::string(kWhiteSpaceClass) : std::string("[") + kWhiteSpaceClass + "]";
-            } else if (d == 'S' && !in_class) {
-                out += std::string("[^") + kWhiteSpaceClass + "]";
-            } else if (std::string_view("SwWbBhH").find(d) != npos) {
-                ld.fail(key, std::string("the regex uses \\") + d + (in_class ? " inside a class" : "") +
+            std::string body;  // the class body that replaces the escape, if any
+            if (d == 's' || d == 'S') {
+                body = kWhiteSpaceClass;
+            } else if ((d == 'p' || d == 'P') && i + 1 < p.size()) {
+                const std::string_view rest = p.substr(i + 1);
+                const std::size_t len = rest.starts_with("{L}") || rest.starts_with("{N}") ? 3
+                                        : rest.starts_with("L") || rest.starts_with("N") ? 1 : 0;
+                if (len > 0) {
+                    const bool letters = rest[len == 3 ? 1 : 0] == 'L';
+                    body = std::string(letters ? "\\p{L}" : "\\p{N}") + (letters ? kUnicode16Letters : kUnicode16Numbers);
+                    i += len;
+                }
+            } else if (std::string_view("wWbBhH").find(d) != npos) {
+                ld.fail(key, std::string("the regex uses \\") + d +
                                  ", whose meaning differs between Oniguruma (tokenizers) and PCRE2");
-            } else {
+            }
+            const bool negated = d == 'S' || d == 'P';
+            if (body.empty()) {
                 out += c;
                 out += d;
+            } else if (!in_class) {
+                out += (negated ? "[^" : "[") + body + "]";
+            } else if (negated) {
+                ld.fail(key, std::string("the regex uses \\") + d + " inside a character class, which is not supported");
+            } else {
+                out += body;
             }
         } else if (c == '[' && in_class) {
             ld.fail(key, "nested or POSIX character classes are not supported in the regex");
@@ -330,7 +377,7 @@ struct BpeTokenizer::Impl {
         return (static_cast<std::uint64_t>(a) << 32) | static_cast<std::uint32_t>(b);
     }
 
-    std::string normalize(std::string s) const {
+    std::string normalize_run(std::string s) const {
         for (const utf8proc_option_t opts : normalizers) {
             if (s.empty()) break;
             utf8proc_uint8_t * out = nullptr;
@@ -341,6 +388,20 @@ struct BpeTokenizer::Impl {
             s.assign(reinterpret_cast<const char *>(out), static_cast<std::size_t>(n));
         }
         return s;
+    }
+    // The normalizer chain, keeping the code points tokenizers' tables treat as inert (see kInertInReference) as they
+    // are: each stretch between them is normalised on its own.
+    std::string normalize(const std::string & s) const {
+        if (normalizers.empty()) return s;
+        std::string out;
+        std::size_t run = 0;
+        for (std::size_t i = 0; i < s.size(); i += char_len(s, i)) {
+            if (static_cast<unsigned char>(s[i]) < 0xC0 || !inert_in_reference(char_at(s, i))) continue;
+            out += normalize_run(s.substr(run, i - run));
+            out.append(s, i, char_len(s, i));
+            run = i + char_len(s, i);
+        }
+        return out + normalize_run(s.substr(run));
     }
 
     // added_vocabulary.rs find_matches + split_with_indices: cut `s` around the added tokens `m` finds.
@@ -658,7 +719,6 @@ void BpeTokenizer::Impl::load_added_tokens(const Json & list, const Loader & ld)
         }
 }
 
-
 BpeTokenizer::BpeTokenizer(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 BpeTokenizer::BpeTokenizer(BpeTokenizer &&) noexcept = default;
 BpeTokenizer & BpeTokenizer::operator=(BpeTokenizer &&) noexcept = default;
@@ -713,7 +773,7 @@ std::vector<std::int64_t> BpeTokenizer::encode(std::string_view utf8) const {
             pieces.push_back(std::move(p));
             continue;
         }
-        const std::string n = t.normalize(std::move(p.text));
+        const std::string n = t.normalize(p.text);
         t.split_added(n, t.normalized_matcher, pieces);
     }
     // 3. Pre-tokenize and BPE every other piece.

@@ -8,11 +8,14 @@
 //                   An added token is emitted as its id and never pre-tokenized; `special` does not change encode.
 //                   Ids are assigned as `tokenizers` assigns them on load (a vocabulary token keeps its id, a new one
 //                   gets the next id after the vocabulary), not taken from the file's "id" fields.
-//   normalizer      null, NFC, NFD, NFKC, NFKD (utf8proc) and Sequence of those.
+//   normalizer      null, NFC, NFD, NFKC, NFKD (utf8proc) and Sequence of those. The ~250 code points whose
+//                   normalisation utf8proc (Unicode 15) knows and tokenizers' tables (Unicode 9) do not are kept as
+//                   they are, as tokenizers does.
 //   pre_tokenizer   null, Split {pattern Regex|String, behavior Isolated|Removed|MergedWithPrevious|MergedWithNext|
 //                   Contiguous, invert}, ByteLevel {add_prefix_space, use_regex (the GPT-2 regex)} and Sequence of
-//                   those. Regexes run on PCRE2 (UTF+UCP, multi-line anchors) where `tokenizers` uses Oniguruma; \s
-//                   and \S are rewritten to Oniguruma's set (Unicode White_Space: PCRE2 also counts U+180E).
+//                   those. Regexes run on PCRE2 (UTF+UCP, multi-line anchors) where `tokenizers` uses Oniguruma;
+//                   \s \S \p{L} \P{L} \p{N} \P{N} are rewritten to Oniguruma's sets (\s: Unicode White_Space, PCRE2
+//                   also counts U+180E; \p{L} \p{N}: Oniguruma has Unicode 16, PCRE2 10.42 Unicode 14).
 //   model           BPE: vocab, merges ([a, b] pairs or legacy "a b" strings), ignore_merges; merged by rank as
 //                   tokenizers' word.rs (lowest rank first, leftmost on ties). Characters not in the vocabulary are
 //                   dropped, as tokenizers does with unk_token null.
@@ -20,8 +23,10 @@
 //   decoder         ignored (encode only).
 // Refused with ddo::UsageError naming the file and the JSON key: other normalizer/pre-tokenizer/model/post-processor
 // types, non-null truncation or padding, BPE unk_token/fuse_unk/byte_fallback/dropout/continuing_subword_prefix/
-// end_of_word_suffix other than their defaults, Split regexes using \w \W \b \B \h \H (whose classes differ between
-// Oniguruma and PCRE2), and merges naming tokens that are not in the vocabulary.
+// end_of_word_suffix other than their defaults, Split regexes using \w \W \b \B \h \H, \S inside a class, nested or
+// POSIX classes (whose meaning differs between Oniguruma and PCRE2), and merges naming tokens not in the vocabulary.
+// Input text that is not valid UTF-8 is refused (ddo::UsageError with the byte offset). encode() is const and keeps
+// no mutable state: one tokenizer may be used from several threads.
 #pragma once
 
 #include <cstddef>
@@ -40,7 +45,6 @@ public:
     // and for a missing/unreadable/invalid file (naming the file and what to do).
     static BpeTokenizer from_file(const std::filesystem::path & tokenizer_json);
     // tokenizers' Tokenizer.encode(text).ids (add_special_tokens = true: the post-processor's tokens, if any).
-    // Input that is not valid UTF-8 throws ddo::UsageError naming the byte offset.
     std::vector<std::int64_t> encode(std::string_view utf8) const;
     // The id of a vocabulary or added token, exactly as written (e.g. "<|im_start|>").
     std::optional<std::int64_t> token_id(std::string_view token) const;
