@@ -134,6 +134,16 @@ TEST_F(Qi21TextParity, EveryRouteEqualsResident) {
     }
 }
 
+TEST_F(Qi21TextParity, VisionSlotsAreRefusedUntilTheVisionTowerExists) {
+    auto enc = open();
+    try {
+        (void)enc.template_ids("edit <|vision_start|><|image_pad|><|vision_end|> this");
+        FAIL() << "a prompt with an image slot was tokenized";
+    } catch (const ddo::UsageError & e) {
+        EXPECT_NE(std::string(e.what()).find("vision tower"), std::string::npos) << e.what();
+    }
+}
+
 TEST_F(Qi21TextParity, AMissingTextEncoderIsRefusedNamingTheFile) {
     const fs::path dir = fs::temp_directory_path() / ("qi21_no_te_" + std::to_string(::getpid()));
     fs::remove_all(dir);

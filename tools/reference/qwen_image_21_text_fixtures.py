@@ -2,7 +2,9 @@
 """Parity fixtures for qwen_image_21 from a text prompt: the Qwen3-VL text tower, the pipeline's prompt template and
 drop, and whole QwenImage21Pipeline runs from text (models.md §4, issue 12).
 
-Usage: qwen_image_21_text_fixtures.py OUT_DIR
+Usage: qwen_image_21_text_fixtures.py OUT_DIR [--num-layers N] [--checkpoint-only]
+  --num-layers N       transformer blocks (the demo uses more than the tests, so blocks stream every step)
+  --checkpoint-only    write checkpoint/ alone (tools/ddo demo), no fixtures
 
 The reference is transformers' Qwen3VLForConditionalGeneration (tiny, random fp32), a byte-level BPE tokenizer
 trained offline with the `tokenizers` library in Qwen2's layout (tiny_qwen_tokenizer.py), and diffusers'
@@ -96,9 +98,11 @@ def build_processor():
                             chat_template=CHAT_TEMPLATE)
 
 
-def build_denoiser():
+def build_denoiser(num_layers=None):
     torch.manual_seed(SEED)
     cfg = dict(base.TRANSFORMER_CONFIG, context_in_dim=TEXT_HIDDEN)
+    if num_layers:
+        cfg["num_layers"] = num_layers
     transformer = QwenImage21Transformer2DModel(**cfg).eval()
     with torch.no_grad():
         for name, p in transformer.named_parameters():
@@ -212,14 +216,20 @@ def pipeline_fixtures(out, pipe, pipe_sigmas, meta):
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("out_dir")
+    ap.add_argument("--num-layers", type=int, default=None, help="transformer blocks (default: the tiny test config's)")
+    ap.add_argument("--checkpoint-only", action="store_true", help="write checkpoint/ only (the demo's input)")
     args = ap.parse_args()
     out = Path(args.out_dir)
     out.mkdir(parents=True, exist_ok=True)
     torch.set_num_threads(min(2, os.cpu_count() or 1))
     processor = build_processor()
     text_encoder = build_text_encoder(processor.tokenizer)
-    transformer, vae, transformer_config = build_denoiser()
+    transformer, vae, transformer_config = build_denoiser(args.num_layers)
     save_checkpoint(out / "checkpoint", transformer, vae, text_encoder, processor)
+    if args.checkpoint_only:
+        (out / "checkpoint.json").write_text(json.dumps({"transformer_config": transformer_config}, indent=2) + "\n")
+        print(f"qwen_image_21 checkpoint (saved whole, with its text encoder) -> {out / 'checkpoint'}")
+        return 0
     save_checkpoint(out / "checkpoint_sigmas", transformer, vae, text_encoder, processor, SAMPLE_SIGMAS)
     meta = {"reference": "diffusers", "reference_version": diffusers.__version__,
             "transformers_version": transformers.__version__, "torch_version": torch.__version__,

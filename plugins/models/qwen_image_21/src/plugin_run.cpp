@@ -175,11 +175,15 @@ void run_qwen_image_21(model::ModelRun & run) {
         run.begin_phase("encode");
         text::TextTowerCallbacks tcb;
         tcb.check_interrupted = [&](int layer) { run.check_interrupted("at text encoder layer " + std::to_string(layer)); };
-        tcb.on_layer = [&](int layer, int total) { run.step(layer, total); };
+        // One progress count over both prompts' layers (the negative prompt is encoded after the prompt).
+        const int prompts = (guide || (encode_only && w.negative_prompt)) ? 2 : 1;
+        int done_before = 0;
+        tcb.on_layer = [&](int layer, int total) { run.step(done_before + layer, total * prompts); };
         auto pos = encoder.encode(*te, {*w.prompt}, o.dtype, o.device, tcb);
         embeds.embeds = pos.embeds;
         embeds.mask = pos.mask;
-        if (guide || (encode_only && w.negative_prompt)) {
+        if (prompts == 2) {
+            done_before = int(encoder.config().num_layers);
             auto neg = encoder.encode(*te, {*w.negative_prompt}, o.dtype, o.device, tcb);
             embeds.neg_embeds = neg.embeds;
             embeds.neg_mask = neg.mask;

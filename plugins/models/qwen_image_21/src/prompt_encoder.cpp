@@ -59,7 +59,16 @@ PromptEncoder PromptEncoder::open(const fs::path & model_dir) {
 
 std::vector<std::int64_t> PromptEncoder::template_ids(const std::string & prompt) const {
     // "Qwen has no bos token, so an empty string leaves the encoder with nothing to read" (the pipeline).
-    return tokenizer_.encode(t2i_template(prompt.empty() ? std::string(" ") : prompt));
+    auto ids = tokenizer_.encode(t2i_template(prompt.empty() ? std::string(" ") : prompt));
+    // Vision slots are where condition images go (the ti2i template); they need the Qwen3-VL vision tower.
+    for (const char * t : {"<|vision_start|>", "<|image_pad|>", "<|video_pad|>", "<|vision_end|>"})
+        if (const auto id = tokenizer_.token_id(t))
+            for (auto v : ids)
+                if (v == *id)
+                    throw UsageError(std::string("qwen_image_21: the prompt contains the vision token ") + t +
+                                     ": condition images (the Qwen3-VL image slots) need the vision tower, which ddo "
+                                     "does not have yet; remove the token (text-to-image only)");
+    return ids;
 }
 
 std::vector<model::GroupSpec> PromptEncoder::groups() {
