@@ -200,3 +200,16 @@ TEST_F(Qi21Text, A1024DefaultPresetRunDecodesResidentAndSaysWhy) {
     EXPECT_EQ(r.image.width, 1024u);
     std::cout << "[ vae auto  ] 1024x1024: " << vae.at("reason").get<std::string>() << "\n";
 }
+
+TEST_F(Qi21Text, ADryRunFromTextPlansTheTextEncoderAndTheTransformer) {
+    auto r = run("dry", "-p 'a cat' -n 'blurry' --cfg-scale 4 --dry-run --width 64 --height 64 --steps 2");
+    ASSERT_EQ(r.exit_code, 0) << r.log;
+    const auto & c = r.report.at("counters");
+    ASSERT_TRUE(c.contains("text_encoder")) << c.dump();
+    ASSERT_TRUE(c.contains("transformer")) << c.dump();
+    EXPECT_EQ(c.at("text_encoder").at("unloaded").get<bool>(), true);
+    EXPECT_TRUE(r.report.at("outputs").empty());
+    auto bad = run("dry_vision", "-p 'a <|image_pad|> cat' --dry-run --width 64 --height 64 --steps 2");
+    EXPECT_EQ(bad.exit_code, 2) << bad.log;
+    EXPECT_NE(bad.log.find("vision tower"), std::string::npos) << bad.log;
+}

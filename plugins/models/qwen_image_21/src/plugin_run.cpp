@@ -168,39 +168,43 @@ void run_qwen_image_21(model::ModelRun & run) {
         run.add_checkpoint_facts({{"text_encoder_layers", encoder.config().num_layers},
                                   {"prompt_template_drop", encoder.drop_index()}});
         if (run.dry_run()) {
-            encoder.template_ids(*w.prompt);  // the prompt tokenizes
-            run.log(2, "dry run: checkpoint, tokenizer and text encoder validated; nothing computed");
-            return;
-        }
-        run.begin_phase("encode");
-        text::TextTowerCallbacks tcb;
-        tcb.check_interrupted = [&](int layer) { run.check_interrupted("at text encoder layer " + std::to_string(layer)); };
-        // One progress count over both prompts' layers (the negative prompt is encoded after the prompt).
-        const int prompts = (guide || (encode_only && w.negative_prompt)) ? 2 : 1;
-        int done_before = 0;
-        tcb.on_layer = [&](int layer, int total) { run.step(done_before + layer, total * prompts); };
-        auto pos = encoder.encode(*te, {*w.prompt}, o.dtype, o.device, tcb);
-        embeds.embeds = pos.embeds;
-        embeds.mask = pos.mask;
-        if (prompts == 2) {
-            done_before = int(encoder.config().num_layers);
-            auto neg = encoder.encode(*te, {*w.negative_prompt}, o.dtype, o.device, tcb);
-            embeds.neg_embeds = neg.embeds;
-            embeds.neg_mask = neg.mask;
-        }
-        run.add_checkpoint_facts({{"prompt_tokens", pos.tokens.size()}});
-        // Out of memory before the transformer phase: owners checked zero (ModelRun::unload).
-        run.unload(std::move(te));
-        record("unloaded after encode, before denoise");
-        if (encode_only) {
-            run.begin_phase("write_output");
-            model::NamedTensors t{{"prompt_embeds", embeds.embeds}};
-            if (embeds.mask) t.push_back({"prompt_embeds_mask", embeds.mask->to(at::kByte)});
-            if (embeds.neg_embeds) t.push_back({"negative_prompt_embeds", *embeds.neg_embeds});
-            if (embeds.neg_mask) t.push_back({"negative_prompt_embeds_mask", embeds.neg_mask->to(at::kByte)});
-            run.write_tensors(t, {{"producer", "ddo-host encode (qwen_image_21)"}, {"prompt", *w.prompt},
-                                  {"negative_prompt", w.negative_prompt.value_or("")}});
-            return;
+            (void)encoder.template_ids(*w.prompt);  // the prompt tokenizes (and has no vision slot)
+            run.unload(std::move(te));              // nothing was uploaded; the transformer is validated below
+            if (encode_only) {
+                run.log(2, "dry run: checkpoint, tokenizer and text encoder validated; nothing computed");
+                return;
+            }
+        } else {
+            run.begin_phase("encode");
+            text::TextTowerCallbacks tcb;
+            tcb.check_interrupted = [&](int layer) { run.check_interrupted("at text encoder layer " + std::to_string(layer)); };
+            // One progress count over both prompts' layers (the negative prompt is encoded after the prompt).
+            const int prompts = (guide || (encode_only && w.negative_prompt)) ? 2 : 1;
+            int done_before = 0;
+            tcb.on_layer = [&](int layer, int total) { run.step(done_before + layer, total * prompts); };
+            auto pos = encoder.encode(*te, {*w.prompt}, o.dtype, o.device, tcb);
+            embeds.embeds = pos.embeds;
+            embeds.mask = pos.mask;
+            if (prompts == 2) {
+                done_before = int(encoder.config().num_layers);
+                auto neg = encoder.encode(*te, {*w.negative_prompt}, o.dtype, o.device, tcb);
+                embeds.neg_embeds = neg.embeds;
+                embeds.neg_mask = neg.mask;
+            }
+            run.add_checkpoint_facts({{"prompt_tokens", pos.tokens.size()}});
+            // Out of memory before the transformer phase: owners checked zero (ModelRun::unload).
+            run.unload(std::move(te));
+            record("unloaded after encode, before denoise");
+            if (encode_only) {
+                run.begin_phase("write_output");
+                model::NamedTensors t{{"prompt_embeds", embeds.embeds}};
+                if (embeds.mask) t.push_back({"prompt_embeds_mask", embeds.mask->to(at::kByte)});
+                if (embeds.neg_embeds) t.push_back({"negative_prompt_embeds", *embeds.neg_embeds});
+                if (embeds.neg_mask) t.push_back({"negative_prompt_embeds_mask", embeds.neg_mask->to(at::kByte)});
+                run.write_tensors(t, {{"producer", "ddo-host encode (qwen_image_21)"}, {"prompt", *w.prompt},
+                                      {"negative_prompt", w.negative_prompt.value_or("")}});
+                return;
+            }
         }
     }
     embeds = repeat_per_prompt(embeds, w.num_images);
