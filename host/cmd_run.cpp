@@ -244,6 +244,8 @@ int run_once(const RunArgs & a, const HostOptions & options, const std::vector<s
         // First without the plugin: preset errors are exit 2 before any artifact is touched.
         ResolvedSettings settings = resolve_settings(rq);
         tracker.set_settings(settings);
+        tracker.set_sampling(std::chrono::milliseconds(settings.get_optional<long long>("telemetry.sample_interval_ms").value_or(100)),
+                             settings.get_optional<double>("telemetry.cpu_budget_percent").value_or(1.0) / 100.0);
         tracker.set_workload(workload_of(settings));
 
         auto dirs = plugin_search_dirs(options.builtin_plugin_dir, options.plugin_dirs);

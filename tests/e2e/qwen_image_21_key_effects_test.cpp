@@ -190,6 +190,10 @@ std::map<std::string, Effect> effects() {
     e["workload.precision"] = {kStream, kStream + " --set workload.precision=bf16", true, differs("workload.dtype")};
     e["workload.prompt"].shown_by = "Qi21Text.FromTextEqualsDiffusersOnResidentAndStreamedTextEncoderRoutes";
     e["workload.negative_prompt"].shown_by = "Qi21Text.FromTextEqualsDiffusersOnResidentAndStreamedTextEncoderRoutes";
+    e["telemetry.sample_interval_ms"] = {kStream, kStream + " --set telemetry.sample_interval_ms=250", true,
+                                         differs("sampler.interval_ms")};
+    e["telemetry.cpu_budget_percent"] = {kStream, kStream + " --set telemetry.cpu_budget_percent=0.5", true,
+                                         differs("sampler.cpu_budget_fraction")};
     e["workload.sigmas"].shown_by = "Qi21Text.SampleSigmasOfTheCheckpointAndWorkloadSigmasGiveDiffusersImage";
     e["workload.guidance_scale"] = {kStream, kStream + " --set workload.guidance_scale=3", false, pixels_differ()};
     // The plugin's own option.

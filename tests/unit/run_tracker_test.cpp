@@ -285,3 +285,47 @@ TEST_F(RunTrackerTest, OutputsAreHashed) {
 }
 
 }  // namespace
+
+// USS (smaps_rollup) costs CPU in proportion to the mappings: between phase boundaries it is read only within the
+// CPU budget, and the report shows what all telemetry reads cost (real /proc of this process).
+TEST_F(RunTrackerTest, UssBetweenBoundariesIsReadOnlyWithinTheCpuBudget) {
+    for (const double budget : {1e-9, 1.0}) {
+        RunTrackerOptions o;
+        o.nvml_library = "libddo-test-no-such-nvml.so.1";
+        o.sample_interval = std::chrono::milliseconds(5);
+        o.cpu_budget_fraction = budget;
+        RunTracker t(o);
+        { auto p = t.phase("work"); std::this_thread::sleep_for(std::chrono::milliseconds(80)); }
+        t.mark_completed();
+        const json r = t.to_json();
+        const auto & s = r.at("sampler");
+        EXPECT_EQ(s.at("cpu_budget_fraction").get<double>(), budget);
+        EXPECT_GT(s.at("cpu_seconds").get<double>(), 0.0);
+        EXPECT_GT(s.at("wall_seconds").get<double>(), 0.0);
+        EXPECT_TRUE(s.at("cpu_fraction_of_wall").is_number());
+        EXPECT_GE(s.at("uss").at("boundary_reads").get<int>(), 1);  // the first read is always taken
+        EXPECT_GT(r.at("memory").at("rss").at("samples").get<int>(), 5) << "the cheap monitors keep their interval";
+        EXPECT_EQ(s.at("rss_source").get<std::string>(), "/proc/self/statm");
+        if (budget < 1e-6) {
+            EXPECT_EQ(s.at("uss").at("periodic_reads").get<int>(), 0) << s.dump();
+            EXPECT_EQ(s.at("uss").at("boundary_reads").get<int>(), 1) << s.dump();
+            EXPECT_GT(s.at("uss").at("skipped_for_budget").get<int>(), 0) << s.dump();
+            const auto & uss = r.at("memory").at("uss");
+            EXPECT_FALSE(uss.at("complete").get<bool>());
+            EXPECT_NE(uss.at("reason").get<std::string>().find("skipped"), std::string::npos) << uss.dump();
+            EXPECT_EQ(uss.at("samples").get<int>(), 1);  // the first read, a value; skips are not zeros
+        } else {
+            EXPECT_GT(s.at("uss").at("periodic_reads").get<int>(), 0) << s.dump();
+        }
+    }
+}
+
+TEST_F(RunTrackerTest, SetSamplingChangesTheIntervalAndBudgetRecorded) {
+    auto o = no_sources();
+    RunTracker t(o);
+    t.set_sampling(std::chrono::milliseconds(250), 0.005);
+    t.mark_completed();
+    const json r = t.to_json();
+    EXPECT_EQ(r.at("sampler").at("cpu_budget_fraction").get<double>(), 0.005);
+    EXPECT_TRUE(r.at("sampler").at("interval_ms").is_null()) << "the sampler is off in this tracker";
+}

@@ -107,6 +107,13 @@ const std::vector<KeyDef> & preset_schema() {
                             "Generations per run on weights loaded once; phases of generation g > 1 are recorded as "
                             "'<phase> (generation g)' and its outputs are compared with generation 1's, not rewritten."));
 
+        // Telemetry (the report's memory monitors; Note [Telemetry cost] in docs/metrics.md).
+        s.push_back(integer("telemetry.sample_interval_ms", 10, 60000, 100,
+                            "Interval of the cheap memory monitors (RSS from statm, MemAvailable, cgroup, NVML, torch)."));
+        s.push_back(num("telemetry.cpu_budget_percent", 0.01, 100, 1.0,
+                        "CPU time all telemetry reads may take, as a percent of the run's wall time: USS (smaps_rollup) "
+                        "is read at every phase boundary and between them only within this budget."));
+
         // VAE.
         s.push_back(choice("vae.strategy", {"resident", "leaf_offload", "tiled", "temporal_stream", "auto"}, "auto",
                            "VAE decode strategy. `auto` follows the decision table of docs/presets.md: resident if it "

@@ -1,5 +1,7 @@
 #include "ddo/report/memory_probes.hpp"
 
+#include <unistd.h>
+
 #include <fstream>
 #include <sstream>
 #include <string_view>
@@ -37,6 +39,17 @@ std::optional<std::string> read_first_line(const fs::path & file) {
 }  // namespace
 
 Reading read_rss(const fs::path & proc_root) { return read_kb_field(proc_root / "self/status", "VmRSS"); }
+Reading read_rss_statm(const fs::path & proc_root) {
+    const auto file = proc_root / "self/statm";
+    std::ifstream in(file);
+    if (!in) return Reading::missing("cannot read " + file.string());
+    std::uint64_t size = 0, resident = 0;
+    if (!(in >> size >> resident)) return Reading::missing("unparsable " + file.string());
+    const long page = ::sysconf(_SC_PAGESIZE);
+    if (page <= 0) return Reading::missing("sysconf(_SC_PAGESIZE) failed");
+    return Reading::of(resident * std::uint64_t(page));
+}
+
 Reading read_rss_hwm(const fs::path & proc_root) { return read_kb_field(proc_root / "self/status", "VmHWM"); }
 
 Reading read_uss(const fs::path & proc_root) {

@@ -49,8 +49,15 @@ json opt_d(const std::optional<double> & v) { return v ? json(*v) : json(nullptr
 // One sampled series. A failed reading counts as a failed sample and never as a value.
 struct Series {
     std::optional<std::int64_t> current, peak, min;
-    std::uint64_t samples = 0, failed = 0;
-    std::string last_failure;
+    std::uint64_t samples = 0, failed = 0, skipped = 0;
+    std::string last_failure, skip_reason;
+
+    // A read not taken on purpose (the telemetry CPU budget): neither a value nor a failure, but the series is then
+    // not complete (a peak between its reads can be missed) and says why.
+    void skip(const std::string & why) {
+        ++skipped;
+        skip_reason = why;
+    }
 
     void add(std::optional<std::int64_t> v, const std::string & why) {
         if (!v) {
@@ -67,7 +74,7 @@ struct Series {
     void add(const report::Reading & r) {
         add(r.bytes ? std::optional<std::int64_t>(static_cast<std::int64_t>(*r.bytes)) : std::nullopt, r.reason);
     }
-    bool complete(bool sampler_covered) const { return sampler_covered && samples > 0 && failed == 0; }
+    bool complete(bool sampler_covered) const { return sampler_covered && samples > 0 && failed == 0 && skipped == 0; }
     json to_json(bool sampler_covered, const std::string & incomplete_why) const {
         json j;
         j["samples"] = samples;
@@ -77,9 +84,11 @@ struct Series {
         j["peak_bytes"] = opt(peak);
         j["min_bytes"] = opt(min);
         if (samples == 0)
-            j["reason"] = last_failure.empty() ? "no sample was taken" : last_failure;
+            j["reason"] = !last_failure.empty() ? last_failure : !skip_reason.empty() ? skip_reason : "no sample was taken";
         else if (failed > 0)
             j["reason"] = std::to_string(failed) + " sample(s) failed, last: " + last_failure;
+        else if (skipped > 0)
+            j["reason"] = std::to_string(skipped) + " read(s) skipped: " + skip_reason;
         else if (!sampler_covered)
             j["reason"] = incomplete_why;
         else
@@ -148,15 +157,49 @@ struct RunTracker::Impl {
     std::string torch_unavailable;  // why no hook applies (set_torch_memory_unavailable)
     std::string torch_version;
 
+    // The cost of measuring (Note [Telemetry cost] in docs/metrics.md): CPU time of every telemetry read, on
+    // whichever thread took it, and the USS reads the budget allowed or skipped.
+    std::chrono::nanoseconds telemetry_cpu{0}, uss_cpu{0}, last_uss_cost{0};
+    std::uint64_t samples_taken = 0, uss_boundary_reads = 0, uss_periodic_reads = 0, uss_skipped = 0,
+                  uss_boundary_skipped = 0;
+    std::string rss_source = "/proc/self/statm";
+
+    static std::chrono::nanoseconds thread_cpu() {
+        timespec ts{};
+        ::clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+        return std::chrono::seconds(ts.tv_sec) + std::chrono::nanoseconds(ts.tv_nsec);
+    }
+    bool uss_within_budget() const {
+        const auto wall = std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() - start);
+        return double((telemetry_cpu + last_uss_cost).count()) <= opt.cpu_budget_fraction * double(wall.count());
+    }
+
     std::thread sampler;
     std::condition_variable cv;
     bool stop = false;
     bool sampler_running = false;
     bool sampler_failed = false;  // the thread could not start or run for the whole scope
 
-    void sample_locked() {
-        auto rss = report::read_rss(opt.proc_root);
-        auto uss = report::read_uss(opt.proc_root);
+    // boundary: a phase begins or ends, the run starts or finishes (every monitor); else the sampler's periodic read.
+    void sample_locked(bool boundary = true) {
+        const auto cpu0 = thread_cpu();
+        auto rss = report::read_rss_statm(opt.proc_root);
+        if (!rss.bytes) {  // no statm (a faked /proc): VmRSS of status is the same quantity
+            rss = report::read_rss(opt.proc_root);
+            rss_source = "/proc/self/status VmRSS (statm unreadable)";
+        }
+        // Every USS read, at a boundary too, stays within the budget; only the run's first read is unconditional.
+        const bool take_uss = (uss_boundary_reads + uss_periodic_reads == 0) || uss_within_budget();
+        report::Reading uss;
+        if (take_uss) {
+            const auto u0 = thread_cpu();
+            uss = report::read_uss(opt.proc_root);
+            last_uss_cost = thread_cpu() - u0;
+            uss_cpu += last_uss_cost;
+            ++(boundary ? uss_boundary_reads : uss_periodic_reads);
+        } else {
+            ++(boundary ? uss_boundary_skipped : uss_skipped);
+        }
         auto avail = report::read_mem_available(opt.proc_root);
         auto cg = report::read_cgroup(opt.proc_root, opt.sys_root);
         auto gpu = nvml->used();
@@ -179,7 +222,8 @@ struct RunTracker::Impl {
         cgroup_last = cg;
         auto add_all = [&](MonitorSet & m) {
             m.rss.add(rss);
-            m.uss.add(uss);
+            if (take_uss) m.uss.add(uss);
+            else m.uss.skip("smaps_rollup reads would exceed telemetry.cpu_budget_percent (sampler.uss)");
             m.mem_available.add(avail);
             m.cgroup.add(cg.usage);
             m.gpu_absolute.add(gpu);
@@ -189,6 +233,8 @@ struct RunTracker::Impl {
         };
         add_all(mem);
         for (auto i : open) add_all(phases[i].mem);
+        ++samples_taken;
+        telemetry_cpu += thread_cpu() - cpu0;
     }
 
     void stop_sampler() {
@@ -218,6 +264,9 @@ struct RunTracker::Impl {
                                 "process, whole run", phase_scope);
         j["uss"] = monitor_json(m.uss, "USS of the host process: Private_Clean + Private_Dirty of smaps_rollup",
                                 "process, whole run", phase_scope);
+        // smaps_rollup walks every mapping: read at phase boundaries and within the CPU budget (sampler.uss).
+        j["uss"]["interval_ms"] = nullptr;
+        j["uss"]["policy"] = "adaptive: at phase boundaries and the interval, within sampler.cpu_budget_fraction";
         j["mem_available"] = monitor_json(m.mem_available, "MemAvailable of /proc/meminfo", "system, whole run", phase_scope);
         j["cgroup"] = monitor_json(m.cgroup, "memory.current of the process's cgroup v2", "cgroup, whole run", phase_scope);
         j["gpu_absolute"] = monitor_json(m.gpu_absolute, "NVML used memory of the device (all processes and contexts)",
@@ -256,7 +305,7 @@ RunTracker::RunTracker(RunTrackerOptions options) : impl_(std::make_unique<Impl>
                 std::unique_lock lk(im.mu);
                 while (!im.stop) {
                     if (im.cv.wait_for(lk, im.opt.sample_interval, [&] { return im.stop; })) break;
-                    im.sample_locked();
+                    im.sample_locked(false);
                 }
             });
         } catch (const std::exception &) {
@@ -267,6 +316,16 @@ RunTracker::RunTracker(RunTrackerOptions options) : impl_(std::make_unique<Impl>
 }
 
 RunTracker::~RunTracker() { impl_->stop_sampler(); }
+
+void RunTracker::set_sampling(std::chrono::milliseconds interval, double cpu_budget_fraction) {
+    auto & m = *impl_;
+    {
+        std::lock_guard lk(m.mu);
+        m.opt.sample_interval = interval;
+        m.opt.cpu_budget_fraction = cpu_budget_fraction;
+    }
+    m.cv.notify_all();  // the sampler waits on the new interval from now
+}
 
 RunTracker::Phase::Phase(Phase && o) noexcept : tracker_(o.tracker_), index_(o.index_) { o.tracker_ = nullptr; }
 RunTracker::Phase::~Phase() { end(); }
@@ -567,9 +626,25 @@ json RunTracker::to_json() const {
     r["steps"] = m.steps;
 
     json mem = m.memory_json(m.mem, false);
+    const double wall_s = std::chrono::duration<double>((m.finish ? *m.finish : Clock::now()) - m.start).count();
+    const double cpu_s = std::chrono::duration<double>(m.telemetry_cpu).count();
     r["sampler"] = {{"interval_ms", m.opt.start_sampler ? json(m.opt.sample_interval.count()) : json(nullptr)},
                       {"enabled", m.opt.start_sampler},
-                      {"note", "sampling can miss peaks shorter than the interval"}};
+                      {"cpu_budget_fraction", m.opt.cpu_budget_fraction},
+                      {"cpu_seconds", cpu_s},
+                      {"cpu_seconds_scope", "thread CPU time of every telemetry read (sampler thread and phase boundaries)"},
+                      {"wall_seconds", wall_s},
+                      {"cpu_fraction_of_wall", wall_s > 0 ? json(cpu_s / wall_s) : json(nullptr)},
+                      {"samples", m.samples_taken},
+                      {"rss_source", m.rss_source},
+                      {"uss", {{"policy", "read (at phase boundaries and at the interval) only while telemetry CPU + "
+                                          "one more read <= cpu_budget_fraction x wall; the first read always"},
+                               {"boundary_reads", m.uss_boundary_reads}, {"periodic_reads", m.uss_periodic_reads},
+                               {"skipped_for_budget", m.uss_skipped + m.uss_boundary_skipped},
+                               {"boundary_skipped_for_budget", m.uss_boundary_skipped},
+                               {"cpu_seconds", std::chrono::duration<double>(m.uss_cpu).count()},
+                               {"last_read_seconds", std::chrono::duration<double>(m.last_uss_cost).count()}}},
+                      {"note", "sampling can miss peaks shorter than the interval (USS: between its reads)"}};
     mem["rss"]["kernel_hwm_bytes"] = m.rss_hwm ? json(*m.rss_hwm) : json(nullptr);
     mem["rss"]["kernel_hwm_reason"] =
         m.rss_hwm ? json(nullptr) : json(m.rss_hwm_reason.empty() ? "read at the end of the run" : m.rss_hwm_reason);

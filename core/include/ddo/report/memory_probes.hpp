@@ -19,6 +19,9 @@ struct Reading {
 
 // VmRSS of <proc>/self/status (resident set: anonymous + file-backed + shmem).
 Reading read_rss(const std::filesystem::path & proc_root);
+// The same resident set from <proc>/self/statm (resident pages x page size): one short line, what the sampler reads
+// at its interval (status is ~50 lines; smaps_rollup walks every mapping).
+Reading read_rss_statm(const std::filesystem::path & proc_root);
 // VmHWM of <proc>/self/status (the kernel's own RSS high-water mark).
 Reading read_rss_hwm(const std::filesystem::path & proc_root);
 // USS: Private_Clean + Private_Dirty of <proc>/self/smaps_rollup.

@@ -35,7 +35,10 @@ struct RunTrackerOptions {
     std::filesystem::path proc_root = "/proc";
     std::filesystem::path sys_root = "/sys";
     std::filesystem::path etc_root = "/etc";
-    std::chrono::milliseconds sample_interval{100};
+    std::chrono::milliseconds sample_interval{100};  // cheap monitors (RSS from statm, MemAvailable, cgroup, NVML, torch)
+    // USS (smaps_rollup, whose cost grows with the mappings) is read at every phase boundary and, between them, only
+    // while all telemetry reads so far plus one more USS read stay within this fraction of the run's wall time.
+    double cpu_budget_fraction = 0.01;
     bool start_sampler = true;                // false: only explicit sample_now() calls (tests)
     std::string nvml_library = "libnvidia-ml.so.1";  // "" disables NVML (reason recorded)
     unsigned gpu_index = 0;
@@ -47,6 +50,10 @@ public:
     ~RunTracker();
     RunTracker(const RunTracker &) = delete;
     RunTracker & operator=(const RunTracker &) = delete;
+
+    // telemetry.sample_interval_ms / telemetry.cpu_budget_percent, once the settings are resolved: the sampler uses
+    // them from its next wake-up, and the report's `sampler` records them.
+    void set_sampling(std::chrono::milliseconds interval, double cpu_budget_fraction);
 
     // RAII phase. Opening a phase while another is open on this tracker makes it a child (its
     // parent is recorded; children are never summed into totals). Ends on destruction or end().
