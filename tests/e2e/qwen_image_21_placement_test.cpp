@@ -60,12 +60,14 @@ TEST_F(Qi21Placement, HostBackendRunsOnTheCpuWithHostStagingRecorded) {
     EXPECT_EQ(hs.at("limits").at("registration"), "off");
     EXPECT_EQ(hs.at("registration").at("attempts"), 0);
     // low_ram_safe: pin_host_memory = false -> the pinned route is off and never asked. The tiny transformer is
-    // resident, uploaded from the file through 2 staging buffers, which are pageable; off is not a fallback.
+    // resident, and on the CPU its groups are read in place from the file mapping (Note [Mapped residents]): no
+    // staging buffer at all (the copy path with pageable staging is engine_pin_off_test's).
     EXPECT_EQ(hs.at("limits").at("pinned_route"), "off") << hs.dump();
     EXPECT_EQ(hs.at("limits").at("pinned_route_reason"), "capacities.pin_host_memory = false");
     EXPECT_EQ(hs.at("pinned").at("attempts"), 0) << hs.dump();
     const auto & c = e.at("counters");
-    EXPECT_GT(c.at("staging_bytes").get<std::uint64_t>(), 0u) << c.dump();
+    EXPECT_GT(c.at("mapped_bytes").get<std::uint64_t>(), 0u) << c.dump();
+    EXPECT_EQ(c.at("staging_bytes").get<std::uint64_t>(), 0u) << c.dump();
     EXPECT_EQ(c.at("staging_pinned_bytes"), 0) << c.dump();
     EXPECT_EQ(c.at("pinned_fallbacks"), 0) << c.dump();
 }

@@ -53,6 +53,7 @@ struct Engine::Impl {
     std::vector<Slot> slots;
     std::vector<PoolBuffer> resident;
     std::vector<FencePtr> resident_fence;
+    std::vector<std::vector<void *>> mapped;  // per group: tensor addresses in the file mapping (empty: copied)
     std::vector<HostCopy> host;
     std::vector<Staging> staging;
     std::size_t next_staging = 0;
@@ -66,6 +67,41 @@ struct Engine::Impl {
     std::vector<std::size_t> log;
 
     bool is_resident(std::size_t g) const { return plan.groups[g].residency == Residency::resident; }
+
+    // Note [Mapped residents]: on a host transport a resident group is read where the file mapping has it.
+    void map_residents() {
+        if (!tr.device_is_host() || !opt.map_file_residents) return;
+        for (std::size_t g = 0; g < layout.size(); ++g) {
+            if (!is_resident(g)) continue;
+            std::vector<void *> addrs;
+            std::uint64_t bytes = 0;
+            for (const auto & t : layout.group(g).tensors) {
+                const void * a = layout.source().mapped(*t.info);
+                const auto align = std::max<std::uint64_t>(1, store::dtype_size(t.info->dtype));
+                if (!a || reinterpret_cast<std::uintptr_t>(a) % align != 0) {
+                    addrs.clear();
+                    break;
+                }
+                addrs.push_back(const_cast<void *>(a));  // read-only pages: weights are never written
+                bytes += t.nbytes;
+            }
+            if (addrs.size() != layout.group(g).tensors.size() || addrs.empty()) continue;
+            mapped[g] = std::move(addrs);
+            c.mapped_bytes += bytes;
+            ++c.mapped_groups;
+        }
+    }
+
+    // Nothing streams and every resident upload finished: the staging buffers served their purpose.
+    void release_idle_staging() {
+        if (staging.empty() || !streamed.empty() || plan.route == Route::component) return;  // component re-uploads per phase
+        for (const auto & f : resident_fence)
+            if (f && !f->ready()) return;
+        for (const auto & st : staging)
+            if (st.last && !st.last->ready()) return;
+        for (const auto & st : staging) c.staging_released_bytes += st.buf.bytes();
+        staging.clear();
+    }
 
     void fill_group(std::size_t g, void * dst) const {
         const GroupLayout & gl = layout.group(g);
@@ -161,7 +197,7 @@ struct Engine::Impl {
 
     void upload_residents() {
         for (std::size_t g = 0; g < layout.size(); ++g) {
-            if (!is_resident(g) || resident[g]) continue;
+            if (!is_resident(g) || resident[g] || !mapped[g].empty()) continue;
             resident[g] = pool->reserve(layout.group(g).bytes, kGroupAlignment);
             c.device_bytes += resident[g].bytes();
             resident_fence[g] = submit(g, resident[g].data(), nullptr, Residency::file, true);
@@ -182,13 +218,15 @@ struct Engine::Impl {
         const std::size_t n = layout.size();
         resident.resize(n);
         resident_fence.assign(n, ready_fence());
+        mapped.assign(n, {});
+        map_residents();
         host.resize(n);
         stream_pos.assign(n, -1);
         std::uint64_t staging_bytes = 0;
         for (std::size_t g = 0; g < n; ++g) {
             const auto r = plan.groups[g].residency;
             const std::uint64_t b = layout.group(g).bytes;
-            if (r == Residency::resident || r == Residency::file) staging_bytes = std::max(staging_bytes, b);
+            if ((r == Residency::resident && mapped[g].empty()) || r == Residency::file) staging_bytes = std::max(staging_bytes, b);
             if (r != Residency::resident) {
                 stream_pos[g] = static_cast<long>(streamed.size());
                 streamed.push_back(g);
@@ -300,7 +338,7 @@ struct Engine::Impl {
 // ---- Lease ----
 
 Lease::Lease(Lease && o) noexcept
-    : engine_(std::exchange(o.engine_, nullptr)), group_(o.group_), slot_(o.slot_), data_(o.data_) {}
+    : engine_(std::exchange(o.engine_, nullptr)), group_(o.group_), slot_(o.slot_), data_(o.data_), mapped_(o.mapped_) {}
 
 Lease & Lease::operator=(Lease && o) noexcept {
     if (this != &o) {
@@ -309,6 +347,7 @@ Lease & Lease::operator=(Lease && o) noexcept {
         group_ = o.group_;
         slot_ = o.slot_;
         data_ = o.data_;
+        mapped_ = o.mapped_;
     }
     return *this;
 }
@@ -326,7 +365,15 @@ TensorView Lease::view(std::string_view tensor) const {
     const GroupLayout & gl = layout();
     const TensorSlice * s = gl.find(tensor);
     if (!s) throw UsageError("tensor '" + std::string(tensor) + "' is not in execution group '" + gl.name + "'; acquire the group that holds it");
-    return TensorView{s->info, static_cast<char *>(data_) + s->offset};
+    return TensorView{s->info, tensor_data(*s)};
+}
+
+void * Lease::tensor_data(const TensorSlice & slice) const {
+    if (mapped_) {
+        const GroupLayout & gl = layout();
+        return (*mapped_).at(std::size_t(&slice - gl.tensors.data()));
+    }
+    return static_cast<char *>(data_) + slice.offset;
 }
 
 void Lease::release() {
@@ -375,7 +422,13 @@ Lease Engine::acquire(std::size_t g) {
     if (m.closed) throw UsageError("engine: acquire after close");
     if (g >= m.layout.size()) throw UsageError("engine: group index " + std::to_string(g) + " out of range (" + std::to_string(m.layout.size()) + " groups)");
     if (!m.prepared) m.prepare();
+    if (m.is_resident(g) && !m.mapped[g].empty()) {
+        ++m.c.hits;
+        ++m.live_leases;
+        return Lease(this, g, -1, nullptr, &m.mapped[g]);
+    }
     if (m.is_resident(g)) {
+        m.release_idle_staging();
         if (!m.resident[g]) throw UsageError("engine: resident group '" + m.layout.group(g).name + "' is not loaded; call begin_phase first");
         ++m.c.hits;
         try { m.stall += m.tr.compute_wait(*m.resident_fence[g]); }

@@ -9,6 +9,9 @@ nlohmann::json EngineCounters::to_json() const {
     j["transport"] = transport;
     j["bytes_moved"] = {{"resident", bytes_resident}, {"pinned", bytes_from_pinned},
                         {"pageable", bytes_from_pageable}, {"file", bytes_from_file}};
+    j["mapped_bytes"] = mapped_bytes;
+    j["mapped_groups"] = mapped_groups;
+    j["staging_released_bytes"] = staging_released_bytes;
     j["uploads"] = uploads;
     j["upload_enqueue_s"] = upload_enqueue_s;
     j["upload_copy_s"] = upload_copy_s;

@@ -231,6 +231,22 @@ const TensorInfo & SafetensorsFile::at(std::string_view name) const {
                        "; check the model plugin's tensor names against the checkpoint");
 }
 
+const void * SafetensorsFile::mapped(const TensorInfo & info, std::string * why) const {
+    Impl & m = *impl_;
+    std::call_once(m.map_once, [&] {
+        try { m.map = MappedFile(m.path); } catch (const std::exception & e) { m.map_error = e.what(); }
+    });
+    if (!m.map_error.empty()) {
+        if (why) *why = m.map_error;
+        return nullptr;
+    }
+    if (m.map.size() < info.file_offset + info.nbytes) {
+        if (why) *why = m.path.string() + " is shorter than its header says (it shrank after it was opened)";
+        return nullptr;
+    }
+    return m.map.bytes().data() + info.file_offset;
+}
+
 void SafetensorsFile::read(std::uint64_t offset, std::uint64_t bytes, void * dst, ReadMode mode) const {
     Impl & m = *impl_;
     if (offset > m.file_size || bytes > m.file_size - offset)

@@ -142,4 +142,9 @@ void WeightStore::read_tensor(const TensorInfo & info, void * dst, ReadMode mode
 
 std::string WeightStore::describe() const { return impl_->dir.string(); }
 
+const void * WeightStore::mapped(const TensorInfo & info) const {
+    if (info.file_index >= impl_->files.size()) return nullptr;
+    return impl_->files[info.file_index].mapped(info);
+}
+
 }  // namespace ddo::store

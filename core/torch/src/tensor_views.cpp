@@ -60,7 +60,7 @@ GroupTensors tensor_views(const ddo::engine::Lease & lease) {
     out.group = gl.name;
     out.map_.reserve(gl.tensors.size());
     for (const auto & s : gl.tensors) {
-        const ddo::engine::TensorView v{s.info, static_cast<char *>(lease.data()) + s.offset};
+        const ddo::engine::TensorView v{s.info, lease.tensor_data(s)};
         out.map_.emplace(s.name(), make_view(lease, v));
     }
     return out;

@@ -58,6 +58,7 @@ RunOut run(Case k, HostStaging * staging) {
     const EngineConfig cfg = ddo::testing::staging::config(k, layout);
     auto tr = make_cpu_transport();
     EngineOptions eo;
+    eo.map_file_residents = false;  // the copy path (file -> staging -> pool), which the CUDA transport takes
     eo.staging = staging;
     Engine e(layout, plan_residency(layout, cfg, big_caps()), linear(), *tr, eo);
     e.begin_phase("denoise");
@@ -227,6 +228,7 @@ TEST(EngineStagingConfig, StagingBackendMustBeTheTransports) {  // locks nothing
     cfg.route = Route::group_block;
     DeviceClaimingTransport tr;
     EngineOptions eo;
+    eo.map_file_residents = false;  // the copy path (file -> staging -> pool), which the CUDA transport takes
     eo.staging = staging.get();
     try {
         Engine e(layout, plan_residency(layout, cfg, big_caps()), linear(), tr, eo);
@@ -245,6 +247,7 @@ TEST(EngineAllocatorOptions, ReachThePluginWhichChecksThem) {
     cfg.route = Route::group_block;
     auto tr = make_cpu_transport();
     EngineOptions eo;
+    eo.map_file_residents = false;  // the copy path (file -> staging -> pool), which the CUDA transport takes
     eo.allocator_options = {{"cache_released", "false"}};
     Engine e(layout, plan_residency(layout, cfg, big_caps()), linear(), *tr, eo);
     try {

@@ -32,7 +32,7 @@ struct RunOut {
     std::uint64_t owners = 1;
 };
 
-RunOut run(Route route, Granularity g, int steps = 2) {
+RunOut run(Route route, Granularity g, int steps = 2, bool map_residents = true) {
     auto layout = ModelLayout::build(bench::synthetic_groups(kShape), store_once(), g);
     EngineConfig cfg;
     cfg.route = route;
@@ -40,7 +40,9 @@ RunOut run(Route route, Granularity g, int steps = 2) {
     cfg.device_headroom = 0;
     if (route == Route::dynamic) { cfg.resident_budget = layout.group(0).bytes; cfg.pinned_budget = layout.group(1).bytes; }
     auto tr = make_cpu_transport();
-    Engine e(layout, plan_residency(layout, cfg, big_caps()), linear(), *tr);
+    EngineOptions eo;
+    eo.map_file_residents = map_residents;
+    Engine e(layout, plan_residency(layout, cfg, big_caps()), linear(), *tr, eo);
     e.begin_phase("denoise");
     RunOut r;
     r.out = bench::run_synthetic(e, kShape, steps);
@@ -105,6 +107,43 @@ TEST(EngineRoutes, EveryStreamedRouteIsBitwiseEqualToResident) {
         EXPECT_EQ(o.json["counters"]["outstanding_owners"], 0) << c.name;
         EXPECT_EQ(o.json["counters"]["failures"], 0) << c.name;
     }
+}
+
+// Note [Mapped residents]: on a host transport the resident groups are the file mapping's pages, read in place (no
+// pool buffer, no copy, no staging), and the result is bitwise the copied one.
+TEST(EngineRoutes, ResidentsOnAHostTransportAreReadInPlaceFromTheMapping) {
+    const RunOut mapped = run(Route::resident, Granularity::block), copied = run(Route::resident, Granularity::block, 2, false);
+    ASSERT_EQ(mapped.out.size(), copied.out.size());
+    EXPECT_EQ(std::memcmp(mapped.out.data(), copied.out.data(), copied.out.size() * sizeof(float)), 0);
+    const auto & m = mapped.json["counters"];
+    const auto & c = copied.json["counters"];
+    EXPECT_EQ(m["mapped_groups"], kShape.blocks) << m.dump();
+    EXPECT_GT(m["mapped_bytes"].get<std::uint64_t>(), 0u);
+    EXPECT_EQ(m["bytes_moved"]["resident"], 0) << "nothing is copied";
+    EXPECT_EQ(m["device_bytes"], 0) << "no pool buffer for a mapped group";
+    EXPECT_EQ(m["staging_bytes"], 0) << "no staging for a mapped group";
+    EXPECT_EQ(c["mapped_groups"], 0);
+    EXPECT_GT(c["bytes_moved"]["resident"].get<std::uint64_t>(), 0u);
+    // The copy path keeps its staging only until the residents are in: nothing streams afterwards.
+    EXPECT_GT(c["staging_bytes"].get<std::uint64_t>(), 0u);
+    EXPECT_EQ(c["staging_released_bytes"], c["staging_bytes"]) << c.dump();
+
+    // A lease of a mapped group points into the source's mapping.
+    auto layout = ModelLayout::build(bench::synthetic_groups(kShape), store_once(), Granularity::block);
+    EngineConfig cfg;
+    cfg.route = Route::resident;
+    auto tr = make_cpu_transport();
+    Engine e(layout, plan_residency(layout, cfg, big_caps()), linear(), *tr);
+    e.begin_phase("denoise");
+    {
+        Lease l = e.acquire(0);
+        ASSERT_TRUE(l.mapped());
+        EXPECT_EQ(l.data(), nullptr);
+        const auto & slice = layout.group(0).tensors.front();
+        EXPECT_EQ(l.view(slice.name()).data, store_once().mapped(*slice.info));
+    }
+    EXPECT_EQ(e.end_phase(), 0u);
+    EXPECT_EQ(e.close(), DDO_STATUS_OK);
 }
 
 TEST(EngineRoutes, DynamicMixesResidentPinnedPageable) {

@@ -68,7 +68,12 @@ public:
 
     std::size_t group() const noexcept { return group_; }
     const GroupLayout & layout() const;
-    void * data() const noexcept { return data_; }   // start of the group payload
+    // Start of the contiguous group payload; null for a group read in place from the file mapping (mapped()):
+    // its tensors are where the file has them, so use view() / tensor_data().
+    void * data() const noexcept { return data_; }
+    bool mapped() const noexcept { return mapped_ != nullptr; }
+    // Address of one of the group's tensors (a slice of layout().tensors).
+    void * tensor_data(const TensorSlice & slice) const;
     int device_ordinal() const noexcept;             // -1: host memory (CPU transport)
     // Throws UsageError naming the tensor and the group when the tensor is not in this group.
     TensorView view(std::string_view tensor) const;
@@ -78,12 +83,13 @@ public:
 
 private:
     friend class Engine;
-    Lease(Engine * e, std::size_t group, int slot, void * data) noexcept
-        : engine_(e), group_(group), slot_(slot), data_(data) {}
+    Lease(Engine * e, std::size_t group, int slot, void * data, const std::vector<void *> * mapped = nullptr) noexcept
+        : engine_(e), group_(group), slot_(slot), data_(data), mapped_(mapped) {}
     Engine * engine_ = nullptr;
     std::size_t group_ = 0;
     int slot_ = -1;  // -1: resident
     void * data_ = nullptr;
+    const std::vector<void *> * mapped_ = nullptr;  // per tensor slice, for a group read in place
 };
 
 struct EngineOptions {
@@ -106,6 +112,11 @@ struct EngineOptions {
     // (reported in host_staging_reason when there is no staging; the staging reports its own limits).
     bool pinned_route = true;
     std::string pinned_route_reason;
+    // Host transport only: a resident (or component) group whose tensors the source has in a read-only file mapping
+    // (TensorSource::mapped, suitably aligned) is read in place: no pool buffer, no copy, no fresh pages, as
+    // diffusers uses a mapped safetensors file. false: every resident group is copied into the pool.
+    // Note [Mapped residents] in docs/architecture.md.
+    bool map_file_residents = true;
 };
 
 class Engine {

@@ -15,6 +15,9 @@ namespace ddo::engine {
 struct EngineCounters {
     std::string transport;                     // "cpu" | "cuda"
     std::uint64_t bytes_resident = 0;          // uploaded once into resident buffers
+    std::uint64_t mapped_bytes = 0;            // resident payload read in place from the file mapping (host transport)
+    std::uint64_t mapped_groups = 0;
+    std::uint64_t staging_released_bytes = 0;  // staging freed once the residents were in and nothing streams
     std::uint64_t bytes_from_pinned = 0;       // streamed into slots, per source
     std::uint64_t bytes_from_pageable = 0;
     std::uint64_t bytes_from_file = 0;

@@ -42,6 +42,9 @@ public:
     void read(std::uint64_t offset, std::uint64_t bytes, void * dst, ReadMode mode) const;
     // Reads one tensor's bytes into dst (dst must hold info.nbytes).
     void read_tensor(const TensorInfo & info, void * dst, ReadMode mode) const;
+    // The tensor's bytes in place, in this file's read-only mapping (made once, kept for the file's life), or null
+    // when the file cannot be mapped (*why says so) or shrank. Thread-safe.
+    const void * mapped(const TensorInfo & info, std::string * why = nullptr) const;
     // Number of direct reads that fell back to buffered pread (file system without O_DIRECT).
     std::uint64_t direct_fallbacks() const noexcept;
 

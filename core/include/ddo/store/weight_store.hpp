@@ -28,6 +28,13 @@ public:
     virtual void read_tensor(const TensorInfo & info, void * dst, ReadMode mode) const = 0;
     // A stable name for errors and reports (the directory or "synthetic").
     virtual std::string describe() const = 0;
+    // The tensor's bytes in place in a read-only mapping that lives as long as the source, or null when the source
+    // has none (an in-memory source, a file that cannot be mapped). The engine reads resident groups on a host
+    // transport through it instead of copying them (Note [Mapped residents] in docs/architecture.md).
+    virtual const void * mapped(const TensorInfo & info) const {
+        (void)info;
+        return nullptr;
+    }
 };
 
 class WeightStore final : public TensorSource {
@@ -47,6 +54,7 @@ public:
     const TensorInfo & at(std::string_view name) const;  // throws RuntimeError naming dir and tensor
     void read_tensor(const TensorInfo & info, void * dst, ReadMode mode) const override;
     std::string describe() const override;
+    const void * mapped(const TensorInfo & info) const override;
 
     WeightStore(WeightStore &&) noexcept;
     WeightStore & operator=(WeightStore &&) noexcept;
