@@ -1,0 +1,210 @@
+#!/usr/bin/env python3
+"""ddo against diffusers on the same work, on the CPU (issue 17's table): Qwen-Image 2.1 transformer blocks at the
+real width (4096, 32 heads x 128, mlp_ratio 3), random weights, fp32, from the same prompt embeddings and seed.
+
+Usage (tools/ddo bench qwen_image_21_cpu [options] -> tools/bench/run_qwen_image_21_cpu.sh BUILD [options]):
+  qwen_image_21_cpu.py BUILD [--blocks 4] [--size 256] [--steps 4] [--rounds 3]
+                             [--routes resident,dynamic,disk,group_block] [--threads 2]
+
+Each round runs, in a fresh process each and interleaved: diffusers' QwenImage21Pipeline without offload (the
+control: weights loaded by from_pretrained, then the call), then ddo-host on each route. Per run: step 0 and the
+steady steps (host wall clock: diffusers from callback_on_step_end, ddo from its report's steps), the process's
+peak RSS (the kernel's high-water mark: ru_maxrss for diffusers, VmHWM from ddo's report), the telemetry's own CPU
+share (ddo) and the output's max pixel difference against diffusers'. Printed: medians over rounds with min-max,
+ratios to diffusers, and the load average before and after; written to BUILD/bench/qwen_image_21_cpu.json. A
+benchmark prints figures; no test asserts on them (docs/benchmarks.md).
+"""
+
+import argparse
+import json
+import os
+import resource
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent.parent
+
+
+def build_checkpoint(ckpt: Path, blocks: int):
+    """The real transformer config with `blocks` blocks (weights ~ N(0, 1/fan_in)), a small VAE with the real 64
+    latent channels (its decode is not what is compared), the Qwen-Image scheduler, and prompt embeddings."""
+    import torch
+    import diffusers
+    from diffusers import AutoencoderKLQwenImage21, FlowMatchEulerDiscreteScheduler, QwenImage21Transformer2DModel
+    from safetensors.torch import save_file
+    sys.path.insert(0, str(ROOT / "tools" / "reference"))
+    import qwen_image_21_fixtures as base
+
+    torch.manual_seed(0)
+    transformer = QwenImage21Transformer2DModel(num_layers=blocks).eval()
+    with torch.no_grad():
+        for name, p in transformer.named_parameters():
+            p.copy_(torch.randn_like(p) * (p.shape[1] ** -0.5 if p.dim() > 1 else 0.1))
+    vae = AutoencoderKLQwenImage21(**dict(base.VAE_CONFIG, z_dim=64), latents_mean=[0.0] * 64,
+                                   latents_std=[1.0] * 64).eval()
+    transformer.save_pretrained(ckpt / "transformer", safe_serialization=True)
+    vae.save_pretrained(ckpt / "vae", safe_serialization=True)
+    FlowMatchEulerDiscreteScheduler(**base.SCHEDULER_CONFIG).save_pretrained(ckpt / "scheduler")
+    index = {"_class_name": "QwenImage21Pipeline", "_diffusers_version": diffusers.__version__,
+             "scheduler": ["diffusers", "FlowMatchEulerDiscreteScheduler"],
+             "transformer": ["diffusers", "QwenImage21Transformer2DModel"],
+             "vae": ["diffusers", "AutoencoderKLQwenImage21"], "text_encoder": [None, None], "processor": [None, None]}
+    (ckpt / "model_index.json").write_text(json.dumps(index, indent=2) + "\n")
+    g = torch.Generator().manual_seed(1)
+    save_file({"prompt_embeds": torch.randn(1, 32, 4096, generator=g)}, str(ckpt / "prompt_embeds.safetensors"))
+    (ckpt / "bench.json").write_text(json.dumps({"blocks": blocks}) + "\n")
+
+
+def diffusers_child(ckpt: Path, size: int, steps: int, out: Path):
+    """One diffusers run in this (fresh) process: from_pretrained, the call with per-step times, peak RSS."""
+    import numpy as np
+    import torch
+    from diffusers import AutoencoderKLQwenImage21, FlowMatchEulerDiscreteScheduler, QwenImage21Pipeline, \
+        QwenImage21Transformer2DModel
+    from safetensors.torch import load_file
+    sys.path.insert(0, str(ROOT / "tools" / "reference"))
+    import qwen_image_21_fixtures as base
+
+    t0 = time.perf_counter()
+    transformer = QwenImage21Transformer2DModel.from_pretrained(ckpt / "transformer").eval()
+    vae = AutoencoderKLQwenImage21.from_pretrained(ckpt / "vae").eval()
+    pipe = QwenImage21Pipeline(scheduler=FlowMatchEulerDiscreteScheduler.from_pretrained(ckpt / "scheduler"), vae=vae,
+                               text_encoder=None, processor=base._NoProcessor(), transformer=transformer)
+    pipe.set_progress_bar_config(disable=True)
+    embeds = load_file(str(ckpt / "prompt_embeds.safetensors"))["prompt_embeds"]
+    setup_s = time.perf_counter() - t0
+    marks = []
+
+    def on_step(p, i, t, kw):
+        marks.append(time.perf_counter())
+        return kw
+
+    with torch.no_grad():
+        start = time.perf_counter()
+        image = pipe(prompt_embeds=embeds, height=size, width=size, num_inference_steps=steps,
+                     generator=torch.Generator().manual_seed(0), output_type="np", callback_on_step_end=on_step,
+                     return_dict=False)[0]
+        total = time.perf_counter() - start
+    step_s = [marks[0] - start] + [b - a for a, b in zip(marks, marks[1:])]
+    pixels = (image[0] * 255).round().astype("uint8")
+    np.save(out.with_suffix(".npy"), pixels)
+    out.write_text(json.dumps({"setup_s": setup_s, "steps_s": step_s, "call_s": total,
+                               "peak_rss_bytes": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024}) + "\n")
+
+
+def run_diffusers(ckpt, size, steps, work: Path, threads):
+    out = work / "diffusers.json"
+    env = dict(os.environ, OMP_NUM_THREADS=str(threads))
+    subprocess.run([sys.executable, __file__, "--child-diffusers", str(ckpt), str(size), str(steps), str(out)],
+                   check=True, env=env)
+    r = json.loads(out.read_text())
+    import numpy as np
+    r["pixels"] = np.load(out.with_suffix(".npy"))
+    return r
+
+
+def block_bytes(ckpt: Path) -> int:
+    h = json.loads((ckpt / "transformer" / "config.json").read_text())
+    d = h["num_attention_heads"] * h["attention_head_dim"]
+    return (4 * d * d + 3 * d * h["mlp_ratio"] * d + 2 * h["attention_head_dim"]) * 4
+
+
+def run_ddo(build: Path, ckpt, route, size, steps, work: Path, threads, blocks):
+    out = work / f"ddo_{route}"
+    out.mkdir(parents=True, exist_ok=True)
+    args = [str(build / "bin" / "ddo-host"), "--plugin", "qwen_image", "--preset", "off.toml", "--model", str(ckpt),
+            "--prompt-embeds", str(ckpt / "prompt_embeds.safetensors"), "--steps", str(steps), "--width", str(size),
+            "--height", str(size), "--seed", "0", "--set", "workload.precision=fp32", "--output", str(out),
+            "--report", str(out / "report.json"), "--overwrite", "-q"]
+    if route != "resident":
+        args += ["--set", f"components.transformer.route={route}"]
+    if route == "dynamic":  # half of the blocks resident, the rest streamed from host copies
+        gb = block_bytes(ckpt) * (blocks // 2) / 2**30 + 0.001
+        args += ["--set", f"components.transformer.resident_budget_gb={gb:.4f}"]
+    env = dict(os.environ, OMP_NUM_THREADS=str(threads))
+    subprocess.run(args, check=True, env=env)
+    rep = json.loads((out / "report.json").read_text())
+    steps_s = [s["host_wall_s"] for s in rep["steps"] if s["phase"] == "denoise"]
+    setup = sum(p["host_wall_s"] for p in rep["phases"] if p["name"] in ("setup", "load"))
+    from PIL import Image
+    import numpy as np
+    return {"setup_s": setup, "steps_s": steps_s, "peak_rss_bytes": rep["memory"]["rss"]["kernel_hwm_bytes"],
+            "telemetry_cpu_fraction": rep["sampler"]["cpu_fraction_of_wall"],
+            "mapped_bytes": rep["counters"]["transformer"]["engine"]["counters"]["mapped_bytes"],
+            "pixels": np.asarray(Image.open(out / "image.png"))}
+
+
+def summary(values):
+    return {"median": statistics.median(values), "min": min(values), "max": max(values)}
+
+
+def main():
+    if len(sys.argv) > 1 and sys.argv[1] == "--child-diffusers":
+        diffusers_child(Path(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4]), Path(sys.argv[5]))
+        return 0
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("build")
+    ap.add_argument("--blocks", type=int, default=4)
+    ap.add_argument("--size", type=int, default=256)
+    ap.add_argument("--steps", type=int, default=4)
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--routes", default="resident,dynamic,disk,group_block")
+    ap.add_argument("--threads", type=int, default=os.cpu_count() or 1)
+    a = ap.parse_args()
+    build = Path(a.build).resolve()
+    ckpt = build / "bench" / f"qwen_image_21_w4096_b{a.blocks}"
+    if not (ckpt / "bench.json").exists():
+        print(f"bench: building a random Qwen-Image 2.1 checkpoint ({a.blocks} blocks at width 4096, fp32) in {ckpt}",
+              flush=True)
+        build_checkpoint(ckpt, a.blocks)
+    work = build / "bench" / "qwen_image_21_cpu_runs"
+    work.mkdir(parents=True, exist_ok=True)
+    routes = [r for r in a.routes.split(",") if r]
+    names = ["diffusers"] + [f"ddo {r}" for r in routes]
+    runs = {n: [] for n in names}
+    load_before = os.getloadavg()
+    for rnd in range(a.rounds):
+        for n in names:
+            print(f"bench: round {rnd + 1}/{a.rounds}: {n}", flush=True)
+            if n == "diffusers":
+                runs[n].append(run_diffusers(ckpt, a.size, a.steps, work, a.threads))
+            else:
+                runs[n].append(run_ddo(build, ckpt, n.split(" ", 1)[1], a.size, a.steps, work, a.threads, a.blocks))
+    load_after = os.getloadavg()
+    ref_pixels = runs["diffusers"][0]["pixels"]
+    rows = {}
+    for n in names:
+        rs = runs[n]
+        steady = [statistics.median(r["steps_s"][1:]) for r in rs if len(r["steps_s"]) > 1]
+        rows[n] = {"steady_step_s": summary(steady), "step0_s": summary([r["steps_s"][0] for r in rs]),
+                   "peak_rss_gib": summary([r["peak_rss_bytes"] / 2**30 for r in rs]),
+                   "max_pixel_diff": int(max(abs(r["pixels"].astype(int) - ref_pixels.astype(int)).max() for r in rs))}
+        if "telemetry_cpu_fraction" in rs[0]:
+            rows[n]["telemetry_cpu_fraction"] = summary([r["telemetry_cpu_fraction"] for r in rs])
+            rows[n]["mapped_gib"] = rs[0]["mapped_bytes"] / 2**30
+    d = rows["diffusers"]
+    print(f"\n== Qwen-Image 2.1 transformer, {a.blocks} blocks at width 4096, fp32, {a.size}x{a.size}, {a.steps} steps, "
+          f"{a.threads} threads, {a.rounds} rounds (medians, min-max) ==")
+    print(f"  {'run':<18} {'steady step':>22} {'ratio':>6} {'step 0':>20} {'ratio':>6} {'peak RSS GiB':>20} "
+          f"{'px diff':>7} {'telemetry':>9}")
+    for n in names:
+        r = rows[n]
+        s, z, m = r["steady_step_s"], r["step0_s"], r["peak_rss_gib"]
+        tel = f"{100 * r['telemetry_cpu_fraction']['median']:.2f}%" if "telemetry_cpu_fraction" in r else "-"
+        print(f"  {n:<18} {s['median']:8.3f} s ({s['min']:.3f}-{s['max']:.3f}) {s['median'] / d['steady_step_s']['median']:6.2f}"
+              f" {z['median']:7.3f} s ({z['min']:.2f}-{z['max']:.2f}) {z['median'] / d['step0_s']['median']:6.2f}"
+              f" {m['median']:7.2f} ({m['min']:.2f}-{m['max']:.2f}) {r['max_pixel_diff']:7d} {tel:>9}")
+    print(f"  load average before {[round(x, 2) for x in load_before]}, after {[round(x, 2) for x in load_after]} "
+          f"(1/5/15 min) on {os.cpu_count()} cores")
+    result = {"config": vars(a), "load_average_before": load_before, "load_average_after": load_after, "rows": rows}
+    (build / "bench" / "qwen_image_21_cpu.json").write_text(json.dumps(result, indent=2) + "\n")
+    print(f"wrote {build / 'bench' / 'qwen_image_21_cpu.json'}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

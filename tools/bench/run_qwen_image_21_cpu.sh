@@ -1,0 +1,10 @@
+#!/usr/bin/env bash
+# tools/ddo bench qwen_image_21_cpu -> tools/bench/run_qwen_image_21_cpu.sh BUILD_DIR [options of qwen_image_21_cpu.py]
+# ddo (resident, dynamic, disk, group_block) against diffusers without offload on the same random real-width
+# Qwen-Image 2.1 checkpoint, on the CPU; prints medians and ratios, writes BUILD_DIR/bench/qwen_image_21_cpu.json.
+set -euo pipefail
+BUILD="${1:?usage: run_qwen_image_21_cpu.sh BUILD_DIR [options]}"; shift || true
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
+VENV="${DDO_VENV:-${XDG_CACHE_HOME:-$HOME/.cache}/ddo/venv}"
+cmake --build "$BUILD" --target ddo-host qwen_image_21 linear >/dev/null
+exec "$VENV/bin/python" "$ROOT/tools/bench/qwen_image_21_cpu.py" "$BUILD" "$@"
