@@ -67,6 +67,7 @@ struct Engine::Impl {
     std::vector<std::size_t> log;
 
     bool is_resident(std::size_t g) const { return plan.groups[g].residency == Residency::resident; }
+    bool reads_into_destination() const { return tr.device_is_host() && opt.read_files_into_destination; }
 
     // Note [Mapped residents]: on a host transport a resident group is read where the file mapping has it.
     void map_residents() {
@@ -175,6 +176,8 @@ struct Engine::Impl {
         if (src == Residency::pinned || src == Residency::pageable) {
             job.src = host[g].buf.data();
             job.host_locked = host[g].locked;
+        } else if (reads_into_destination()) {
+            job.fill = [this, g](void * p) { fill_group(g, p); };  // staging stays null: filled in place
         } else {
             st = &next_staging_buffer(gl.bytes);
             job.fill = [this, g](void * p) { fill_group(g, p); };
@@ -252,7 +255,7 @@ struct Engine::Impl {
                 }
             }
         }
-        if (staging_bytes > 0) {
+        if (staging_bytes > 0 && !reads_into_destination()) {
             const std::uint32_t k = std::max<std::uint32_t>(plan.staging_slots, 2);
             for (std::uint32_t i = 0; i < k; ++i) {
                 Staging st;

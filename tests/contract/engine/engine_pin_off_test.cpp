@@ -75,6 +75,7 @@ RunOut run(Case k, HostStaging * staging, bool pinned_route) {
     auto tr = make_cpu_transport();
     EngineOptions eo;
     eo.map_file_residents = false;  // the copy path (file -> staging -> pool), which the CUDA transport takes
+    eo.read_files_into_destination = false;
     eo.staging = staging;
     eo.pinned_route = pinned_route;
     if (!pinned_route) eo.pinned_route_reason = kReason;

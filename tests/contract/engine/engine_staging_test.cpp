@@ -59,6 +59,7 @@ RunOut run(Case k, HostStaging * staging) {
     auto tr = make_cpu_transport();
     EngineOptions eo;
     eo.map_file_residents = false;  // the copy path (file -> staging -> pool), which the CUDA transport takes
+    eo.read_files_into_destination = false;
     eo.staging = staging;
     Engine e(layout, plan_residency(layout, cfg, big_caps()), linear(), *tr, eo);
     e.begin_phase("denoise");
@@ -229,6 +230,7 @@ TEST(EngineStagingConfig, StagingBackendMustBeTheTransports) {  // locks nothing
     DeviceClaimingTransport tr;
     EngineOptions eo;
     eo.map_file_residents = false;  // the copy path (file -> staging -> pool), which the CUDA transport takes
+    eo.read_files_into_destination = false;
     eo.staging = staging.get();
     try {
         Engine e(layout, plan_residency(layout, cfg, big_caps()), linear(), tr, eo);
@@ -248,6 +250,7 @@ TEST(EngineAllocatorOptions, ReachThePluginWhichChecksThem) {
     auto tr = make_cpu_transport();
     EngineOptions eo;
     eo.map_file_residents = false;  // the copy path (file -> staging -> pool), which the CUDA transport takes
+    eo.read_files_into_destination = false;
     eo.allocator_options = {{"cache_released", "false"}};
     Engine e(layout, plan_residency(layout, cfg, big_caps()), linear(), *tr, eo);
     try {

@@ -42,6 +42,7 @@ RunOut run(Route route, Granularity g, int steps = 2, bool map_residents = true)
     auto tr = make_cpu_transport();
     EngineOptions eo;
     eo.map_file_residents = map_residents;
+    eo.read_files_into_destination = map_residents;  // false: the staging path the CUDA transport takes
     Engine e(layout, plan_residency(layout, cfg, big_caps()), linear(), *tr, eo);
     e.begin_phase("denoise");
     RunOut r;
@@ -144,6 +145,21 @@ TEST(EngineRoutes, ResidentsOnAHostTransportAreReadInPlaceFromTheMapping) {
     }
     EXPECT_EQ(e.end_phase(), 0u);
     EXPECT_EQ(e.close(), DDO_STATUS_OK);
+}
+
+// The disk route on a host transport reads each group from the file straight into its slot: one copy, no staging
+// buffers (their memory was a second copy of the largest group per staging slot); bitwise the staged path.
+TEST(EngineRoutes, DiskRouteOnAHostTransportReadsStraightIntoTheSlot) {
+    const RunOut direct = run(Route::disk, Granularity::block), staged = run(Route::disk, Granularity::block, 2, false);
+    const RunOut resident = run(Route::resident, Granularity::block);
+    ASSERT_EQ(direct.out.size(), resident.out.size());
+    EXPECT_EQ(std::memcmp(direct.out.data(), resident.out.data(), resident.out.size() * sizeof(float)), 0);
+    EXPECT_EQ(std::memcmp(direct.out.data(), staged.out.data(), staged.out.size() * sizeof(float)), 0);
+    const auto & d = direct.json["counters"];
+    EXPECT_EQ(d["staging_bytes"], 0) << d.dump();
+    EXPECT_GT(d["bytes_moved"]["file"].get<std::uint64_t>(), 0u);
+    EXPECT_GT(staged.json["counters"]["staging_bytes"].get<std::uint64_t>(), 0u);
+    EXPECT_EQ(direct.owners, 0u);
 }
 
 TEST(EngineRoutes, DynamicMixesResidentPinnedPageable) {

@@ -117,6 +117,10 @@ struct EngineOptions {
     // diffusers uses a mapped safetensors file. false: every resident group is copied into the pool.
     // Note [Mapped residents] in docs/architecture.md.
     bool map_file_residents = true;
+    // Host transport only: a group read from the file (the disk route, residents that are not mapped) is read
+    // straight into its slot or resident buffer, one copy, with no staging buffers at all. false: file -> staging
+    // -> destination, the path the CUDA transport must take (the staging contract tests use it on the CPU).
+    bool read_files_into_destination = true;
 };
 
 class Engine {

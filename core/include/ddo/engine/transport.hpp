@@ -30,7 +30,7 @@ struct CopyJob {
     bool host_locked = false;
     // File source: fill(staging) writes the group payload into `staging` (bytes long) on a worker,
     // then staging is copied to dst. `staging_free` must complete before fill starts (the previous
-    // copy out of that staging buffer).
+    // copy out of that staging buffer). A host transport given no staging (null) fills dst itself: one copy.
     std::function<void(void * staging)> fill;
     void * staging = nullptr;
     FencePtr staging_free;
