@@ -343,3 +343,59 @@ TEST(Qi21Cli, ASecondRunOnTheSamePathsIsRefusedWhileTheFirstRuns) {
     for (const auto & f : fs::directory_iterator(t.path))
         EXPECT_EQ(f.path().filename().string().find("ddo-lock"), std::string::npos) << f.path() << " left behind";
 }
+
+namespace {
+
+// A safetensors file from a header text and `data` bytes of payload (little-endian u64 header length).
+fs::path write_raw_safetensors(const fs::path & dir, const std::string & name, const std::string & header, size_t data) {
+    const fs::path p = dir / name;
+    std::ofstream o(p, std::ios::binary);
+    const uint64_t n = header.size();
+    for (int i = 0; i < 8; ++i) o.put(char((n >> (8 * i)) & 0xff));
+    o << header << std::string(data, '\0');
+    return p;
+}
+
+}  // namespace
+
+// The prompt embeddings go through the core's validated safetensors reader (one reader for every file a plugin
+// reads): each malformed header exits 4 naming the file and the tensor, before anything is computed.
+TEST(Qi21Cli, MalformedEmbeddingsExit4NamingFileAndTensor) {
+    const fs::path dir = fs::temp_directory_path() / ("qi21_bad_embeds_" + std::to_string(::getpid()));
+    fs::remove_all(dir);
+    fs::create_directories(dir);
+    const std::string e = R"("dtype": "F32", "shape": [1, 2, 16])";
+    struct Case {
+        const char * tag;
+        std::string header;
+        size_t data;
+        const char * names;  // the tensor (or key) the message must name
+    };
+    const Case cases[] = {
+        {"wrap", "{\"prompt_embeds\": {" + e + ", \"data_offsets\": [18446744073709551488, 0]}}", 128, "prompt_embeds"},
+        {"overlap", "{\"prompt_embeds\": {" + e + ", \"data_offsets\": [0, 128]}, \"negative_prompt_embeds\": {" + e +
+                        ", \"data_offsets\": [64, 192]}}", 192, "negative_prompt_embeds"},
+        {"zero_size_overlap", "{\"prompt_embeds\": {" + e + ", \"data_offsets\": [0, 128]}, \"z\": {\"dtype\": \"F32\", "
+                              "\"shape\": [0], \"data_offsets\": [64, 64]}, \"negative_prompt_embeds\": {" + e +
+                              ", \"data_offsets\": [96, 224]}}", 224, "negative_prompt_embeds"},
+        {"unknown_field", "{\"prompt_embeds\": {" + e + ", \"data_offsets\": [0, 128], \"crc\": 1}}", 128, "prompt_embeds"},
+        {"metadata", "{\"__metadata__\": {\"k\": 1}, \"prompt_embeds\": {" + e + ", \"data_offsets\": [0, 128]}}", 128,
+         "__metadata__"},
+        {"duplicate", "{\"prompt_embeds\": {" + e + ", \"data_offsets\": [0, 128]}, \"prompt_embeds\": {" + e +
+                          ", \"data_offsets\": [0, 128]}}", 128, "prompt_embeds"},
+        {"shape_overflow", "{\"prompt_embeds\": {\"dtype\": \"F32\", \"shape\": [4294967296, 4294967296, 16], "
+                           "\"data_offsets\": [0, 128]}}", 128, "prompt_embeds"},
+    };
+    for (const auto & c : cases) {
+        const fs::path f = write_raw_safetensors(dir, std::string(c.tag) + ".safetensors", c.header, c.data);
+        const auto r = run(std::string("bad_") + c.tag, "--plugin qwen_image --preset low_ram_safe.toml --model '" +
+                                                           (kFixtures / "checkpoint").string() + "' --prompt-embeds '" +
+                                                           f.string() + "' --steps 2 --width 64 --height 64");
+        EXPECT_EQ(r.exit_code, 4) << c.tag << "\n" << r.log;
+        EXPECT_NE(r.log.find(f.string()), std::string::npos) << c.tag << ": names the file\n" << r.log;
+        EXPECT_NE(r.log.find(c.names), std::string::npos) << c.tag << ": names " << c.names << "\n" << r.log;
+        EXPECT_EQ(r.report.at("status"), "failed") << c.tag;
+        EXPECT_TRUE(r.report.at("outputs").empty()) << c.tag;
+    }
+    fs::remove_all(dir);
+}

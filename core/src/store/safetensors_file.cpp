@@ -203,11 +203,14 @@ SafetensorsFile SafetensorsFile::open(const std::filesystem::path & path, std::u
     std::sort(m.tensors.begin(), m.tensors.end(), [](const TensorInfo & a, const TensorInfo & b) {
         return a.file_offset != b.file_offset ? a.file_offset < b.file_offset : a.nbytes < b.nbytes;
     });
-    for (std::size_t i = 1; i < m.tensors.size(); ++i) {
-        const auto & a = m.tensors[i - 1];
-        const auto & b = m.tensors[i];
-        if (a.nbytes > 0 && b.nbytes > 0 && b.file_offset < a.file_offset + a.nbytes)
-            fail_tensor(path, b.name, "overlaps tensor '" + a.name + "'");
+    // Every non-empty interval against the furthest end reached so far: a zero-size tensor between two overlapping
+    // ones (sorted between them) must not hide the overlap.
+    const TensorInfo * reach = nullptr;
+    for (const auto & b : m.tensors) {
+        if (b.nbytes == 0) continue;
+        if (reach && b.file_offset < reach->file_offset + reach->nbytes)
+            fail_tensor(path, b.name, "overlaps tensor '" + reach->name + "'");
+        if (!reach || b.file_offset + b.nbytes > reach->file_offset + reach->nbytes) reach = &b;
     }
     return f;
 }

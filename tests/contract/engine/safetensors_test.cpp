@@ -79,6 +79,11 @@ TEST(SafetensorsMalformed, Overlap) {
     expect_invalid(raw_file("overlap.st", R"({"a":{"dtype":"U8","shape":[8],"data_offsets":[0,8]},"b":{"dtype":"U8","shape":[8],"data_offsets":[4,12]}})", 16),
                    "overlaps tensor 'a'");
 }
+// A zero-size tensor sorted between two overlapping ones must not hide their overlap.
+TEST(SafetensorsMalformed, OverlapAcrossAZeroSizeTensor) {
+    expect_invalid(raw_file("overlap0.st", R"({"a":{"dtype":"U8","shape":[8],"data_offsets":[0,8]},"z":{"dtype":"U8","shape":[0],"data_offsets":[4,4]},"b":{"dtype":"U8","shape":[8],"data_offsets":[6,14]}})", 16),
+                   "tensor 'b': overlaps tensor 'a'");
+}
 TEST(SafetensorsMalformed, NegativeDim) {
     expect_invalid(raw_file("neg.st", R"({"w":{"dtype":"U8","shape":[-4],"data_offsets":[0,4]}})", 4), "tensor 'w': shape holds");
 }

@@ -1,6 +1,7 @@
-// Reading a qwen_image_21 checkpoint component (diffusers layout): one safetensors file or shards listed by
-// diffusion_pytorch_model.safetensors.index.json. Tensors are read on demand (pread), so a component can be
-// kept resident (read once) or streamed block by block from disk. Every error names the file and the tensor.
+// Reading a qwen_image_21 checkpoint component (diffusers layout) or a single safetensors file (prompt embeddings,
+// latents, fixtures) through the core's validated reader (ddo/store/weight_store.hpp: header length, JSON, dtypes,
+// shapes, offsets inside the data section, no overlaps, no unknown fields, string metadata). Tensors are read on
+// demand (pread). Every error names the file and the tensor.
 #pragma once
 
 #include <cstdint>
@@ -11,6 +12,8 @@
 #include <vector>
 
 #include <ATen/ATen.h>
+
+#include "ddo/store/weight_store.hpp"
 
 namespace ddo::qwen_image_21 {
 
@@ -42,19 +45,10 @@ public:
     const std::filesystem::path & origin() const { return origin_; }
 
 private:
-    struct Entry {
-        size_t file = 0;
-        at::ScalarType dtype = at::kFloat;
-        std::string dtype_name;
-        std::vector<int64_t> shape;
-        uint64_t begin = 0, end = 0;  // absolute file offsets
-    };
-    void add_file(const std::filesystem::path & path, const std::vector<std::string> * only);
-    const Entry & entry(const std::string & name) const;
+    const store::TensorInfo & entry(const std::string & name) const;
 
     std::filesystem::path origin_;
-    std::vector<std::filesystem::path> files_;
-    std::map<std::string, Entry> entries_;
+    std::shared_ptr<const store::WeightStore> store_;  // shared: TensorFile is copyable
     std::map<std::string, std::string> metadata_;
 };
 
