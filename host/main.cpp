@@ -30,9 +30,10 @@ int main(int argc, char ** argv) {
     CLI::App app{"ddo-host: runs large diffusion models on one GPU by streaming weights"};
     app.set_version_flag("--version", std::string(DDO_VERSION_STRING) + " (" + DDO_GIT_REVISION + ")");
     app.footer(R"(Examples:
-  ddo-host --plugin qwen_image --preset low_ram_safe --model CKPT --prompt-embeds E.safetensors -o cat.png
-  ddo-host --plugin qwen_image --model CKPT --prompt-embeds E.safetensors --steps 20 --cfg-scale 4 --seed -1
-  ddo-host --plugin qwen_image --model CKPT --prompt-embeds E.safetensors --dry-run   # plan, load checks only
+  ddo-host --plugin qwen_image --preset low_ram_safe --model CKPT -p "a cat on a mat" -o cat.png
+  ddo-host --plugin qwen_image --model CKPT -p "a cat" -n "blurry" --steps 20 --cfg-scale 4 --seed -1
+  ddo-host encode --plugin qwen_image --model CKPT -p "a cat" -o E.safetensors   # encode once, then --prompt-embeds E.safetensors
+  ddo-host --plugin qwen_image --model CKPT -p "a cat" --dry-run   # plan, load checks only
   ddo-host plugins              ddo-host preset show low_ram_safe      ddo-host report summarize ddo_report.json
 Exit codes: 0 ok, 1 preset diff differs, 2 usage (nothing ran), 3 plugin verification, 4 runtime, 130 SIGINT.
 Presets: docs/presets.md. Report fields: docs/metrics.md.)");
