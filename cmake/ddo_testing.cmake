@@ -22,3 +22,26 @@ function(ddo_add_gtest name)
                SKIP_REGULAR_EXPRESSION "\\[  SKIPPED \\]"
                ENVIRONMENT "${T_ENVIRONMENT}")
 endfunction()
+
+# ddo_reference_fixtures(<name> SCRIPT <script.py> DIR <out dir> [DEPENDS <file>...] COMMENT <text>)
+# Parity fixtures written by a tools/reference script with ${DDO_PYTHON} into the build tree (never committed):
+# by the build (target <name>_fixtures, part of ALL) and, if missing, by the ctest FIXTURES_SETUP test
+# <name>_fixtures_setup (label parity). <DIR>/reference.json, written last by the script, marks a complete set.
+# Without DDO_PYTHON nothing is generated and the tests that need the fixtures skip.
+function(ddo_reference_fixtures name)
+  cmake_parse_arguments(F "" "SCRIPT;DIR;COMMENT" "DEPENDS" ${ARGN})
+  if(NOT DDO_PYTHON)
+    message(STATUS "ddo: DDO_PYTHON not set; ${name} parity fixtures are not generated (tests skip)")
+    return()
+  endif()
+  add_custom_command(
+    OUTPUT ${F_DIR}/reference.json
+    COMMAND ${DDO_PYTHON} ${F_SCRIPT} ${F_DIR}
+    DEPENDS ${F_SCRIPT} ${F_DEPENDS}
+    COMMENT "${name}: ${F_COMMENT} (${DDO_PYTHON})"
+    VERBATIM)
+  add_custom_target(${name}_fixtures ALL DEPENDS ${F_DIR}/reference.json)
+  add_test(NAME ${name}_fixtures_setup
+    COMMAND sh -c "test -f '${F_DIR}/reference.json' || '${DDO_PYTHON}' '${F_SCRIPT}' '${F_DIR}'")
+  set_tests_properties(${name}_fixtures_setup PROPERTIES LABELS parity FIXTURES_SETUP ${name}_fixtures)
+endfunction()

@@ -24,17 +24,7 @@ void install(CLI::App & app, HostOptions & options) {
     cmd->add_option("--set", a->sets, "key=value override of a preset key (repeatable; docs/presets.md)");
     cmd->add_option("--report", a->report, "report JSON path (default: beside the output file)");
     cmd->add_flag("--overwrite", a->overwrite, "replace an existing output or report");
-    cmd->callback([cmd, a, &options] {
-        if (a->preset.empty()) {
-            const char * env = std::getenv("DDO_PRESET");
-            a->preset = env && *env ? env : "auto";
-        }
-        std::vector<std::string> argv{"encode"};
-        for (const auto & o : cmd->get_options())
-            if (o->count() > 0)
-                for (const auto & r : o->results()) argv.push_back(o->get_name() + "=" + r);
-        options.exit_code = run_once(*a, options, argv);
-    });
+    cmd->callback([cmd, a, &options] { options.exit_code = run_from_cli(*a, *cmd, options, {"encode"}); });
 }
 
 const RegisterCommand reg{85, install};

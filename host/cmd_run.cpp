@@ -416,20 +416,23 @@ void install(CLI::App & app, HostOptions & options) {
             std::cout << app.help();
             return;
         }
-        if (a->preset.empty()) {
-            const char * env = std::getenv("DDO_PRESET");
-            a->preset = env && *env ? env : "auto";
-        }
-        std::vector<std::string> argv;
-        for (const auto & o : app.get_options())
-            if (o->count() > 0)
-                for (const auto & r : o->results()) argv.push_back(o->get_name() + "=" + r);
-        options.exit_code = run_once(*a, options, argv);
+        options.exit_code = run_from_cli(*a, app, options);
     });
 }
 
 const RegisterCommand reg{90, install};
 
 }  // namespace
+
+int run_from_cli(RunArgs a, const CLI::App & app, const HostOptions & options, std::vector<std::string> argv) {
+    if (a.preset.empty()) {
+        const char * env = std::getenv("DDO_PRESET");
+        a.preset = env && *env ? env : "auto";
+    }
+    for (const auto & o : app.get_options())
+        if (o->count() > 0)
+            for (const auto & r : o->results()) argv.push_back(o->get_name() + "=" + r);
+    return run_once(a, options, argv);
+}
 
 }  // namespace ddo::host

@@ -25,4 +25,8 @@ struct RunArgs {
 // One run: resolve, verify and load the plugin, run it (or dry), write the report. Returns the exit code.
 int run_once(const RunArgs & a, const HostOptions & options, const std::vector<std::string> & argv);
 
+// run_once for the options parsed into `app` (the run form, `encode`): the preset defaulted (DDO_PRESET, else auto)
+// and the given options recorded as --name=value, after `argv_prefix` (a subcommand's name).
+int run_from_cli(RunArgs a, const CLI::App & app, const HostOptions & options, std::vector<std::string> argv_prefix = {});
+
 }  // namespace ddo::host

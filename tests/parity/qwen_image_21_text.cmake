@@ -4,21 +4,9 @@
 if(TARGET qwen_image_21_impl)
   set(QI21_TEXT_FIXTURE_DIR ${CMAKE_BINARY_DIR}/fixtures/qwen_image_21_text)
   set(QI21_TEXT_SCRIPT ${CMAKE_SOURCE_DIR}/tools/reference/qwen_image_21_text_fixtures.py)
-  set(QI21_TEXT_DEPS ${QI21_TEXT_SCRIPT} ${CMAKE_SOURCE_DIR}/tools/reference/qwen_image_21_fixtures.py
-      ${CMAKE_SOURCE_DIR}/tools/reference/tiny_qwen_tokenizer.py)
-  if(DDO_PYTHON)
-    add_custom_command(
-      OUTPUT ${QI21_TEXT_FIXTURE_DIR}/reference.json
-      COMMAND ${DDO_PYTHON} ${QI21_TEXT_SCRIPT} ${QI21_TEXT_FIXTURE_DIR}
-      DEPENDS ${QI21_TEXT_DEPS}
-      COMMENT "qwen_image_21: generating text-path fixtures with transformers + diffusers (${DDO_PYTHON})"
-      VERBATIM)
-    add_custom_target(qwen_image_21_text_fixtures ALL DEPENDS ${QI21_TEXT_FIXTURE_DIR}/reference.json)
-    add_test(NAME qwen_image_21_text_fixtures_setup
-      COMMAND sh -c "test -f '${QI21_TEXT_FIXTURE_DIR}/reference.json' || '${DDO_PYTHON}' '${QI21_TEXT_SCRIPT}' '${QI21_TEXT_FIXTURE_DIR}'")
-    set_tests_properties(qwen_image_21_text_fixtures_setup PROPERTIES
-      LABELS parity FIXTURES_SETUP qwen_image_21_text_fixtures)
-  endif()
+  ddo_reference_fixtures(qwen_image_21_text SCRIPT ${QI21_TEXT_SCRIPT} DIR ${QI21_TEXT_FIXTURE_DIR}
+    DEPENDS ${CMAKE_SOURCE_DIR}/tools/reference/qwen_image_21_fixtures.py ${CMAKE_SOURCE_DIR}/tools/reference/tiny_qwen_tokenizer.py
+    COMMENT "generating text-path fixtures with transformers + diffusers")
   ddo_add_gtest(qwen_image_21_text_parity_test LABELS parity
     SOURCES ${CMAKE_CURRENT_LIST_DIR}/qwen_image_21_text_parity_test.cpp
     LIBS qwen_image_21_impl)

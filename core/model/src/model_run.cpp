@@ -261,41 +261,37 @@ std::vector<fs::path> ModelRun::plan_images(int count, const std::string & stem)
         } else {
             p = ctx_.output_dir / (count == 1 ? stem + ".png" : stem + "_" + std::to_string(i) + ".png");
         }
-        std::error_code ec;
-        if (!ctx_.report_path.empty() && fs::weakly_canonical(fs::absolute(p), ec) == fs::weakly_canonical(fs::absolute(ctx_.report_path), ec))
-            throw UsageError("output " + p.string() + " is the report file (--report); choose another --report or --output");
-        if (fs::exists(p) && !ctx_.overwrite)
-            throw UsageError("output " + p.string() + " exists; pass --overwrite to replace it, or choose another --output");
         paths.push_back(p);
     }
+    claim_outputs(paths, "--output");
+    return paths;
+}
+
+void ModelRun::claim_outputs(const std::vector<fs::path> & paths, const std::string & flag) {
     std::error_code ec;
+    for (const auto & p : paths) {
+        if (!ctx_.report_path.empty() && fs::weakly_canonical(fs::absolute(p), ec) == fs::weakly_canonical(fs::absolute(ctx_.report_path), ec))
+            throw UsageError("output " + p.string() + " is the report file (--report); choose another --report or " + flag);
+        if (fs::exists(p) && !ctx_.overwrite)
+            throw UsageError("output " + p.string() + " exists; pass --overwrite to replace it, or choose another " + flag);
+    }
     if (!paths.empty()) fs::create_directories(paths.front().parent_path(), ec);
     std::vector<PathLock> locks;
     for (const auto & p : paths) locks.push_back(PathLock::acquire(p, "output"));
-    image_locks_ = std::move(locks);
-    planned_images_ = paths;
-    return paths;
+    output_locks_ = std::move(locks);
+    planned_outputs_ = paths;
 }
 
 fs::path ModelRun::plan_tensor_file() {
     if (ctx_.output_file.empty())
         throw UsageError(plugin_ + ": no output file: give -o/--output-file FILE (the safetensors file to write)");
-    const fs::path p = ctx_.output_file;
-    std::error_code ec;
-    if (!ctx_.report_path.empty() && fs::weakly_canonical(fs::absolute(p), ec) == fs::weakly_canonical(fs::absolute(ctx_.report_path), ec))
-        throw UsageError("output " + p.string() + " is the report file (--report); choose another --report or -o");
-    if (fs::exists(p) && !ctx_.overwrite)
-        throw UsageError("output " + p.string() + " exists; pass --overwrite to replace it, or choose another -o");
-    fs::create_directories(p.parent_path(), ec);
-    image_locks_.clear();
-    image_locks_.push_back(PathLock::acquire(p, "output"));
-    planned_images_ = {p};
-    return p;
+    claim_outputs({ctx_.output_file}, "-o");
+    return ctx_.output_file;
 }
 
 fs::path ModelRun::write_tensors(const std::vector<std::pair<std::string, at::Tensor>> & tensors,
                                  const std::map<std::string, std::string> & metadata) {
-    const fs::path p = planned_images_.size() == 1 ? planned_images_.front() : plan_tensor_file();
+    const fs::path p = planned_outputs_.size() == 1 ? planned_outputs_.front() : plan_tensor_file();
     const std::string bytes = encode_safetensors(tensors, metadata);
     write_text_atomically(p, bytes, "tensor file");
     if (ctx_.tracker)
@@ -306,7 +302,7 @@ fs::path ModelRun::write_tensors(const std::vector<std::pair<std::string, at::Te
 std::vector<fs::path> ModelRun::write_images(const at::Tensor & images, const std::string & stem) {
     if (images.dim() != 4 || images.size(1) < 1 || images.size(1) > 4)
         throw RuntimeError(plugin_ + ": images to write must be [B, C, H, W] with 1 to 4 channels");
-    if (generation_ == 1 && planned_images_.size() != size_t(images.size(0))) plan_images(int(images.size(0)), stem);
+    if (generation_ == 1 && planned_outputs_.size() != size_t(images.size(0))) plan_images(int(images.size(0)), stem);
     std::error_code ec;
     fs::create_directories(ctx_.output_dir, ec);
     if (ec) throw RuntimeError(ctx_.output_dir.string() + ": cannot create the output directory (" + ec.message() + ")");
@@ -335,7 +331,7 @@ std::vector<fs::path> ModelRun::write_images(const at::Tensor & images, const st
             continue;
         }
         first_images_.push_back(digest);
-        const auto & path = planned_images_.at(size_t(i));
+        const auto & path = planned_outputs_.at(size_t(i));
         // Written atomically; the report's sha256 is of the bytes written (not of what is on disk later).
         const auto bytes = write_png(path, hwc.data_ptr<std::uint8_t>(), std::uint32_t(hwc.size(1)),
                                      std::uint32_t(hwc.size(0)), int(hwc.size(2)), text);

@@ -7,15 +7,12 @@
 #include "ddo/torch/tensor_views.hpp"
 
 namespace ddo::qwen_image_21 {
-namespace {
 
 std::string shape_str(at::IntArrayRef s) {
     std::string r = "[";
     for (size_t i = 0; i < s.size(); ++i) r += (i ? ", " : "") + std::to_string(s[i]);
     return r + "]";
 }
-
-}  // namespace
 
 TensorFile TensorFile::open_file(const std::filesystem::path & path) {
     TensorFile t;

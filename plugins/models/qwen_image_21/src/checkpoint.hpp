@@ -17,6 +17,9 @@
 
 namespace ddo::qwen_image_21 {
 
+// "[1, 64, 16]": a shape in messages.
+std::string shape_str(at::IntArrayRef shape);
+
 class TensorFile {
 public:
     // A component directory: <dir>/diffusion_pytorch_model.safetensors or its sharded index.

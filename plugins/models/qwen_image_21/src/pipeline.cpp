@@ -33,12 +33,6 @@ std::optional<at::Tensor> mask_or_none(const TensorFile & f, const std::string &
     return m;
 }
 
-std::string shape_text(const at::Tensor & t) {
-    std::string s = "[";
-    for (int64_t d = 0; d < t.dim(); ++d) s += (d ? ", " : "") + std::to_string(t.size(d));
-    return s + "]";
-}
-
 [[noreturn]] void throw_not_finite(const FlowMatchSchedule & sched, int i, int steps, const PipelineOptions & o) {
     std::string why;
     bool schedule_bad = false;
@@ -121,7 +115,7 @@ at::Tensor load_initial_latents(const std::filesystem::path & path, int64_t B, i
         throw UsageError(path.string() + ": tensor 'latents' is not floating point");
     if (t.sizes() == at::IntArrayRef({B, 1, C, h, w})) t = t.reshape({B, C, h * w}).transpose(1, 2).contiguous();
     if (t.sizes() != at::IntArrayRef({B, h * w, C}))
-        throw UsageError(path.string() + ": tensor 'latents' has shape " + shape_text(t) + "; for " +
+        throw UsageError(path.string() + ": tensor 'latents' has shape " + shape_str(t.sizes()) + "; for " +
                          std::to_string(width) + "x" + std::to_string(height) + " and " + std::to_string(B) +
                          " image(s) it must be " + want);
     return t;
@@ -179,7 +173,7 @@ at::Tensor denoise(const ModelFiles & m, const Transformer & transformer, BlockS
     at::Tensor latents;
     if (o.latents) {
         if (o.latents->sizes() != at::IntArrayRef({B, h * w, C}))
-            throw UsageError("qwen_image_21: the initial latents have shape " + shape_text(*o.latents) + ", expected [" +
+            throw UsageError("qwen_image_21: the initial latents have shape " + shape_str(o.latents->sizes()) + ", expected [" +
                              std::to_string(B) + ", " + std::to_string(h * w) + ", " + std::to_string(C) + "]");
         latents = o.latents->to(o.device, o.dtype);
     } else {

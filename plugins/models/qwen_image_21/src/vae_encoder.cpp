@@ -5,12 +5,6 @@
 namespace ddo::qwen_image_21 {
 namespace {
 
-std::string shape_str(at::IntArrayRef s) {
-    std::string r = "[";
-    for (size_t i = 0; i < s.size(); ++i) r += (i ? ", " : "") + std::to_string(s[i]);
-    return r + "]";
-}
-
 // QwenImage21AvgDown3D: pad the front of time to a multiple of factor_t (the single frame gets a zero frame
 // before it when factor_t = 2), fold factor_t x factor_s x factor_s into channels, average groups of them.
 at::Tensor avg_down(const at::Tensor & x, int64_t out_channels, int64_t factor_t, int64_t factor_s) {

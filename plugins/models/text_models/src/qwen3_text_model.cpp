@@ -158,11 +158,14 @@ at::Tensor qwen3_last_hidden_before_norm(model::ComponentWeights & weights, cons
 
     // Causal and key-padding mask [B, 1, L, L]. A padded query row would see no key at all (left padding): let
     // it see itself so no row is empty (its output is dropped with the padding).
-    auto causal = at::ones({L, L}, at::TensorOptions().dtype(at::kBool).device(device)).tril();
-    auto keys = (mask != 0).view({B, 1, 1, L});
-    auto allowed = at::logical_and(causal.view({1, 1, L, L}), keys);
-    allowed = at::logical_or(allowed, at::eye(L, at::TensorOptions().dtype(at::kBool).device(device)).view({1, 1, L, L}));
+    // Without padding the attention is plain causal (is_causal) and no mask is built.
     const bool no_padding = (mask != 0).all().item<bool>();
+    at::Tensor allowed;
+    if (!no_padding) {
+        const auto bools = at::TensorOptions().dtype(at::kBool).device(device);
+        auto causal = at::ones({L, L}, bools).tril().view({1, 1, L, L});
+        allowed = at::logical_or(at::logical_and(causal, (mask != 0).view({B, 1, 1, L})), at::eye(L, bools).view({1, 1, L, L}));
+    }
 
     const double scale = 1.0 / std::sqrt(double(D));
     const int total = int(c.num_layers);

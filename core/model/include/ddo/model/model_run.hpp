@@ -179,6 +179,9 @@ public:
 
 private:
     const nlohmann::json * option_value(const std::string & key, std::string * source) const;
+    // Every path: not the report, not existing without --overwrite (UsageError naming `flag`), its directory made,
+    // locked against another run (PathLock); they become the planned outputs.
+    void claim_outputs(const std::vector<std::filesystem::path> & paths, const std::string & flag);
     [[noreturn]] void throw_option_type(const std::string & key, const std::string & source, const char * what) const;
     struct PhaseState;
 
@@ -193,8 +196,8 @@ private:
     std::vector<std::string> first_images_;  // XXH3 of generation 1's pixels, per image
     nlohmann::json generation_notes_ = nlohmann::json::array();
     nlohmann::json inputs_ = nlohmann::json::object();
-    std::vector<std::filesystem::path> planned_images_;
-    std::vector<PathLock> image_locks_;  // this run's claim on its image paths (released with the run)
+    std::vector<std::filesystem::path> planned_outputs_;  // images (plan_images) or the tensor file (plan_tensor_file)
+    std::vector<PathLock> output_locks_;  // this run's claim on its output paths (released with the run)
     nlohmann::json checkpoint_ = nlohmann::json::object();
 };
 
