@@ -11,6 +11,7 @@
 #include <time.h>
 
 #include "ddo/error.hpp"
+#include "ddo/util/stream_copy.hpp"
 
 namespace ddo::engine {
 
@@ -144,9 +145,9 @@ private:
                     auto f0 = Clock::now();
                     job.fill(job.staging);
                     fill_s = std::chrono::duration<double>(Clock::now() - f0).count();
-                    std::memcpy(job.dst, job.staging, static_cast<std::size_t>(job.bytes));
+                    stream_copy(job.dst, job.staging, static_cast<std::size_t>(job.bytes));
                 } else {
-                    std::memcpy(job.dst, job.src, static_cast<std::size_t>(job.bytes));
+                    stream_copy(job.dst, job.src, static_cast<std::size_t>(job.bytes));
                 }
             } catch (const std::exception & e) {
                 err = std::make_exception_ptr(RuntimeError("upload of group '" + job.group_name + "' failed: " + e.what()));

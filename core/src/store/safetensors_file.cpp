@@ -16,6 +16,7 @@
 
 #include "ddo/error.hpp"
 #include "ddo/store/mapped_file.hpp"
+#include "ddo/util/stream_copy.hpp"
 #include "ddo/util/unique_fd.hpp"
 
 namespace ddo::store {
@@ -263,7 +264,7 @@ void SafetensorsFile::read(std::uint64_t offset, std::uint64_t bytes, void * dst
         if (!m.map_error.empty()) throw RuntimeError(m.map_error);
         if (m.map.size() < offset + bytes)
             throw RuntimeError("read of " + m.path.string() + ": the file shrank after it was opened");
-        std::memcpy(dst, m.map.bytes().data() + offset, static_cast<std::size_t>(bytes));
+        stream_copy(dst, m.map.bytes().data() + offset, static_cast<std::size_t>(bytes));
         return;
     }
     if (mode == ReadMode::direct) {

@@ -40,6 +40,7 @@
 #include <vector>
 
 #include "ddo/error.hpp"
+#include "ddo/util/stream_copy.hpp"
 
 namespace ddo::torch {
 
@@ -320,7 +321,7 @@ private:
             Chunk & c = chunks_[next_chunk_++ % chunks_.size()];
             if (c.last) c.last->synchronize();  // the previous copy out of this chunk completed
             const std::uint64_t n = std::min(kChunkBytes, bytes - off);
-            std::memcpy(c.buf.data(), static_cast<const char *>(src) + off, static_cast<std::size_t>(n));
+            stream_copy(c.buf.data(), static_cast<const char *>(src) + off, static_cast<std::size_t>(n));
             copy_async(static_cast<char *>(dst) + off, c.buf.data(), n);
             if (!c.last) c.last = std::make_shared<Event>();
             c.last->record(copy_);
