@@ -6,5 +6,5 @@ set -euo pipefail
 BUILD="${1:?usage: run_qwen_image_21_cpu.sh BUILD_DIR [options]}"; shift || true
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 VENV="${DDO_VENV:-${XDG_CACHE_HOME:-$HOME/.cache}/ddo/venv}"
-cmake --build "$BUILD" --target ddo-host qwen_image_21 linear >/dev/null
+cmake --build "$BUILD" --target ddo-host qwen_image_21 linear ddo_manifest_main >/dev/null  # the manifest too: ddo-host verifies the plugins against it
 exec "$VENV/bin/python" "$ROOT/tools/bench/qwen_image_21_cpu.py" "$BUILD" "$@"

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # tools/device/prepare-carry.sh [BUILD_DIR]
 # Fills shared-deps/ (ignored by git) with what a GPU machine that has nvcc, CMake, ninja and a
-# compiler, but none of our Debian packages and no network, needs to build ddo: the headers, CMake
+# compiler, but none of our Debian packages and no network, needs to build ddo and run its bench
+# (the bench's Python wheels in shared-deps/wheels): the headers, CMake
 # package configs, pkg-config files and libraries of our Debian dependencies, laid out as under /
 # (shared-deps/usr/include, shared-deps/usr/lib/x86_64-linux-gnu, ...), plus pkgconf.
 # Boost is too large to carry whole (160 MiB): only the Boost headers that BUILD_DIR's objects
@@ -21,7 +22,7 @@ die() { printf 'prepare-carry: error: %s\n' "$*" >&2; exit 1; }
 # Dev packages copied whole (headers, cmake configs, .pc, static/shared libs) and the runtime
 # packages holding the shared libraries they link to.
 WHOLE=(libtomlplusplus-dev libspdlog-dev libfmt-dev nlohmann-json3-dev libcli11-dev libxxhash-dev
-       libssl-dev libpng-dev zlib1g-dev libgtest-dev libgmock-dev)
+       libssl-dev libpng-dev zlib1g-dev libgtest-dev libgmock-dev libpcre2-dev libutf8proc-dev)
 BOOST_DEV=libboost1.74-dev
 
 [ -f "$BUILD/build.ninja" ] || die "$BUILD is not a Ninja build; run 'tools/ddo build' (or pass a build dir) first"
@@ -85,10 +86,23 @@ for pc in $(find "$CARRY" -name '*.pc'); do
   sed -i -E "s|^prefix=.*|prefix=$rel|" "$pc"
 done
 
+# 6. The model bench's Python wheels for the device's python (3.12; it has torch, accelerate, psutil, safetensors,
+#    pillow, huggingface-hub but not these): tools/device/gpu-bench.sh installs them with --no-index --no-deps.
+#    DDO_CARRY_WHEELS=0 skips it (no registry here).
+BENCH_WHEELS=(diffusers==0.42.1 diffusers-dynamic-offloader==0.1.0rc2 importlib_metadata==8.7.0)
+if [ "${DDO_CARRY_WHEELS:-1}" != 0 ]; then
+  VENV="${DDO_VENV:-${XDG_CACHE_HOME:-$HOME/.cache}/ddo/venv}"
+  mkdir -p "$CARRY/wheels"
+  "$VENV/bin/pip" download -q --disable-pip-version-check --no-deps --only-binary=:all: --python-version 3.12 \
+    --implementation cp --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 -d "$CARRY/wheels" \
+    "${BENCH_WHEELS[@]}" || die "could not download the bench wheels (${BENCH_WHEELS[*]}); DDO_CARRY_WHEELS=0 skips them"
+fi
+
 cat > "$CARRY/README" <<EON
 Carried build dependencies for tools/device/gpu-checks.sh, made by tools/device/prepare-carry.sh
 from $(hostname) on $(date -u +%Y-%m-%dT%H:%M:%SZ) with build dir $BUILD.
 Packages: ${WHOLE[*]} $BOOST_DEV (headers used by the build only) pkgconf
+Bench wheels (wheels/): $(ls "$CARRY/wheels" 2>/dev/null | tr '\n' ' ')
 EON
 
 size_mib=$(( $(du -sk "$CARRY" | cut -f1) / 1024 ))

@@ -284,6 +284,12 @@ std::uint64_t ComponentWeights::bytes_streamed() const {
     return k.bytes_resident + k.bytes_from_pinned + k.bytes_from_pageable + k.bytes_from_file;
 }
 
+std::optional<double> ComponentWeights::stall_s(std::string * reason) const {
+    const auto k = impl_->engine->counters();
+    if (!k.stall_s && reason) *reason = k.stall_reason;
+    return k.stall_s;
+}
+
 std::uint64_t ComponentWeights::finish() {
     auto & m = *impl_;
     m.tensors.clear();

@@ -26,6 +26,8 @@ struct ModelRun::PhaseState {
     std::optional<RunTracker::Phase> phase;
     Clock::time_point begun = Clock::now();
     Clock::time_point last_step = begun;
+    // Per open component at the previous step: bytes streamed and stall so far (the step's figures are deltas).
+    std::map<std::string, std::pair<std::uint64_t, double>> engine_at_last_step;
 };
 
 ModelRun::ModelRun(RunContext & ctx, std::string plugin_name, LogFn log)
@@ -198,7 +200,20 @@ void ModelRun::step(int step, int total) {
     const double dt = std::chrono::duration<double>(now - phase_->last_step).count();
     const double since = std::chrono::duration<double>(now - phase_->begun).count();
     phase_->last_step = now;
-    if (ctx_.tracker) ctx_.tracker->step(phase_name_, step - 1, dt);
+    // What each component's engine did in this step: bytes streamed and compute stalled waiting for uploads.
+    nlohmann::json engine = nlohmann::json::object();
+    for (const auto * w : open_) {
+        std::string reason;
+        const std::uint64_t bytes = w->bytes_streamed();
+        const std::optional<double> stall = w->stall_s(&reason);
+        auto [it, fresh] = phase_->engine_at_last_step.try_emplace(w->component(), 0, 0.0);
+        nlohmann::json e = {{"bytes_streamed", bytes - it->second.first}};
+        if (stall) e["stall_s"] = *stall - it->second.second;
+        else { e["stall_s"] = nullptr; e["stall_s_reason"] = reason; }
+        it->second = {bytes, stall.value_or(0.0)};
+        engine[w->component()] = std::move(e);
+    }
+    if (ctx_.tracker) ctx_.tracker->step(phase_name_, step - 1, dt, std::nullopt, {{"engine", std::move(engine)}});
     log(1, phase_name_ + " step " + std::to_string(step) + "/" + std::to_string(total));  // the host draws progress
     if (ctx_.progress) ctx_.progress(ProgressEvent{phase_name_, step, total, dt, since});
 }

@@ -16,6 +16,7 @@ namespace ddo::engine {
 
 namespace {
 using Clock = std::chrono::steady_clock;
+constexpr std::uint64_t kLinkProbeBytes = 64ull << 20;  // one copy of each kind: long enough to hide latency, cheap
 double seconds_since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
 
 struct Slot {
@@ -281,6 +282,9 @@ struct Engine::Impl {
                 slots.push_back(std::move(s));
             }
         }
+        if (!opt.measure_link) c.link_reason = "not measured (EngineOptions::measure_link = false)";
+        else if (slots.empty()) c.link_reason = "not measured: the plan streams nothing (no slots)";
+        else c.link = tr.measure_link(slots[0].buf.data(), std::min<std::uint64_t>(slots[0].buf.bytes(), kLinkProbeBytes));
         if (plan.route != Route::component) upload_residents();
         prepared = true;
     }

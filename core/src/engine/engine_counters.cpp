@@ -4,6 +4,35 @@
 
 namespace ddo::engine {
 
+nlohmann::json LinkMeasurement::to_json() const {
+    nlohmann::json j;
+    j["bytes"] = bytes;
+    j["pinned_gb_per_s"] = pinned_gb_per_s ? nlohmann::json(*pinned_gb_per_s) : nlohmann::json(nullptr);
+    j["pageable_gb_per_s"] = pageable_gb_per_s ? nlohmann::json(*pageable_gb_per_s) : nlohmann::json(nullptr);
+    j["clock"] = clock;
+    j["reason"] = reason.empty() ? nlohmann::json(nullptr) : nlohmann::json(reason);
+    return j;
+}
+
+std::optional<double> EngineCounters::upload_gb_per_s(std::string * clock, std::string * reason) const {
+    const std::uint64_t bytes = bytes_resident + bytes_from_pinned + bytes_from_pageable + bytes_from_file;
+    if (bytes == 0) {
+        *reason = mapped_bytes > 0 ? "nothing was uploaded: the residents are read in place from the file mapping"
+                                   : "nothing was uploaded";
+        return std::nullopt;
+    }
+    if (upload_event_s && *upload_event_s > 0) {
+        *clock = "CUDA events (completed upload intervals)";
+        return static_cast<double>(bytes) / *upload_event_s / 1e9;
+    }
+    if (upload_copy_s > 0) {
+        *clock = "host wall (copy worker time copying and reading)";
+        return static_cast<double>(bytes) / upload_copy_s / 1e9;
+    }
+    *reason = "no upload time was recorded";
+    return std::nullopt;
+}
+
 nlohmann::json EngineCounters::to_json() const {
     nlohmann::json j;
     j["transport"] = transport;
@@ -35,6 +64,16 @@ nlohmann::json EngineCounters::to_json() const {
     j["quarantines"] = quarantines;
     j["close_refusals"] = close_refusals;
     j["outstanding_owners"] = outstanding_owners;
+    std::string clock, reason;
+    if (const auto r = upload_gb_per_s(&clock, &reason)) {
+        j["upload_gb_per_s"] = *r;
+        j["upload_gb_per_s_clock"] = clock;
+    } else {
+        j["upload_gb_per_s"] = nullptr;
+        j["upload_gb_per_s_reason"] = reason;
+    }
+    if (link) j["link"] = link->to_json();
+    else { j["link"] = nullptr; j["link_reason"] = link_reason.empty() ? "not measured" : link_reason; }
     auto & pe = j["phase_end_owners"] = nlohmann::json::array();
     for (const auto & [phase, n] : phase_end_owners) pe.push_back({{"phase", phase}, {"outstanding_owners", n}});
     return j;

@@ -171,9 +171,17 @@ struct RunTracker::Impl {
     }
     // A fifth of the budget stays for the cheap monitors, which keep their interval whatever USS costs.
     static constexpr double kUssShareOfBudget = 0.8;
-    bool uss_within_budget() const {
+    // The next read's cost, predicted: smaps_rollup walks the page tables, so its cost grows with the resident set;
+    // the last read's cost scaled by how much RSS grew since (never below it: a read once in costs at least that).
+    std::uint64_t rss_at_last_uss = 0;
+    std::chrono::nanoseconds predicted_uss_cost(std::optional<std::uint64_t> rss_now) const {
+        if (!rss_now || rss_at_last_uss == 0 || *rss_now <= rss_at_last_uss) return last_uss_cost;
+        return std::chrono::nanoseconds(static_cast<std::int64_t>(
+            double(last_uss_cost.count()) * double(*rss_now) / double(rss_at_last_uss)));
+    }
+    bool uss_within_budget(std::optional<std::uint64_t> rss_now) const {
         const auto wall = std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() - start);
-        return double((telemetry_cpu + last_uss_cost).count()) <=
+        return double((telemetry_cpu + predicted_uss_cost(rss_now)).count()) <=
                kUssShareOfBudget * opt.cpu_budget_fraction * double(wall.count());
     }
 
@@ -192,12 +200,13 @@ struct RunTracker::Impl {
             rss_source = "/proc/self/status VmRSS (statm unreadable)";
         }
         // Every USS read, at a boundary too, stays within the budget; only the run's first read is unconditional.
-        const bool take_uss = (uss_boundary_reads + uss_periodic_reads == 0) || uss_within_budget();
+        const bool take_uss = (uss_boundary_reads + uss_periodic_reads == 0) || uss_within_budget(rss.bytes);
         report::Reading uss;
         if (take_uss) {
             const auto u0 = thread_cpu();
             uss = report::read_uss(opt.proc_root);
             last_uss_cost = thread_cpu() - u0;
+            rss_at_last_uss = rss.bytes.value_or(0);
             uss_cpu += last_uss_cost;
             ++(boundary ? uss_boundary_reads : uss_periodic_reads);
         } else {
@@ -641,7 +650,7 @@ json RunTracker::to_json() const {
                       {"samples", m.samples_taken},
                       {"rss_source", m.rss_source},
                       {"uss", {{"policy", "read (at phase boundaries and at the interval) only while telemetry CPU + "
-                                          "one more read <= 0.8 x cpu_budget_fraction x wall (the rest is the cheap "
+                                          "one more read (its cost predicted from the last read's, scaled by RSS growth) <= 0.8 x cpu_budget_fraction x wall (the rest is the cheap "
                                           "monitors'); the first read always"},
                                {"boundary_reads", m.uss_boundary_reads}, {"periodic_reads", m.uss_periodic_reads},
                                {"skipped_for_budget", m.uss_skipped + m.uss_boundary_skipped},

@@ -121,6 +121,9 @@ struct EngineOptions {
     // straight into its slot or resident buffer, one copy, with no staging buffers at all. false: file -> staging
     // -> destination, the path the CUDA transport must take (the staging contract tests use it on the CPU).
     bool read_files_into_destination = true;
+    // When the plan streams: time one host -> device copy (up to 64 MiB, into the first slot before anything uses
+    // it) from pinned and from pageable memory, reported as counters.link (Transport::measure_link).
+    bool measure_link = true;
 };
 
 class Engine {

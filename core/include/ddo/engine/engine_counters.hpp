@@ -10,6 +10,8 @@
 
 #include <nlohmann/json_fwd.hpp>
 
+#include "ddo/engine/transport.hpp"
+
 namespace ddo::engine {
 
 struct EngineCounters {
@@ -45,6 +47,12 @@ struct EngineCounters {
     std::uint64_t close_refusals = 0;
     std::uint64_t outstanding_owners = 0;      // live leases + uploads in flight, now
     std::vector<std::pair<std::string, std::uint64_t>> phase_end_owners;  // per phase end; must be 0
+    std::optional<LinkMeasurement> link;       // measured when the engine prepared slots (it streams)
+    std::string link_reason;                   // why there is none
+
+    // Achieved upload rate: bytes moved (resident + streamed) over the completed-event time when the transport has
+    // it, else over the copy worker's wall time; nullopt with the reason when nothing was uploaded.
+    std::optional<double> upload_gb_per_s(std::string * clock, std::string * reason) const;
 
     nlohmann::json to_json() const;
 };

@@ -48,6 +48,18 @@ struct TransportStats {
     std::uint64_t jobs = 0, failures = 0;
 };
 
+// One large host -> device copy of each kind, timed once when an engine that streams prepares (the report's
+// `link`): the bandwidth the streamed bytes are bounded by. Missing figures are nullopt with the reason.
+struct LinkMeasurement {
+    std::uint64_t bytes = 0;                  // per copy
+    std::optional<double> pinned_gb_per_s;    // from page-locked host memory (CPU transport: touched host memory)
+    std::optional<double> pageable_gb_per_s;  // from ordinary pageable host memory
+    std::string clock;                        // "CUDA events" | "host wall"
+    std::string reason;                       // why a figure is missing (empty when both are there)
+
+    nlohmann::json to_json() const;
+};
+
 class Transport {
 public:
     virtual ~Transport() = default;
@@ -69,6 +81,15 @@ public:
     virtual HostBuffer allocate_host(std::uint64_t bytes, bool pinned) = 0;
     // Observed device capacities (device_free/total); nullopt fields when unknown.
     virtual Capacities observe_device() const = 0;
+    // Times one copy of `bytes` into `device_dst` (device memory the caller owns and nothing reads yet) from pinned
+    // and from pageable host memory; call it while no job is in flight. Never throws: failures become the reason.
+    virtual LinkMeasurement measure_link(void * device_dst, std::uint64_t bytes) {
+        (void)device_dst;
+        LinkMeasurement m;
+        m.bytes = bytes;
+        m.reason = "the " + name() + " transport does not measure its link";
+        return m;
+    }
 };
 
 }  // namespace ddo::engine

@@ -17,6 +17,7 @@
 #include <filesystem>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <unordered_map>
@@ -71,6 +72,9 @@ public:
 
     std::string route() const;              // the route the engine executes
     std::uint64_t bytes_streamed() const;   // bytes moved to the compute device or read from disk so far
+    // Compute time spent waiting for uploads so far (host-observed); nullopt with *reason where the transport
+    // never blocks the host (CUDA: the compute stream waits on events).
+    std::optional<double> stall_s(std::string * reason) const;
     // Ends the engine phase; returns the outstanding owners (must be 0). Idempotent.
     std::uint64_t finish();
     // {"route", "bytes_streamed", "execution_groups", "placement", "engine": Engine::to_json()}

@@ -1,0 +1,115 @@
+#!/usr/bin/env bash
+# tools/device/gpu-bench.sh OUT_DIR
+# The one script for the GPU machine (issue 13; no network, none of our Debian packages, 15 minutes of device
+# time per task including start-up). In order, each step under its own time limit:
+#   1. tools/device/gpu-checks.sh: builds ddo from the carry (shared-deps/) into build-gpu, runs `ctest -L cuda`
+#      and the CUDA probe;
+#   2. installs the bench wheels carried in shared-deps/wheels (diffusers, the original Python DDO 0.1.0rc2;
+#      tools/device/prepare-carry.sh puts them there) into a private site dir;
+#   3. the model bench (tools/bench/model_bench.py) for qwen_image_21 on CUDA: 1024x1024, bf16, a random checkpoint
+#      at the real block width with DEPTH blocks, under an 8 GB device budget that forces streaming (ddo presets,
+#      diffusers group offload block/leaf with streams, DDO 0.1.0rc2), then a resident run (ddo off vs diffusers);
+#   4. OUT_DIR gets at most 8 files (the device tool returns no more): summary.txt, streaming.md, streaming.json,
+#      resident.md, resident.json, logs.tar.gz (every log, the gpu-checks outputs, the ddo reports).
+# Exit 0 when the checks passed and both benches wrote their tables.
+#
+# Environment:
+#   DDO_GPU_BENCH_DRY_RUN=1  the CPU rehearsal: gpu-checks in its dry mode (cuda tests must skip) and the bench in
+#                            --dry-run (every CUDA part listed as skipped, with its reason); needs no GPU
+#   DDO_GPU_BENCH_PYTHON     the interpreter for the bench (default python3)
+#   DDO_GPU_BENCH_DEPTH      transformer blocks (default 20: 8.7 GB bf16, more than the 8 GB budget)
+#   DDO_GPU_BENCH_SIZE       WxH (default 1024x1024);  DDO_GPU_BENCH_STEPS (default 4)
+#   DDO_GPU_BENCH_ROUNDS     rounds per variant (default 1: one run each, no warm-up round; 2 excludes a warm-up)
+#   DDO_GPU_BENCH_BUDGET_GB  device budget of the streaming bench (default 8)
+#   DDO_GPU_BENCH_SKIP_CHECKS=1  reuse an existing build-gpu instead of running gpu-checks.sh
+#   DDO_CARRY, DDO_BUILD_DIR as for gpu-checks.sh
+# See docs/validation.md, "Device checks" and docs/benchmarks.md.
+set -uo pipefail
+
+OUT="${1:?usage: tools/device/gpu-bench.sh OUT_DIR}"
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
+CARRY="${DDO_CARRY:-$ROOT/shared-deps}"
+DRY="${DDO_GPU_BENCH_DRY_RUN:-0}"
+if [ "$DRY" = 1 ]; then BUILD="${DDO_BUILD_DIR:-$ROOT/build-dry}"; else BUILD="${DDO_BUILD_DIR:-$ROOT/build-gpu}"; fi
+PY="${DDO_GPU_BENCH_PYTHON:-python3}"
+DEPTH="${DDO_GPU_BENCH_DEPTH:-20}"
+SIZE="${DDO_GPU_BENCH_SIZE:-1024x1024}"
+STEPS="${DDO_GPU_BENCH_STEPS:-4}"
+ROUNDS="${DDO_GPU_BENCH_ROUNDS:-1}"
+BUDGET="${DDO_GPU_BENCH_BUDGET_GB:-8}"
+WORK="$(mktemp -d /tmp/ddo-gpu-bench.XXXXXX)"
+mkdir -p "$OUT" "$WORK/logs"
+OUT="$(cd "$OUT" && pwd)"
+SUMMARY="$OUT/summary.txt"
+: >"$SUMMARY"
+START=$(date +%s)
+
+say() { printf 'gpu-bench: [%4ss] %s\n' "$(( $(date +%s) - START ))" "$*" | tee -a "$SUMMARY"; }
+
+pack_logs() {
+  cp -r "$WORK/logs" "$WORK/pack" 2>/dev/null
+  find "$BUILD/bench" -name report.json -path '*_runs/*' 2>/dev/null | while read -r f; do
+    d="$WORK/pack/reports/$(basename "$(dirname "$(dirname "$f")")")"; mkdir -p "$d"
+    cp "$f" "$d/$(basename "$(dirname "$f")").json"
+  done
+  tar -C "$WORK/pack" -czf "$OUT/logs.tar.gz" . 2>/dev/null
+}
+
+status=0
+say "root $ROOT, build $BUILD, carry $CARRY, dry run $DRY, python $PY"
+
+# 1. Build + cuda tests + probe (their files go into the logs archive; their summary lines into ours).
+if [ "${DDO_GPU_BENCH_SKIP_CHECKS:-0}" = 1 ] && [ -x "$BUILD/bin/ddo-host" ]; then
+  say "gpu-checks skipped (DDO_GPU_BENCH_SKIP_CHECKS=1): reusing $BUILD"
+else
+  DDO_BUILD_DIR="$BUILD" DDO_GPU_CHECKS_DRY_RUN="$DRY" timeout 420 "$ROOT/tools/device/gpu-checks.sh" "$WORK/logs/checks" \
+    >"$WORK/logs/gpu-checks.out" 2>&1
+  rc=$?
+  sed 's/^/  /' "$WORK/logs/checks/summary.txt" 2>/dev/null | tee -a "$SUMMARY" >/dev/null
+  say "gpu-checks exit $rc$([ $rc -eq 124 ] && echo ' (timed out after 420 s)')"
+  [ $rc -eq 0 ] || status=1
+fi
+[ -x "$BUILD/bin/ddo-host" ] || { say "FAILED: no $BUILD/bin/ddo-host; nothing to bench"; pack_logs; exit 1; }
+
+# The carried libraries, for ddo-host and the plugins (as gpu-checks.sh sets them for its tests).
+export LD_LIBRARY_PATH="$CARRY/usr/lib/x86_64-linux-gnu${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+
+# 2. Bench wheels (the device image has torch, accelerate, psutil, safetensors, pillow; not diffusers or DDO).
+if ls "$CARRY"/wheels/*.whl >/dev/null 2>&1; then
+  if "$PY" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target "$WORK/site" "$CARRY"/wheels/*.whl \
+       >"$WORK/logs/pip.log" 2>&1; then
+    export PYTHONPATH="$WORK/site${PYTHONPATH:+:$PYTHONPATH}"
+    say "bench wheels installed: $(cd "$CARRY/wheels" && ls *.whl | tr '\n' ' ')"
+  else
+    say "bench wheels failed to install (see logs.tar.gz pip.log): the controls that need them will say so"
+  fi
+else
+  say "no bench wheels in $CARRY/wheels (tools/device/prepare-carry.sh): using what $PY has"
+fi
+"$PY" -c 'import torch, diffusers; print("torch", torch.__version__, "cuda", torch.cuda.is_available(), "diffusers", diffusers.__version__)' \
+  2>&1 | tail -1 | sed 's/^/  /' | tee -a "$SUMMARY" >/dev/null
+
+# 3. The benches. Each run inside has its own time limit (--run-timeout); the whole bench has one too.
+dry=(); [ "$DRY" = 1 ] && dry=(--dry-run)
+common=(--device cuda --dtype bf16 --depth "$DEPTH" --size "$SIZE" --steps "$STEPS" --rounds "$ROUNDS" --python "$PY"
+        --run-timeout 150 "${dry[@]}")
+bench() {  # name limit_s args...
+  local name=$1 limit=$2; shift 2
+  say "bench $name: model_bench.py $*"
+  PYTHONUNBUFFERED=1 timeout "$limit" "$PY" "$ROOT/tools/bench/model_bench.py" "$BUILD" --name "gpu_$name" "$@" \
+    >"$WORK/logs/bench-$name.log" 2>&1
+  local rc=$?
+  tail -n 25 "$WORK/logs/bench-$name.log" | sed 's/^/  /' >>"$SUMMARY"
+  for ext in md json; do
+    [ -f "$BUILD/bench/gpu_$name.$ext" ] && cp "$BUILD/bench/gpu_$name.$ext" "$OUT/$name.$ext"
+  done
+  say "bench $name exit $rc$([ $rc -eq 124 ] && echo " (timed out after $limit s)")"
+  [ $rc -eq 0 ] || status=1
+}
+bench streaming 330 "${common[@]}" --budget-gb "$BUDGET"
+bench resident 150 "${common[@]}" --budget-gb 0 --variants "ddo off,diffusers"
+
+pack_logs
+say "result: $([ $status -eq 0 ] && echo PASS || echo FAIL); files in $OUT: $(cd "$OUT" && ls | tr '\n' ' ')"
+rm -rf "$WORK"
+exit $status
