@@ -72,6 +72,36 @@ TEST_F(Qi21Placement, HostBackendRunsOnTheCpuWithHostStagingRecorded) {
     EXPECT_EQ(c.at("pinned_fallbacks"), 0) << c.dump();
 }
 
+// Every denoise step says what each component's engine did in it (docs/metrics.md, steps[].extra): the bytes it
+// streamed and the compute time stalled on uploads. diffusers_offload_compat streams one block per group through
+// two slots; the tiny transformer has two blocks plus the globals, so the steady steps stream again.
+TEST_F(Qi21Placement, StepsRecordTheBytesStreamedAndTheStallOfEachComponent) {
+    HostRun r = ddo::test::run_ddo_host("placement_steps", "--plugin qwen_image --preset diffusers_offload_compat.toml --model '" +
+                                                               (kFixtures / "checkpoint").string() + "' --prompt-embeds '" +
+                                                               (kFixtures / "prompt_embeds.safetensors").string() +
+                                                               "' --steps 3 --width 64 --height 64 --set capacities.allocator_backend=host");
+    ASSERT_EQ(r.exit_code, 0) << r.log;
+    std::uint64_t streamed = 0;
+    int denoise_steps = 0;
+    for (const auto & s : r.report.at("steps")) {
+        if (s.at("phase") != "denoise") continue;
+        ++denoise_steps;
+        const auto & t = s.at("extra").at("engine").at("transformer");
+        ASSERT_TRUE(t.at("bytes_streamed").is_number_unsigned()) << s.dump();
+        ASSERT_TRUE(t.at("stall_s").is_number()) << s.dump();
+        EXPECT_GE(t.at("stall_s").get<double>(), 0.0);
+        streamed += t.at("bytes_streamed").get<std::uint64_t>();
+    }
+    EXPECT_EQ(denoise_steps, 3);
+    const auto & c = r.report.at("counters").at("transformer").at("engine").at("counters");
+    const auto & moved = c.at("bytes_moved");
+    EXPECT_EQ(streamed, moved.at("resident").get<std::uint64_t>() + moved.at("pinned").get<std::uint64_t>() +
+                            moved.at("pageable").get<std::uint64_t>() + moved.at("file").get<std::uint64_t>())
+        << "the steps' bytes add up to the run's: " << c.dump();
+    EXPECT_GT(streamed, 0u);
+    EXPECT_TRUE(c.at("link").is_object()) << c.dump();
+}
+
 TEST_F(Qi21Placement, CudaBackendWithoutADeviceIsAUsageErrorNamingTheKey) {
     std::string why;
     if (ddo::torch::cuda_available(&why)) GTEST_SKIP() << "a CUDA device is usable; the refusal is tested on CPU-only machines";

@@ -147,6 +147,27 @@ TEST(EngineRoutes, ResidentsOnAHostTransportAreReadInPlaceFromTheMapping) {
     EXPECT_EQ(e.close(), DDO_STATUS_OK);
 }
 
+// The figures a benchmark's bound column needs are in every report (issue 13): a plan that streams measures its
+// link once (pinned and pageable, into the first slot) and says how fast its uploads went; a plan that streams
+// nothing says why there is neither, instead of a 0.
+TEST(EngineRoutes, ReportsCarryTheLinkBandwidthAndTheAchievedUploadRate) {
+    const RunOut dynamic = run(Route::dynamic, Granularity::block), resident = run(Route::resident, Granularity::block);
+    const auto & d = dynamic.json["counters"];
+    ASSERT_TRUE(d["link"].is_object()) << d.dump();
+    EXPECT_GT(d["link"]["bytes"].get<std::uint64_t>(), 0u);
+    EXPECT_GT(d["link"]["pinned_gb_per_s"].get<double>(), 0.0);
+    EXPECT_GT(d["link"]["pageable_gb_per_s"].get<double>(), 0.0);
+    EXPECT_EQ(d["link"]["clock"], "host wall");
+    EXPECT_TRUE(d["link"]["reason"].is_null());
+    EXPECT_GT(d["upload_gb_per_s"].get<double>(), 0.0) << d.dump();
+    EXPECT_EQ(d["upload_gb_per_s_clock"], "host wall (copy worker time copying and reading)");
+    const auto & r = resident.json["counters"];
+    EXPECT_TRUE(r["link"].is_null());
+    EXPECT_EQ(r["link_reason"], "not measured: the plan streams nothing (no slots)");
+    EXPECT_TRUE(r["upload_gb_per_s"].is_null());
+    EXPECT_EQ(r["upload_gb_per_s_reason"], "nothing was uploaded: the residents are read in place from the file mapping");
+}
+
 // The disk route on a host transport reads each group from the file straight into its slot: one copy, no staging
 // buffers (their memory was a second copy of the largest group per staging slot); bitwise the staged path.
 TEST(EngineRoutes, DiskRouteOnAHostTransportReadsStraightIntoTheSlot) {
