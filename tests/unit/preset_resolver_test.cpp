@@ -196,6 +196,15 @@ TEST_F(PresetTest, ErrorNonFiniteNumberNamesFileLineCol) {
     }
 }
 
+// Plugin options carry any scalar, but never a non-finite one: a TOML nan/inf is refused with file:line:col.
+TEST_F(PresetTest, ErrorNonFinitePluginOptionNamesFileLineCol) {
+    auto p = write("nanopt.toml", "schema_version = 1\n[plugin.vmm]\ngranularity = nan\n");
+    auto e = error_of(request(p.string()));
+    EXPECT_EQ(e.line(), 3) << e.what();
+    EXPECT_NE(e.problem().find("not a finite number"), std::string::npos) << e.what();
+    EXPECT_NE(e.problem().find("plugin.vmm.granularity"), std::string::npos) << e.what();
+}
+
 TEST_F(PresetTest, ErrorUnknownKeyWithSuggestion) {
     auto p = write("bad.toml", "schema_version = 1\n[capacities]\nstagin_slots = 2\n");
     auto e = error_of(request(p.string()));

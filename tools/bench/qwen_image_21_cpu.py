@@ -27,55 +27,17 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent.parent
-
-
-def build_checkpoint(ckpt: Path, blocks: int):
-    """The real transformer config with `blocks` blocks (weights ~ N(0, 1/fan_in)), a small VAE with the real 64
-    latent channels (its decode is not what is compared), the Qwen-Image scheduler, and prompt embeddings."""
-    import torch
-    import diffusers
-    from diffusers import AutoencoderKLQwenImage21, FlowMatchEulerDiscreteScheduler, QwenImage21Transformer2DModel
-    from safetensors.torch import save_file
-    sys.path.insert(0, str(ROOT / "tools" / "reference"))
-    import qwen_image_21_fixtures as base
-
-    torch.manual_seed(0)
-    transformer = QwenImage21Transformer2DModel(num_layers=blocks).eval()
-    with torch.no_grad():
-        for name, p in transformer.named_parameters():
-            p.copy_(torch.randn_like(p) * (p.shape[1] ** -0.5 if p.dim() > 1 else 0.1))
-    vae = AutoencoderKLQwenImage21(**dict(base.VAE_CONFIG, z_dim=64), latents_mean=[0.0] * 64,
-                                   latents_std=[1.0] * 64).eval()
-    transformer.save_pretrained(ckpt / "transformer", safe_serialization=True)
-    vae.save_pretrained(ckpt / "vae", safe_serialization=True)
-    FlowMatchEulerDiscreteScheduler(**base.SCHEDULER_CONFIG).save_pretrained(ckpt / "scheduler")
-    index = {"_class_name": "QwenImage21Pipeline", "_diffusers_version": diffusers.__version__,
-             "scheduler": ["diffusers", "FlowMatchEulerDiscreteScheduler"],
-             "transformer": ["diffusers", "QwenImage21Transformer2DModel"],
-             "vae": ["diffusers", "AutoencoderKLQwenImage21"], "text_encoder": [None, None], "processor": [None, None]}
-    (ckpt / "model_index.json").write_text(json.dumps(index, indent=2) + "\n")
-    g = torch.Generator().manual_seed(1)
-    save_file({"prompt_embeds": torch.randn(1, 32, 4096, generator=g)}, str(ckpt / "prompt_embeds.safetensors"))
-    (ckpt / "bench.json").write_text(json.dumps({"blocks": blocks}) + "\n")
+sys.path.insert(0, str(HERE))
+import qwen_image_21_bench_checkpoint as ckpt_mod  # noqa: E402
 
 
 def diffusers_child(ckpt: Path, size: int, steps: int, out: Path):
     """One diffusers run in this (fresh) process: from_pretrained, the call with per-step times, peak RSS."""
     import numpy as np
     import torch
-    from diffusers import AutoencoderKLQwenImage21, FlowMatchEulerDiscreteScheduler, QwenImage21Pipeline, \
-        QwenImage21Transformer2DModel
-    from safetensors.torch import load_file
-    sys.path.insert(0, str(ROOT / "tools" / "reference"))
-    import qwen_image_21_fixtures as base
 
     t0 = time.perf_counter()
-    transformer = QwenImage21Transformer2DModel.from_pretrained(ckpt / "transformer").eval()
-    vae = AutoencoderKLQwenImage21.from_pretrained(ckpt / "vae").eval()
-    pipe = QwenImage21Pipeline(scheduler=FlowMatchEulerDiscreteScheduler.from_pretrained(ckpt / "scheduler"), vae=vae,
-                               text_encoder=None, processor=base._NoProcessor(), transformer=transformer)
-    pipe.set_progress_bar_config(disable=True)
-    embeds = load_file(str(ckpt / "prompt_embeds.safetensors"))["prompt_embeds"]
+    pipe, embeds, _, _ = ckpt_mod.make_pipeline(ckpt, "fp32")
     setup_s = time.perf_counter() - t0
     marks = []
 
@@ -156,11 +118,7 @@ def main():
     ap.add_argument("--threads", type=int, default=os.cpu_count() or 1)
     a = ap.parse_args()
     build = Path(a.build).resolve()
-    ckpt = build / "bench" / f"qwen_image_21_w4096_b{a.blocks}"
-    if not (ckpt / "bench.json").exists():
-        print(f"bench: building a random Qwen-Image 2.1 checkpoint ({a.blocks} blocks at width 4096, fp32) in {ckpt}",
-              flush=True)
-        build_checkpoint(ckpt, a.blocks)
+    ckpt = ckpt_mod.ensure_checkpoint(build / "bench", a.blocks, "fp32", tiny=False, log=lambda m: print(m, flush=True))
     work = build / "bench" / "qwen_image_21_cpu_runs"
     work.mkdir(parents=True, exist_ok=True)
     routes = [r for r in a.routes.split(",") if r]

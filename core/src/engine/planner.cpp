@@ -216,7 +216,8 @@ Plan plan_residency(const ModelLayout & layout, const EngineConfig & cfg, const 
         for (auto i : streamed) {
             p.groups[i].residency = Residency::file;
             p.groups[i].reason = "streamed from the checkpoint file (route disk, read_mode " + std::string(store::to_string(cfg.read_mode)) +
-                                 ") through " + std::to_string(p.staging_slots) + " staging buffers of " + format_mib(slot_bytes);
+                                 ") into its slot: through " + std::to_string(p.staging_slots) + " staging buffers of " + format_mib(slot_bytes) +
+                                 " on CUDA, straight into the slot on a host transport (counters.staging_bytes says which ran)";
             p.file_bytes += bytes[i];
         }
         return p;

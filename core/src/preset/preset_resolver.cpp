@@ -224,7 +224,12 @@ json convert_text(std::string text, const KeyDef & d, const std::string & key, c
 json plugin_node_to_json(const toml::node & n, const std::string & key, const Loc & loc) {
     if (auto b = n.as_boolean()) return b->get();
     if (auto i = n.as_integer()) return i->get();
-    if (auto f = n.as_floating_point()) return f->get();
+    if (auto f = n.as_floating_point()) {
+        if (!std::isfinite(f->get()))
+            fail(loc, "value " + std::string(std::isnan(f->get()) ? "nan" : "inf") + " for plugin option '" + key +
+                          "' is not a finite number", "give a finite number");
+        return f->get();
+    }
     if (auto s = n.as_string()) return s->get();
     if (auto a = n.as_array()) {
         json out = json::array();
@@ -243,7 +248,7 @@ json plugin_text_to_json(const std::string & text) {
     if (ec == std::errc() && p == text.data() + text.size() && !text.empty()) return i;
     char * end = nullptr;
     double d = std::strtod(text.c_str(), &end);
-    if (!text.empty() && end == text.c_str() + text.size()) return d;
+    if (!text.empty() && end == text.c_str() + text.size() && std::isfinite(d)) return d;  // "nan"/"inf": a string
     if (text.size() >= 2 && (text.front() == '"' || text.front() == '\'') && text.back() == text.front())
         return text.substr(1, text.size() - 2);
     return text;
