@@ -102,6 +102,23 @@ TEST_F(Qi21Placement, StepsRecordTheBytesStreamedAndTheStallOfEachComponent) {
     EXPECT_TRUE(c.at("link").is_object()) << c.dump();
 }
 
+// capacities.resident_budget_gb = 0 is auto (one_shot_fast sets it so): the planner balances the residents against
+// the device capacity, it does not read "0 bytes" and stream every block (which it did).
+TEST_F(Qi21Placement, AutoResidentBudgetKeepsWhatTheDeviceHolds) {
+    HostRun r = ddo::test::run_ddo_host("placement_auto_resident", "--plugin qwen_image --preset one_shot_fast.toml --model '" +
+                                                                       (kFixtures / "checkpoint").string() + "' --prompt-embeds '" +
+                                                                       (kFixtures / "prompt_embeds.safetensors").string() +
+                                                                       "' --steps 2 --width 64 --height 64 --set capacities.allocator_backend=host");
+    ASSERT_EQ(r.exit_code, 0) << r.log;
+    const auto & plan = r.report.at("counters").at("transformer").at("engine").at("plan");
+    EXPECT_EQ(r.report.at("settings").at("effective_components").at("transformer").at("resident_budget_gb"), 0.0);
+    for (const auto & g : plan.at("groups")) {
+        EXPECT_EQ(g.at("residency"), "resident") << plan.dump();
+        EXPECT_NE(g.at("reason").get<std::string>().find("fits the device capacity"), std::string::npos) << g.dump();
+    }
+    EXPECT_GT(plan.at("resident_bytes").get<std::uint64_t>(), 0u);
+}
+
 TEST_F(Qi21Placement, CudaBackendWithoutADeviceIsAUsageErrorNamingTheKey) {
     std::string why;
     if (ddo::torch::cuda_available(&why)) GTEST_SKIP() << "a CUDA device is usable; the refusal is tested on CPU-only machines";

@@ -76,7 +76,9 @@ en::EngineConfig engine_config(const ComponentPlan & p) {
     const auto & k = p.capacities;
     en::EngineConfig cfg;
     cfg.route = p.route;
-    cfg.resident_budget = Capacities::gib_to_bytes(k.resident_budget_gb);
+    // 0 is auto (docs/presets.md): no budget of its own, so the planner balances the residents against the device
+    // capacity (what the device budget leaves after the slots). Passing it on as "0 bytes" streamed everything.
+    if (k.resident_budget_gb > 0) cfg.resident_budget = Capacities::gib_to_bytes(k.resident_budget_gb);
     if (k.device_budget_gb > 0) cfg.device_budget = Capacities::gib_to_bytes(k.device_budget_gb);
     if (k.pinned_host_budget_gb > 0) cfg.pinned_budget = Capacities::gib_to_bytes(k.pinned_host_budget_gb);
     // capacities.pin_host_memory = false: nothing pinned at all, so the planner plans no group `pinned` (0 here is
