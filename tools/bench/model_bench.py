@@ -234,8 +234,14 @@ def run_ddo(build, preset, a, ckpt, work):
             "--output", str(out), "--report", str(out / "report.json"), "--overwrite", "-q"]
     if a.budget_gb:
         args += ["--set", f"capacities.device_budget_gb={a.budget_gb}"]
+    env = _env(a.threads)
+    # Libraries ddo-host needs that the Python controls must not see (tools/device/gpu-bench.sh: the carried Debian
+    # libraries, which would shadow the device image's own zlib, OpenSSL, ... in the controls).
+    if os.environ.get("DDO_BENCH_HOST_LIBRARY_PATH"):
+        env["LD_LIBRARY_PATH"] = os.environ["DDO_BENCH_HOST_LIBRARY_PATH"] + (
+            ":" + env["LD_LIBRARY_PATH"] if env.get("LD_LIBRARY_PATH") else "")
     try:
-        p = subprocess.run(args, env=_env(a.threads), capture_output=True, text=True, timeout=a.run_timeout or None)
+        p = subprocess.run(args, env=env, capture_output=True, text=True, timeout=a.run_timeout or None)
     except subprocess.TimeoutExpired:
         return {"variant": f"ddo {preset}", "status": "failed", "reason": f"timed out after {a.run_timeout} s (--run-timeout)"}
     rep_file = out / "report.json"
@@ -441,6 +447,19 @@ def check(result, md):
 
 # ------------------------------------------------------------------------------------------------------------- main
 
+def _without_python(args):
+    """The command as a user types it: run_model.sh adds --python itself."""
+    out, skip = [], False
+    for x in args:
+        if skip:
+            skip = False
+        elif x == "--python":
+            skip = True
+        elif not x.startswith("--python="):
+            out.append(x)
+    return out
+
+
 def parse_args(argv):
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("build")
@@ -577,7 +596,7 @@ def main(argv):
         r["bound_ratio"] = r["steady_step_s"]["median"] / r["bound_s"]
     result = {
         "schema": "ddo.bench.model/1", "name": a.name,
-        "command": "tools/ddo bench model " + " ".join(argv[1:]),
+        "command": "tools/ddo bench model " + " ".join(_without_python(argv[1:])),
         "workload": {"model": f"{a.plugin} ({a.depth} blocks{', tiny' if a.tiny else ', width 4096'}, random weights)",
                      "plugin": a.plugin, "device": a.device, "budget_gb": a.budget_gb, "depth": a.depth,
                      "width": a.width, "height": a.height, "steps": a.steps, "seed": 0, "dtype": a.dtype,

@@ -71,8 +71,9 @@ else
 fi
 [ -x "$BUILD/bin/ddo-host" ] || { say "FAILED: no $BUILD/bin/ddo-host; nothing to bench"; pack_logs; exit 1; }
 
-# The carried libraries, for ddo-host and the plugins (as gpu-checks.sh sets them for its tests).
-export LD_LIBRARY_PATH="$CARRY/usr/lib/x86_64-linux-gnu${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+# The carried libraries, for ddo-host and the plugins only (as gpu-checks.sh sets them for its tests): model_bench.py
+# puts them on ddo-host's LD_LIBRARY_PATH, never on the Python controls', whose torch has its own.
+export DDO_BENCH_HOST_LIBRARY_PATH="$CARRY/usr/lib/x86_64-linux-gnu"
 
 # 2. Bench wheels (the device image has torch, accelerate, psutil, safetensors, pillow; not diffusers or DDO).
 if ls "$CARRY"/wheels/*.whl >/dev/null 2>&1; then
