@@ -8,6 +8,7 @@
 #include <filesystem>
 #include <fstream>
 
+#include "ddo/engine/capacities.hpp"
 #include "ddo/platform/linux_admission.hpp"
 
 namespace fs = std::filesystem;
@@ -267,3 +268,39 @@ TEST(LinuxAdmissionOnThisMachine, ObservesProcAndAdmitsASmallRequest) {
 }
 
 }  // namespace
+
+// The planner's host capacity comes from the same observation as admission (issue 16 item 5): the process's own
+// cgroup, v2 or v1, the tightest ancestor; an unknown limit is unknown, never "unlimited".
+TEST_F(FakeTree, PlannerCapacitiesSeeTheProcessesOwnCgroupLikeAdmission) {
+    using ddo::engine::Capacities;
+    const AdmissionRoots roots{root / "proc", root / "sys"};
+    // No limit anywhere: MemAvailable.
+    auto c = Capacities::observe_host(roots);
+    EXPECT_EQ(c.cgroup_version, "v2");
+    EXPECT_FALSE(c.cgroup_limit.has_value());
+    EXPECT_EQ(c.usable_host_ram(), 16 * kGiB);
+    // A limit on an ancestor of the process's cgroup (not the root's memory.max, which the planner used to read).
+    write("sys/fs/cgroup/user.slice/memory.max", std::to_string(3 * kGiB) + "\n");
+    write("sys/fs/cgroup/user.slice/memory.current", std::to_string(1 * kGiB) + "\n");
+    c = Capacities::observe_host(roots);
+    EXPECT_EQ(c.cgroup_limit, 3 * kGiB);
+    EXPECT_EQ(c.cgroup_path, (root / "sys/fs/cgroup/user.slice").string());
+    EXPECT_EQ(c.usable_host_ram(), 2 * kGiB) << "limit minus usage, below MemAvailable";
+    // v1 (hybrid mount without the v2 memory controller).
+    write("sys/fs/cgroup/cgroup.controllers", "");
+    write("proc/self/cgroup", "4:memory:/docker/abc\n0::/\n");
+    write("sys/fs/cgroup/memory/docker/abc/memory.limit_in_bytes", std::to_string(1 * kGiB) + "\n");
+    write("sys/fs/cgroup/memory/docker/abc/memory.usage_in_bytes", std::to_string(256 * kMiB) + "\n");
+    c = Capacities::observe_host(roots);
+    EXPECT_EQ(c.cgroup_version, "v1");
+    EXPECT_EQ(c.usable_host_ram(), 768 * kMiB);
+    // An unreadable limit: unknown, so the planner refuses host growth (nullopt), and the report says why.
+    fs::remove(root / "sys/fs/cgroup/memory/docker/abc/memory.limit_in_bytes");
+    fs::create_directories(root / "sys/fs/cgroup/memory/docker/abc/memory.limit_in_bytes");
+    c = Capacities::observe_host(roots);
+    EXPECT_TRUE(c.cgroup_limit_unknown);
+    EXPECT_FALSE(c.usable_host_ram().has_value());
+    const auto j = c.to_json();
+    EXPECT_TRUE(j["cgroup_limit"].is_null());
+    EXPECT_NE(j["cgroup_limit_reason"].get<std::string>().find("memory cgroup limit unknown"), std::string::npos) << j.dump();
+}

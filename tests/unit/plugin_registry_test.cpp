@@ -244,6 +244,42 @@ TEST(PluginRegistry, RefusesGroupOrWorldWritableFile) {
     }
 }
 
+// Issue 16 item 6: a plugin directory anyone else can write (or whose manifest is a link, or writable) is skipped
+// whole with its reason — it cannot list plugins, and it cannot disable the builtin ones by repeating their names.
+TEST(PluginRegistry, AnUntrustedDirectoryIsSkippedAndCannotShadowTheBuiltinPlugins) {
+    for (int variant = 0; variant < 3; ++variant) {
+        TempDir tmp;
+        const fs::path dir = tmp.path() / "dropin";
+        fs::create_directories(dir);
+        const ArtifactEntry copy = copy_fixture("fixture_good", dir, "libddo_model_fixture_good_dropin.so");
+        write_manifest(dir, {copy});
+        std::string expect;
+        if (variant == 0) {  // the directory itself is world-writable (no sticky bit)
+            ASSERT_EQ(::chmod(dir.c_str(), 0777), 0);
+            expect = "is group/world-writable (mode 0777)";
+        } else if (variant == 1) {  // a directory above it is group-writable
+            ASSERT_EQ(::chmod(tmp.path().c_str(), 0770), 0);
+            expect = "'" + tmp.path().string() + "' is group/world-writable (mode 0770)";
+        } else {  // the manifest is a symbolic link to a manifest elsewhere
+            const fs::path real = tmp.path() / "real.toml";
+            fs::rename(dir / "artifacts.toml", real);
+            fs::create_symlink(real, dir / "artifacts.toml");
+            expect = "is a symbolic link";
+        }
+        auto registry = PluginRegistry::discover({fixture_plugin_dir(), dir});
+        ASSERT_EQ(registry.skipped_dirs().size(), 1u) << variant;
+        EXPECT_EQ(registry.skipped_dirs()[0].first, dir);
+        expect_contains(registry.skipped_dirs()[0].second, expect);
+        for (const PluginRecord & r : registry.records()) EXPECT_NE(r.artifact.path, copy.path) << "the drop-in was read";
+        EXPECT_NO_THROW(registry.load("fixture_good", "model")) << "the builtin plugin is not shadowed (variant " << variant << ")";
+        ::chmod(dir.c_str(), 0700);
+        ::chmod(tmp.path().c_str(), 0700);
+    }
+    // A sticky world-writable ancestor (/tmp itself) is fine: others cannot rename what is ours in it.
+    TempDir ok;
+    EXPECT_TRUE(PluginRegistry::discover({ok.path()}).skipped_dirs().empty());
+}
+
 TEST(PluginRegistry, RefusesDuplicateNamesNamingBothFiles) {
     TempDir tmp;
     const ArtifactEntry copy = copy_fixture("fixture_good", tmp.path(), "libddo_model_fixture_good_dropin.so");

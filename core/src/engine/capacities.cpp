@@ -1,48 +1,33 @@
 #include "ddo/engine/capacities.hpp"
 
 #include <algorithm>
-#include <fstream>
-#include <sstream>
 #include <string>
 
 #include <nlohmann/json.hpp>
 
 namespace ddo::engine {
 
-namespace {
-
-std::optional<std::uint64_t> meminfo_kib(const std::string & key) {
-    std::ifstream in("/proc/meminfo");
-    std::string line;
-    while (std::getline(in, line)) {
-        if (line.rfind(key + ":", 0) == 0) {
-            std::istringstream ss(line.substr(key.size() + 1));
-            std::uint64_t kib = 0;
-            if (ss >> kib) return kib * 1024;
-        }
-    }
-    return std::nullopt;
-}
-
-std::optional<std::uint64_t> read_u64(const char * path) {
-    std::ifstream in(path);
-    std::string s;
-    if (!(in >> s) || s == "max") return std::nullopt;
-    try { return std::stoull(s); } catch (...) { return std::nullopt; }
-}
-
-}  // namespace
-
-Capacities Capacities::observe_host() {
+Capacities Capacities::observe_host(const platform::AdmissionRoots & roots) {
+    const platform::LinuxObservations obs = platform::LinuxAdmission(roots).observe();
     Capacities c;
-    c.mem_available = meminfo_kib("MemAvailable");
-    c.cgroup_limit = read_u64("/sys/fs/cgroup/memory.max");
-    c.cgroup_usage = read_u64("/sys/fs/cgroup/memory.current");
-    if (auto v = read_u64("/proc/sys/vm/overcommit_memory")) c.overcommit_mode = static_cast<int>(*v);
+    if (obs.mem_available.is_known()) c.mem_available = obs.mem_available.value;
+    if (obs.overcommit_mode.is_known()) c.overcommit_mode = static_cast<int>(obs.overcommit_mode.value);
+    c.cgroup_version = obs.cgroup_version;
+    c.cgroup_path = obs.cgroup_path;
+    if (obs.cgroup_memory_max.is_known()) c.cgroup_limit = obs.cgroup_memory_max.value;
+    else if (obs.cgroup_memory_max.is_unknown() && obs.cgroup_version != "none") {
+        c.cgroup_limit_unknown = true;
+        c.cgroup_reason = "memory cgroup limit unknown (" + obs.cgroup_memory_max.source + ": " + obs.cgroup_memory_max.error + ")";
+    }
+    if (obs.cgroup_memory_current.is_known()) c.cgroup_usage = obs.cgroup_memory_current.value;
+    else if (c.cgroup_limit)
+        c.cgroup_reason = "memory cgroup usage unknown (" + obs.cgroup_memory_current.source + ": " + obs.cgroup_memory_current.error + ")";
     return c;
 }
 
 std::optional<std::uint64_t> Capacities::usable_host_ram() const {
+    // Seed 002: an unknown limit refuses growth; it is never "unlimited".
+    if (cgroup_limit_unknown || (cgroup_limit && !cgroup_usage)) return std::nullopt;
     std::optional<std::uint64_t> cg;
     if (cgroup_limit && cgroup_usage) cg = *cgroup_limit > *cgroup_usage ? *cgroup_limit - *cgroup_usage : 0;
     if (mem_available && cg) return std::min(*mem_available, *cg);
@@ -59,8 +44,11 @@ nlohmann::json Capacities::to_json() const {
     put("device_free", device_free, "not observed (no device query for this transport)");
     put("device_total", device_total, "not observed (no device query for this transport)");
     put("mem_available", mem_available, "/proc/meminfo has no MemAvailable");
-    put("cgroup_limit", cgroup_limit, "no cgroup v2 memory.max limit (\"max\" or absent)");
-    put("cgroup_usage", cgroup_usage, "no cgroup v2 memory.current");
+    const std::string no_limit = cgroup_limit_unknown ? cgroup_reason : "no memory cgroup limit (" + cgroup_version + ")";
+    put("cgroup_limit", cgroup_limit, no_limit.c_str());
+    put("cgroup_usage", cgroup_usage, cgroup_reason.empty() ? "no memory cgroup usage file" : cgroup_reason.c_str());
+    j["cgroup_version"] = cgroup_version;
+    j["cgroup_path"] = cgroup_path;
     put("overcommit_mode", overcommit_mode, "/proc/sys/vm/overcommit_memory unreadable");
     return j;
 }

@@ -227,7 +227,8 @@ Plan plan_residency(const ModelLayout & layout, const EngineConfig & cfg, const 
     const auto usable = caps.usable_host_ram();
     if (!usable) {
         p.staging_slots = std::max<std::uint32_t>(1, cfg.staging_slots);
-        p.notes.push_back("host RAM unknown (MemAvailable and cgroup unreadable): host copies refused, streamed from the checkpoint file");
+        p.notes.push_back("host RAM unknown (" + (caps.cgroup_reason.empty() ? std::string("MemAvailable unreadable") : caps.cgroup_reason) +
+                          "): host copies refused, streamed from the checkpoint file");
         for (auto i : streamed) {
             p.groups[i].residency = Residency::file;
             p.groups[i].reason = "streamed from the file: host RAM unknown, host copies refused";

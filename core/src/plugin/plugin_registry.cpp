@@ -1,9 +1,13 @@
 #include "ddo/plugin/plugin_registry.hpp"
 
 #include <spdlog/spdlog.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cstddef>
+#include <cstdio>
+#include <cstring>
 #include <map>
 
 #include "ddo/error.hpp"
@@ -44,6 +48,48 @@ bool is_shared_object(const fs::directory_entry & entry) {
 
 std::string describe(const PluginRecord & r) { return "'" + r.artifact.name + "' (" + r.artifact.path.string() + ")"; }
 
+std::string octal_mode(mode_t m) {
+    char buf[8];
+    std::snprintf(buf, sizeof buf, "0%03o", static_cast<unsigned>(m & 07777));
+    return buf;
+}
+
+// Why a plugin directory cannot be trusted, or "" (issue 16 item 6; Note [Artifact manifest]): the directory and
+// every directory above it must be changeable only by us or root — no group/world write bit unless sticky (/tmp),
+// owned by us or root — and its manifest must be a regular file (not a symbolic link) with the same rule. Whoever
+// can write any of them can swap the manifest or the files it lists.
+std::string untrusted_directory_reason(const fs::path & dir, const fs::path & manifest, bool has_manifest) {
+    std::error_code ec;
+    fs::path p = fs::absolute(dir, ec).lexically_normal();
+    if (ec) return "cannot resolve the path: " + ec.message();
+    const uid_t me = ::geteuid();
+    for (;;) {
+        struct stat st{};
+        if (::stat(p.c_str(), &st) != 0) return "cannot stat '" + p.string() + "': " + std::strerror(errno);
+        if ((st.st_mode & (S_IWGRP | S_IWOTH)) != 0 && (st.st_mode & S_ISVTX) == 0)
+            return "'" + p.string() + "' is group/world-writable (mode " + octal_mode(st.st_mode) + "); run 'chmod go-w " +
+                   p.string() + "' or move the plugins elsewhere";
+        if (st.st_uid != me && st.st_uid != 0)
+            return "'" + p.string() + "' is owned by uid " + std::to_string(st.st_uid) + ", expected uid " +
+                   std::to_string(me) + " or root";
+        if (!p.has_parent_path() || p.parent_path() == p) break;
+        p = p.parent_path();
+    }
+    if (!has_manifest) return "";
+    struct stat st{};
+    if (::lstat(manifest.c_str(), &st) != 0) return "cannot stat '" + manifest.string() + "': " + std::strerror(errno);
+    if (S_ISLNK(st.st_mode))
+        return "its manifest '" + manifest.string() + "' is a symbolic link; copy the real file into the directory";
+    if (!S_ISREG(st.st_mode)) return "its manifest '" + manifest.string() + "' is not a regular file";
+    if ((st.st_mode & (S_IWGRP | S_IWOTH)) != 0)
+        return "its manifest '" + manifest.string() + "' is group/world-writable (mode " + octal_mode(st.st_mode) +
+               "); run 'chmod go-w " + manifest.string() + "'";
+    if (st.st_uid != me && st.st_uid != 0)
+        return "its manifest '" + manifest.string() + "' is owned by uid " + std::to_string(st.st_uid) + ", expected uid " +
+               std::to_string(me) + " or root";
+    return "";
+}
+
 }  // namespace
 
 struct PluginRegistry::Impl {
@@ -54,6 +100,7 @@ struct PluginRegistry::Impl {
     };
 
     std::vector<fs::path> dirs;
+    std::vector<std::pair<fs::path, std::string>> skipped;  // untrusted directories, with the reason
     std::vector<PluginRecord> records;
     std::vector<Slot> slots;
 
@@ -217,6 +264,13 @@ PluginRegistry PluginRegistry::discover(const std::vector<fs::path> & dirs) {
         const fs::path manifest_file = dir / kArtifactManifestFileName;
         std::vector<fs::path> listed;
         const bool has_manifest = fs::exists(fs::symlink_status(manifest_file, ec));
+        // An untrusted directory is skipped whole, with a warning: its manifest is not read, so it can neither list
+        // plugins nor disable the builtin ones by repeating their names (duplicate-name refusals).
+        if (const std::string why = untrusted_directory_reason(dir, manifest_file, has_manifest); !why.empty()) {
+            spdlog::warn("loader: plugin directory {} skipped: {}", dir.string(), why);
+            impl.skipped.emplace_back(dir, why);
+            continue;
+        }
         if (has_manifest) {
             ArtifactManifest manifest = read_artifact_manifest(manifest_file);
             for (ArtifactEntry & entry : manifest.artifacts) {
@@ -281,6 +335,8 @@ PluginRegistry PluginRegistry::discover(const std::vector<fs::path> & dirs) {
 const std::vector<PluginRecord> & PluginRegistry::records() const { return impl_->records; }
 
 const std::vector<fs::path> & PluginRegistry::dirs() const { return impl_->dirs; }
+
+const std::vector<std::pair<fs::path, std::string>> & PluginRegistry::skipped_dirs() const { return impl_->skipped; }
 
 bool PluginRegistry::verify_all() {
     bool all_ok = true;

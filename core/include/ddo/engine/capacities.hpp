@@ -4,8 +4,11 @@
 
 #include <cstdint>
 #include <optional>
+#include <string>
 
 #include <nlohmann/json_fwd.hpp>
+
+#include "ddo/platform/linux_admission.hpp"
 
 namespace ddo::engine {
 
@@ -13,14 +16,22 @@ struct Capacities {
     std::optional<std::uint64_t> device_free;     // bytes (cudaMemGetInfo), or host stand-in
     std::optional<std::uint64_t> device_total;
     std::optional<std::uint64_t> mem_available;  // /proc/meminfo MemAvailable
-    std::optional<std::uint64_t> cgroup_limit;   // cgroup v2 memory.max (nullopt for "max" or absent)
-    std::optional<std::uint64_t> cgroup_usage;   // cgroup v2 memory.current
+    // The memory cgroup of this process, as LinuxAdmission observes it (v2 memory.max/current, v1
+    // limit_in_bytes/usage_in_bytes, the tightest ancestor): the planner and admission see one cgroup.
+    std::optional<std::uint64_t> cgroup_limit;   // nullopt: no limit ("max", no controller) or unknown (below)
+    std::optional<std::uint64_t> cgroup_usage;
+    bool cgroup_limit_unknown = false;           // a memory controller whose limit could not be read
+    std::string cgroup_version;                  // "v2", "v1", "none", "unknown"
+    std::string cgroup_path;                     // the directory whose limit binds
+    std::string cgroup_reason;                   // why the limit or usage is unknown
     std::optional<int> overcommit_mode;          // /proc/sys/vm/overcommit_memory (0, 1, 2)
 
-    // Host observations (/proc, /sys/fs/cgroup); device fields stay nullopt (filled by the caller,
-    // e.g. from ATen on CUDA, or set to the host RAM figures for the CPU transport).
-    static Capacities observe_host();
-    // Usable host RAM: min(MemAvailable, cgroup limit - usage) when both known; nullopt when neither.
+    // Host observations through LinuxAdmission::observe (roots: tests point them at a fake tree); device fields
+    // stay nullopt (filled by the caller, e.g. from ATen on CUDA, or set to the host RAM figures for the CPU
+    // transport).
+    static Capacities observe_host(const platform::AdmissionRoots & roots = {});
+    // Usable host RAM: min(MemAvailable, cgroup limit - usage). nullopt (unknown: the planner refuses host growth)
+    // when the cgroup has a limit whose value or usage is unknown, or when neither MemAvailable nor a limit is known.
     std::optional<std::uint64_t> usable_host_ram() const;
     nlohmann::json to_json() const;  // nulls with "<field>_reason" for unknown values
 };

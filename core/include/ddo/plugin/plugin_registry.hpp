@@ -10,6 +10,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "ddo/ddo_allocator_plugin.h"
@@ -86,6 +87,9 @@ public:
 
     // The directories discover() was given, in order (missing ones included).
     const std::vector<std::filesystem::path> & dirs() const;
+    // Directories discover() skipped whole because they cannot be trusted (a group/world-writable directory on the
+    // path, a foreign owner, a symlinked or writable manifest), each with the reason; also logged as a warning.
+    const std::vector<std::pair<std::filesystem::path, std::string>> & skipped_dirs() const;
 
     // Hashes every listed artifact without loading any; returns true when all verify.
     bool verify_all();
