@@ -258,7 +258,10 @@ int run_once(const RunArgs & a, const HostOptions & options, const std::vector<s
                             {"sha256", rec.actual_sha256},
                             {"xxh3_128", rec.xxh3_128},
                             {"fingerprint", rec.fingerprint},
-                            {"abi", std::to_string(rec.abi_major) + "." + std::to_string(rec.abi_minor)}});
+                            {"abi", std::to_string(rec.abi_major) + "." + std::to_string(rec.abi_minor)},
+                            {"sealed_copy", rec.sealed},
+                            {"sealed_copy_reason", rec.sealed ? nlohmann::json(nullptr) : nlohmann::json(rec.seal_reason)},
+                            {"sealed_copy_s", rec.seal_s}});
         tracker.add_artifact("model_plugin", rec.name, rec.artifact.path, rec.actual_sha256);
         if (!plugin.model) throw RuntimeError("plugin '" + a.plugin + "' returned no model vtable");
 

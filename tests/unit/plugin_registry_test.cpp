@@ -1,5 +1,6 @@
 // PluginRegistry: lookup, loading, and one test per refusal class, each asserting the exact class
 // and the key parts of the message (file, expected vs found, next step).
+#include <fcntl.h>
 #include <link.h>
 #include <spdlog/sinks/ostream_sink.h>
 #include <spdlog/spdlog.h>
@@ -9,6 +10,7 @@
 #include "ddo/error.hpp"
 #include "ddo/util/file_digest.hpp"
 #include "ddo/plugin/plugin_host_api.hpp"
+#include "ddo/plugin/artifact_verify.hpp"
 #include "ddo/plugin/plugin_registry.hpp"
 #include "plugin_test_support.hpp"
 
@@ -278,6 +280,30 @@ TEST(PluginRegistry, AnUntrustedDirectoryIsSkippedAndCannotShadowTheBuiltinPlugi
     // A sticky world-writable ancestor (/tmp itself) is fine: others cannot rename what is ours in it.
     TempDir ok;
     EXPECT_TRUE(PluginRegistry::discover({ok.path()}).skipped_dirs().empty());
+}
+
+// Issue 16 item 6: the descriptor a plugin is loaded from is a sealed memfd copy of the bytes hashed, so rewriting the
+// verified file in place afterwards (as its owner can) changes nothing that is mapped.
+TEST(PluginRegistry, LoadsASealedCopyOfTheBytesItHashed) {
+    TempDir tmp;
+    const ArtifactEntry e = copy_fixture("fixture_good", tmp.path());
+    write_manifest(tmp.path(), {e});
+    ArtifactVerdict v = verify_artifact(e, /*sealed_copy=*/true);
+    ASSERT_TRUE(v.ok()) << v.reason;
+    ASSERT_TRUE(v.sealed) << v.seal_reason;
+    const int seals = ::fcntl(v.fd.get(), F_GET_SEALS);
+    EXPECT_EQ(seals & (F_SEAL_WRITE | F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL),
+              F_SEAL_WRITE | F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL);
+    EXPECT_LT(::write(v.fd.get(), "x", 1), 0) << "a sealed copy refuses writes";
+    flip_byte(e.path);  // the owner rewrites the file in place after verification
+    EXPECT_EQ(digest_fd(v.fd.get(), e.path).sha256, e.sha256) << "the copy still holds the verified bytes";
+    EXPECT_FALSE(verify_artifact(e).ok()) << "the file itself no longer verifies";
+    // Without sealed_copy (ddo-host verify) the descriptor is the file's.
+    EXPECT_FALSE(verify_artifact(copy_fixture("fixture_good", tmp.path())).sealed);
+    // And a load goes through the sealed copy, recorded on the plugin's record.
+    auto registry = PluginRegistry::discover({fixture_plugin_dir()});
+    ASSERT_NO_THROW(registry.load("fixture_good", "model"));
+    EXPECT_TRUE(record_of(registry, "fixture_good").sealed) << record_of(registry, "fixture_good").seal_reason;
 }
 
 TEST(PluginRegistry, RefusesDuplicateNamesNamingBothFiles) {

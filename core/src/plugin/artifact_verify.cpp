@@ -2,12 +2,14 @@
 
 #include <fcntl.h>
 #include <linux/openat2.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/utsname.h>
 #include <unistd.h>
 
 #include <cerrno>
+#include <chrono>
 #include <cstdio>
 #include <cstring>
 
@@ -57,7 +59,7 @@ std::string host_platform() {
     return std::string("linux-") + u.machine;
 }
 
-ArtifactVerdict verify_artifact(const ArtifactEntry & artifact) {
+ArtifactVerdict verify_artifact(const ArtifactEntry & artifact, bool sealed_copy) {
     ArtifactVerdict verdict;
     const std::string file = artifact.path.string();
     auto refuse = [&verdict](RefusalKind kind, std::string reason) {
@@ -119,12 +121,46 @@ ArtifactVerdict verify_artifact(const ArtifactEntry & artifact) {
                                                     ", expected uid " + std::to_string(::geteuid()) +
                                                     " or root; reinstall it as this user");
 
-    // 4. Hash from the descriptor, SHA-256 and XXH3-128 in one pass.
+    // 4. Hash from the descriptor, SHA-256 and XXH3-128 in one pass — and, to load, copy the same bytes into a
+    //    memfd sealed afterwards, so the bytes hashed are the bytes mapped whatever happens to the file later.
+    UniqueFd copy;
+    bool copy_ok = false;
+    const auto t0 = std::chrono::steady_clock::now();
+    if (sealed_copy) {
+        const std::string name = "ddo-plugin:" + artifact.name;
+        unsigned flags = MFD_CLOEXEC | MFD_ALLOW_SEALING;
+#ifdef MFD_EXEC
+        copy = UniqueFd(::memfd_create(name.c_str(), flags | MFD_EXEC));  // kernels with vm.memfd_noexec
+        if (!copy && errno == EINVAL)
+#endif
+            copy = UniqueFd(::memfd_create(name.c_str(), flags));
+        if (!copy) verdict.seal_reason = std::string("memfd_create failed: ") + std::strerror(errno);
+        copy_ok = static_cast<bool>(copy);
+    }
+    auto sink = [&](const unsigned char * p, std::size_t n) {
+        while (n > 0) {
+            const ssize_t w = ::write(copy.get(), p, n);
+            if (w < 0 && errno == EINTR) continue;
+            if (w <= 0) {
+                verdict.seal_reason = std::string("writing the sealed copy failed: ") + std::strerror(errno);
+                copy_ok = false;
+                return false;
+            }
+            p += w;
+            n -= static_cast<std::size_t>(w);
+        }
+        return true;
+    };
     try {
-        verdict.digest = digest_fd(fd.get(), artifact.path);
+        verdict.digest = copy_ok ? digest_fd(fd.get(), artifact.path, sink) : digest_fd(fd.get(), artifact.path);
     } catch (const Error & e) {
         return refuse(RefusalKind::open_failed, e.what());
     }
+    if (copy_ok && ::fcntl(copy.get(), F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_WRITE | F_SEAL_SEAL) != 0) {
+        verdict.seal_reason = std::string("sealing the copy failed: ") + std::strerror(errno);
+        copy_ok = false;
+    }
+    verdict.seal_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     if (verdict.digest.sha256 != artifact.sha256) {
         std::string size_note;
         if (verdict.digest.size != artifact.size)
@@ -154,7 +190,12 @@ ArtifactVerdict verify_artifact(const ArtifactEntry & artifact) {
                           "' of this ddo-host, manifest '" + artifact.manifest.string() + "' says '" +
                           artifact.fingerprint + "'); rebuild the plugin together with the host (tools/ddo build)");
 
-    verdict.fd = std::move(fd);
+    if (copy_ok) {
+        verdict.fd = std::move(copy);
+        verdict.sealed = true;
+    } else {
+        verdict.fd = std::move(fd);
+    }
     return verdict;
 }
 

@@ -132,10 +132,16 @@ struct PluginRegistry::Impl {
         if (r.status == PluginStatus::refused) return false;
         if (slots[i].negotiated) return true;
 
-        ArtifactVerdict verdict = verify_artifact(r.artifact);
+        ArtifactVerdict verdict = verify_artifact(r.artifact, /*sealed_copy=*/true);
         r.actual_sha256 = verdict.digest.sha256;
         r.xxh3_128 = verdict.digest.xxh3_128;
         if (!verdict.ok()) return refuse(i, verdict.refusal, std::move(verdict.reason));
+        r.sealed = verdict.sealed;
+        r.seal_reason = verdict.seal_reason;
+        r.seal_s = verdict.seal_s;
+        if (!verdict.sealed)
+            spdlog::warn("loader: {} is mapped from its file, not a sealed copy ({}): an in-place rewrite could change it",
+                         r.artifact.path.string(), verdict.seal_reason);
 
         detail::PluginLibrary library = detail::load_plugin_library(std::move(verdict.fd), r.artifact.path);
         if (library.refusal != RefusalKind::none) return refuse(i, library.refusal, std::move(library.reason));

@@ -48,7 +48,11 @@ std::string to_hex(const unsigned char * bytes, std::size_t n) {
 
 }  // namespace
 
-FileDigest digest_fd(int fd, const std::filesystem::path & path_for_messages) {
+FileDigest digest_fd(int fd, const std::filesystem::path & path_for_messages) { return digest_fd(fd, path_for_messages, {}); }
+
+FileDigest digest_fd(int fd, const std::filesystem::path & path_for_messages,
+                     const std::function<bool(const unsigned char *, std::size_t)> & sink) {
+    bool feed = static_cast<bool>(sink);
     EvpMdCtxPtr sha{EVP_MD_CTX_new()};
     Xxh3StatePtr xxh{XXH3_createState()};
     if (!sha || !xxh) fail(path_for_messages, "out of memory creating hash state");
@@ -69,6 +73,7 @@ FileDigest digest_fd(int fd, const std::filesystem::path & path_for_messages) {
             fail(path_for_messages, "EVP_DigestUpdate failed");
         if (XXH3_128bits_update(xxh.get(), buffer.data(), static_cast<std::size_t>(n)) != XXH_OK)
             fail(path_for_messages, "XXH3_128bits_update failed");
+        if (feed) feed = sink(buffer.data(), static_cast<std::size_t>(n));
         offset += n;
     }
     digest.size = static_cast<std::uint64_t>(offset);

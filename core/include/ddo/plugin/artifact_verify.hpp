@@ -17,6 +17,12 @@ struct ArtifactVerdict {
     std::string reason;  // full message when refused: file, expected vs found, next step
     FileDigest digest;   // filled once hashing ran (also for a digest mismatch)
     UniqueFd fd;         // the verified, open descriptor (only when refusal == none)
+    // With sealed_copy: fd is a memfd holding exactly the bytes hashed, sealed against every change
+    // (F_SEAL_WRITE|SHRINK|GROW|SEAL), so rewriting the file in place cannot change what is loaded. When the kernel
+    // gives no sealed memfd, fd is the file's descriptor (the residual gap) and seal_reason says why.
+    bool sealed = false;
+    std::string seal_reason;
+    double seal_s = 0;   // time of the copy (with the hashing it shares a pass with)
 
     bool ok() const noexcept { return refusal == RefusalKind::none; }
 };
@@ -25,7 +31,7 @@ struct ArtifactVerdict {
 // RESOLVE_BENEATH|RESOLVE_NO_SYMLINKS where the kernel has it), requires a regular file owned by
 // us or root without group/world write bits, hashes it from the descriptor and compares size,
 // SHA-256, platform and build fingerprint with the manifest entry. Never throws for a refusal.
-ArtifactVerdict verify_artifact(const ArtifactEntry & artifact);
+ArtifactVerdict verify_artifact(const ArtifactEntry & artifact, bool sealed_copy = false);
 
 // "linux-<machine>", the platform string the build writes into manifests.
 std::string host_platform();

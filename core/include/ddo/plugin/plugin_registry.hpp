@@ -61,6 +61,11 @@ struct PluginRecord {
     PluginStatus status = PluginStatus::listed;
     RefusalKind refusal = RefusalKind::none;
     std::string refusal_reason;      // full message: file, expected vs found, next step
+    // Once loaded: mapped from a sealed memfd copy of the bytes hashed (else from the file's descriptor, with the
+    // reason), and what the copy cost.
+    bool sealed = false;
+    std::string seal_reason;
+    double seal_s = 0;
     // Filled after negotiation:
     std::string name, version, kind, fingerprint;
     std::vector<std::string> aliases;

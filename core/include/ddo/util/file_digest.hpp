@@ -4,6 +4,7 @@
 
 #include <cstdint>
 #include <filesystem>
+#include <functional>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -19,6 +20,10 @@ struct FileDigest {
 // Reads the whole file behind fd from offset 0 with pread (the descriptor's offset is untouched).
 // Throws ddo::RuntimeError naming path_for_messages when a read fails.
 FileDigest digest_fd(int fd /* borrowed */, const std::filesystem::path & path_for_messages);
+// The same, handing every chunk read to `sink` too (the bytes hashed, in order): the plugin loader copies them into a
+// sealed memfd in the same pass. A sink returning false is not called again; the digest still completes.
+FileDigest digest_fd(int fd /* borrowed */, const std::filesystem::path & path_for_messages,
+                     const std::function<bool(const unsigned char * data, std::size_t size)> & sink);
 
 // SHA-256 of bytes in memory (an output before it is written: the report hashes what was written, not what a
 // later reader finds on disk).
