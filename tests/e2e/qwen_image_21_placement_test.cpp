@@ -22,8 +22,9 @@ const fs::path kFixtures = QI21_FIXTURE_DIR;
 
 using ddo::test::HostRun;
 
-HostRun run_host(const std::string & tag, const std::string & extra, const fs::path & model = kFixtures / "checkpoint") {
-    return ddo::test::run_ddo_host("placement_" + tag, "--plugin qwen_image --preset low_ram_safe.toml --model '" +
+HostRun run_host(const std::string & tag, const std::string & extra, const fs::path & model = kFixtures / "checkpoint",
+                 const std::string & preset = "low_ram_safe.toml") {
+    return ddo::test::run_ddo_host("placement_" + tag, "--plugin qwen_image --preset " + preset + " --model '" +
                                                            model.string() + "' --prompt-embeds '" +
                                                            (kFixtures / "prompt_embeds.safetensors").string() +
                                                            "' --steps 2 --width 64 --height 64 " + extra);
@@ -74,12 +75,10 @@ TEST_F(Qi21Placement, HostBackendRunsOnTheCpuWithHostStagingRecorded) {
 
 // Every denoise step says what each component's engine did in it (docs/metrics.md, steps[].extra): the bytes it
 // streamed and the compute time stalled on uploads. diffusers_offload_compat streams one block per group through
-// two slots; the tiny transformer has two blocks plus the globals, so the steady steps stream again.
+// two slots.
 TEST_F(Qi21Placement, StepsRecordTheBytesStreamedAndTheStallOfEachComponent) {
-    HostRun r = ddo::test::run_ddo_host("placement_steps", "--plugin qwen_image --preset diffusers_offload_compat.toml --model '" +
-                                                               (kFixtures / "checkpoint").string() + "' --prompt-embeds '" +
-                                                               (kFixtures / "prompt_embeds.safetensors").string() +
-                                                               "' --steps 3 --width 64 --height 64 --set capacities.allocator_backend=host");
+    HostRun r = run_host("steps", "--set capacities.allocator_backend=host", kFixtures / "checkpoint",
+                         "diffusers_offload_compat.toml");
     ASSERT_EQ(r.exit_code, 0) << r.log;
     std::uint64_t streamed = 0;
     int denoise_steps = 0;
@@ -92,7 +91,7 @@ TEST_F(Qi21Placement, StepsRecordTheBytesStreamedAndTheStallOfEachComponent) {
         EXPECT_GE(t.at("stall_s").get<double>(), 0.0);
         streamed += t.at("bytes_streamed").get<std::uint64_t>();
     }
-    EXPECT_EQ(denoise_steps, 3);
+    EXPECT_EQ(denoise_steps, 2);
     const auto & c = r.report.at("counters").at("transformer").at("engine").at("counters");
     const auto & moved = c.at("bytes_moved");
     EXPECT_EQ(streamed, moved.at("resident").get<std::uint64_t>() + moved.at("pinned").get<std::uint64_t>() +
@@ -105,10 +104,8 @@ TEST_F(Qi21Placement, StepsRecordTheBytesStreamedAndTheStallOfEachComponent) {
 // capacities.resident_budget_gb = 0 is auto (one_shot_fast sets it so): the planner balances the residents against
 // the device capacity, it does not read "0 bytes" and stream every block (which it did).
 TEST_F(Qi21Placement, AutoResidentBudgetKeepsWhatTheDeviceHolds) {
-    HostRun r = ddo::test::run_ddo_host("placement_auto_resident", "--plugin qwen_image --preset one_shot_fast.toml --model '" +
-                                                                       (kFixtures / "checkpoint").string() + "' --prompt-embeds '" +
-                                                                       (kFixtures / "prompt_embeds.safetensors").string() +
-                                                                       "' --steps 2 --width 64 --height 64 --set capacities.allocator_backend=host");
+    HostRun r = run_host("auto_resident", "--set capacities.allocator_backend=host", kFixtures / "checkpoint",
+                         "one_shot_fast.toml");
     ASSERT_EQ(r.exit_code, 0) << r.log;
     const auto & plan = r.report.at("counters").at("transformer").at("engine").at("plan");
     EXPECT_EQ(r.report.at("settings").at("effective_components").at("transformer").at("resident_budget_gb"), 0.0);
