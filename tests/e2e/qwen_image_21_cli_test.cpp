@@ -344,6 +344,35 @@ TEST(Qi21Cli, ASecondRunOnTheSamePathsIsRefusedWhileTheFirstRuns) {
         EXPECT_EQ(f.path().filename().string().find("ddo-lock"), std::string::npos) << f.path() << " left behind";
 }
 
+// Issue 16: four runs started together on one output folder (no --overwrite): one writes the image, the other three
+// exit 2 (the paths are held by the running one, or exist once it finished), and the completed report hashes the
+// bytes on disk. Nothing but the image, the report and the losers' logs is left in the folder.
+TEST(Qi21Cli, FourConcurrentRunsOnOneFolderLeaveOneImageAndATrueReport) {
+    TempDir t;
+    const std::string args = base() + "--width 128 --height 128 --output '" + t.path.string() + "'";
+    std::vector<pid_t> pids;
+    for (int i = 0; i < 4; ++i) pids.push_back(spawn_host(args, t.path.parent_path() / (t.path.filename().string() + "_" + std::to_string(i) + ".log")));
+    int ok = 0, refused = 0;
+    for (pid_t pid : pids) {
+        int st = 0;
+        ::waitpid(pid, &st, 0);
+        const int rc = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+        if (rc == 0) ++ok;
+        else if (rc == 2) ++refused;
+        else ADD_FAILURE() << "a run exited " << rc;
+    }
+    EXPECT_EQ(ok, 1);
+    EXPECT_EQ(refused, 3);
+    const json rep = json::parse(std::ifstream(t.path / "ddo_report.json"));
+    EXPECT_EQ(rep.at("status"), "completed") << "a refused run must not replace the winner's report";
+    EXPECT_EQ(rep.at("outputs").at(0).at("sha256"), ddo::file_sha256(t.path / "image.png").value_or("?"));
+    for (const auto & f : fs::directory_iterator(t.path)) {
+        const std::string name = f.path().filename().string();
+        EXPECT_TRUE(name == "image.png" || name == "ddo_report.json") << name << " left in the output folder";
+    }
+    for (int i = 0; i < 4; ++i) fs::remove(t.path.parent_path() / (t.path.filename().string() + "_" + std::to_string(i) + ".log"));
+}
+
 namespace {
 
 // A safetensors file from a header text and `data` bytes of payload (little-endian u64 header length).
