@@ -95,7 +95,7 @@ def control_child(spec):
     torch.set_num_threads(spec["threads"])
     device, dtype = spec["device"], spec["dtype"]
     variant = spec["variant"]
-    rec = {"variant": variant, "status": "completed", "notes": []}
+    rec = {"variant": variant, "kind": "control", "status": "completed", "notes": []}
     cuda = device == "cuda"
     if cuda and spec["budget_gb"]:
         total = torch.cuda.get_device_properties(0).total_memory
@@ -265,7 +265,8 @@ def run_ddo(build, preset, a, ckpt, work):
            # runs inside step 0 (host copies, resident uploads): step 0 carries that part, as diffusers' does not.
            "transformer_prepare_s": phases.get("load"), "steps_s": [s["host_wall_s"] for s in steps],
            "denoise_s": phases.get("denoise"), "decode_s": phases.get("decode"),
-           "total_s": rep["timing"]["tracked_total_host_s"], "clock": "host wall",
+           "total_s": rep["timing"]["tracked_total_host_s"],
+           "clock": "host wall" + (" (each step ends in a device sync)" if a.device == "cuda" else ""), "kind": "ddo",
            "peak_rss_bytes": mem["rss"]["kernel_hwm_bytes"],
            "streamed_bytes_per_step": _steady_streamed(steps, streamed, a.steps), "transformer_bytes": None,
            "stall_s_per_step": [((s.get("extra") or {}).get("engine") or {}).get("transformer", {}).get("stall_s")
@@ -345,11 +346,20 @@ def summarize(name, recs, measured_rounds, control_pixels):
         row[k] = summary([r.get(k) for r in use])
     row["step0_s"] = summary([r["steps_s"][0] for r in use])
     row["steady_step_s"] = summary([statistics.median(r["steps_s"][1:]) for r in use if len(r["steps_s"]) > 1])
-    if any("steps_cuda_event_s" in r for r in use):
+    row["clock"] = use[0]["clock"]
+    if any(r.get("steps_cuda_event_s") for r in use):
         row["steady_step_cuda_event_s"] = summary(
             [statistics.median([x for x in r["steps_cuda_event_s"][1:] if x is not None] or [None])
              for r in use if r.get("steps_cuda_event_s")])
-    row["clock"] = use[0]["clock"]
+        if use[0].get("kind") == "control":
+            # The controls' callbacks return before the GPU has finished a step (nothing synchronizes), so their
+            # host intervals are enqueue times; the CUDA events recorded in the same callbacks are the device's.
+            # ddo's steps end in a device sync (its finite check), so its host wall is completed work.
+            row["steady_step_host_wall_s"] = row["steady_step_s"]
+            row["step0_host_wall_s"] = row["step0_s"]
+            row["steady_step_s"] = row["steady_step_cuda_event_s"]
+            row["step0_s"] = summary([r["steps_cuda_event_s"][0] for r in use if r.get("steps_cuda_event_s")])
+            row["clock"] = "CUDA events (callback to callback)"
     for k in ("device_reason", "streamed_reason", "notes", "route", "ddo_py_route"):
         if use[0].get(k) is not None:
             row[k] = use[0][k]
@@ -380,8 +390,10 @@ def markdown(result):
              "Columns: *setup* — process start of the pipeline to ready (imports excluded; ddo: its setup + load "
              "phases); *prepare* — transformer load and offload apply (ddo: its load phase; its engine's phase "
              "begin — host copies, resident uploads — falls in step 0); *step 0*, *steady step* (median of steps "
-             "1.. per run, then median over runs, min–max) and *denoise*, *decode* (host wall clock; CUDA-event "
-             "step times are a separate JSON field); *total* — tracked total; *peak RSS* — the kernel's high-water "
+             "1.. per run, then median over runs, min–max) in the row's *step clock*: host wall, except the Python "
+             "controls on CUDA, whose callbacks return before the GPU finishes (nothing synchronizes), so their steps "
+             "are CUDA events recorded in the same callbacks (host wall in the JSON); ddo's steps end in a device sync; "
+             "*denoise*, *decode* (host wall); *total* — tracked total; *peak RSS* — the kernel's high-water "
              "mark (ru_maxrss / VmHWM), GiB; *peak device* — absolute device memory in use (all processes) and its "
              "delta over the run's baseline, GiB (CUDA only); *streamed* — bytes copied host→device per step, GB; "
              "*bound* — steady step / max(compute-only step, streamed / link bandwidth); *px diff* — max 8-bit "
@@ -389,13 +401,13 @@ def markdown(result):
              "n/a = unavailable (reason in the JSON), never zero.", "",
              f"Link: {json.dumps(link)}. Compute-only step: {_f(result['bound']['compute_step_s'])} s "
              f"({result['bound']['compute_from']}).", "",
-             "| run | status | setup s | prepare s | step 0 s | steady step s (min–max) | ratio | denoise s | "
+             "| run | status | setup s | prepare s | step 0 s | steady step s (min–max) | ratio | step clock | denoise s | "
              "decode s | total s | peak RSS | peak device abs / delta | streamed GB/step | bound | px diff | sha256 |",
-             "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     ctrl = next((r for r in result["rows"] if r["variant"] == result["control"] and r["status"] == "completed"), None)
     for r in result["rows"]:
         if r["status"] != "completed":
-            lines.append(f"| {r['variant']} | {r['status']}: {r.get('reason', '')} |" + " |" * 14)
+            lines.append(f"| {r['variant']} | {r['status']}: {r.get('reason', '')} |" + " |" * 15)
             continue
         med = lambda k: (r.get(k) or {}).get("median")  # noqa: E731
         s = r["steady_step_s"] or {}
@@ -408,7 +420,7 @@ def markdown(result):
         lines.append(
             f"| {r['variant']}{valid} | {r['status']} | {_f(med('setup_s'), '{:.2f}')} | "
             f"{_f(med('transformer_prepare_s'), '{:.2f}')} | {_f(med('step0_s'))} | "
-            f"{_f(s.get('median'))} ({_f(s.get('min'))}–{_f(s.get('max'))}) | {_f(ratio, '{:.2f}')} | "
+            f"{_f(s.get('median'))} ({_f(s.get('min'))}–{_f(s.get('max'))}) | {_f(ratio, '{:.2f}')} | {r['clock']} | "
             f"{_f(med('denoise_s'), '{:.2f}')} | {_f(med('decode_s'), '{:.2f}')} | {_f(med('total_s'), '{:.2f}')} | "
             f"{_f(med('peak_rss_bytes') and med('peak_rss_bytes') / 2**30, '{:.2f}')} | {dev} | "
             f"{_f(streamed and streamed / 1e9, '{:.2f}')} | {_f(r.get('bound_ratio'), '{:.2f}')} | "
@@ -421,7 +433,7 @@ def check(result, md):
     """CI smoke: every column present, every completed run's output within the tolerance of the control."""
     problems = []
     header = [line for line in md.splitlines() if line.startswith("| run |")]
-    want = ["setup", "prepare", "step 0", "steady step", "denoise", "decode", "total", "peak RSS", "peak device",
+    want = ["setup", "prepare", "step 0", "steady step", "step clock", "denoise", "decode", "total", "peak RSS", "peak device",
             "streamed", "bound", "px diff", "sha256"]
     if not header:
         problems.append("the Markdown table has no header")
