@@ -283,13 +283,12 @@ std::string ComponentWeights::route() const { return to_string(impl_->engine->pl
 
 std::uint64_t ComponentWeights::bytes_streamed() const {
     const auto k = impl_->engine->counters();
-    return k.bytes_resident + k.bytes_from_pinned + k.bytes_from_pageable + k.bytes_from_file;
+    return k.bytes_moved_total();
 }
 
-std::optional<double> ComponentWeights::stall_s(std::string * reason) const {
+ComponentWeights::Progress ComponentWeights::progress() const {
     const auto k = impl_->engine->counters();
-    if (!k.stall_s && reason) *reason = k.stall_reason;
-    return k.stall_s;
+    return {k.bytes_moved_total(), k.stall_s, k.stall_s ? std::string() : k.stall_reason};
 }
 
 std::uint64_t ComponentWeights::finish() {

@@ -203,14 +203,12 @@ void ModelRun::step(int step, int total) {
     // What each component's engine did in this step: bytes streamed and compute stalled waiting for uploads.
     nlohmann::json engine = nlohmann::json::object();
     for (const auto * w : open_) {
-        std::string reason;
-        const std::uint64_t bytes = w->bytes_streamed();
-        const std::optional<double> stall = w->stall_s(&reason);
-        auto [it, fresh] = phase_->engine_at_last_step.try_emplace(w->component(), 0, 0.0);
-        nlohmann::json e = {{"bytes_streamed", bytes - it->second.first}};
-        if (stall) e["stall_s"] = *stall - it->second.second;
-        else { e["stall_s"] = nullptr; e["stall_s_reason"] = reason; }
-        it->second = {bytes, stall.value_or(0.0)};
+        const ComponentWeights::Progress now_at = w->progress();
+        auto & last = phase_->engine_at_last_step[w->component()];  // {0, 0} at the component's first step
+        nlohmann::json e = {{"bytes_streamed", now_at.bytes_streamed - last.first}};
+        if (now_at.stall_s) e["stall_s"] = *now_at.stall_s - last.second;
+        else { e["stall_s"] = nullptr; e["stall_s_reason"] = now_at.stall_reason; }
+        last = {now_at.bytes_streamed, now_at.stall_s.value_or(0.0)};
         engine[w->component()] = std::move(e);
     }
     if (ctx_.tracker) ctx_.tracker->step(phase_name_, step - 1, dt, std::nullopt, {{"engine", std::move(engine)}});

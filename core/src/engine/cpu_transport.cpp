@@ -111,30 +111,11 @@ public:
         return b;
     }
 
-    // The CPU transport's "link" is a host memory copy (stream_copy, as the worker does) from touched memory: the
-    // "pinned" buffer of allocate_host and an ordinary pageable one, which on this transport differ only in origin.
-    LinkMeasurement measure_link(void * device_dst, std::uint64_t bytes) override {
-        LinkMeasurement m;
-        m.bytes = bytes;
-        m.clock = "host wall";
-        if (bytes == 0) { m.reason = "no destination bytes to copy into"; return m; }
-        try {
-            auto time_copy = [&](const void * src) {
-                const auto t0 = Clock::now();
-                stream_copy(device_dst, src, static_cast<std::size_t>(bytes));
-                return std::chrono::duration<double>(Clock::now() - t0).count();
-            };
-            HostBuffer pinned = allocate_host(bytes, true);
-            const double tp = time_copy(pinned.data());
-            m.pinned_gb_per_s = static_cast<double>(bytes) / tp / 1e9;
-            HostBuffer pageable = HostBuffer::pageable(bytes, 4096);
-            std::memset(pageable.data(), 1, static_cast<std::size_t>(bytes));
-            const double tq = time_copy(pageable.data());
-            m.pageable_gb_per_s = static_cast<double>(bytes) / tq / 1e9;
-        } catch (const std::exception & e) {
-            m.reason = std::string("link measurement failed: ") + e.what();
-        }
-        return m;
+    // The CPU transport's "link" is a host memory copy, with stream_copy as the worker does it.
+    double time_link_copy(void * dst, const void * src, std::uint64_t bytes) override {
+        const auto t0 = Clock::now();
+        stream_copy(dst, src, static_cast<std::size_t>(bytes));
+        return std::chrono::duration<double>(Clock::now() - t0).count();
     }
 
     Capacities observe_device() const override {

@@ -4,18 +4,8 @@
 
 namespace ddo::engine {
 
-nlohmann::json LinkMeasurement::to_json() const {
-    nlohmann::json j;
-    j["bytes"] = bytes;
-    j["pinned_gb_per_s"] = pinned_gb_per_s ? nlohmann::json(*pinned_gb_per_s) : nlohmann::json(nullptr);
-    j["pageable_gb_per_s"] = pageable_gb_per_s ? nlohmann::json(*pageable_gb_per_s) : nlohmann::json(nullptr);
-    j["clock"] = clock;
-    j["reason"] = reason.empty() ? nlohmann::json(nullptr) : nlohmann::json(reason);
-    return j;
-}
-
 std::optional<double> EngineCounters::upload_gb_per_s(std::string * clock, std::string * reason) const {
-    const std::uint64_t bytes = bytes_resident + bytes_from_pinned + bytes_from_pageable + bytes_from_file;
+    const std::uint64_t bytes = bytes_moved_total();
     if (bytes == 0) {
         *reason = mapped_bytes > 0 ? "nothing was uploaded: the residents are read in place from the file mapping"
                                    : "nothing was uploaded";

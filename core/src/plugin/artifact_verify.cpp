@@ -25,12 +25,6 @@ namespace {
 constexpr const char * kRebuildStep =
     "rebuild it (tools/ddo build), or for a drop-in plugin re-review the file and update its artifacts.toml entry";
 
-std::string mode_string(mode_t mode) {
-    char buf[8];
-    std::snprintf(buf, sizeof buf, "%04o", static_cast<unsigned>(mode & 07777));
-    return buf;
-}
-
 std::string file_type(mode_t mode) {
     if (S_ISDIR(mode)) return "a directory";
     if (S_ISLNK(mode)) return "a symbolic link";
@@ -52,6 +46,12 @@ int open_beneath(int dir_fd, const fs::path & rel) {
 }
 
 }  // namespace
+
+std::string mode_string(unsigned mode) {
+    char buf[8];
+    std::snprintf(buf, sizeof buf, "%04o", mode & 07777u);
+    return buf;
+}
 
 std::string host_platform() {
     utsname u{};

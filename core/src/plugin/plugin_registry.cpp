@@ -6,7 +6,6 @@
 
 #include <algorithm>
 #include <cstddef>
-#include <cstdio>
 #include <cstring>
 #include <map>
 
@@ -48,12 +47,6 @@ bool is_shared_object(const fs::directory_entry & entry) {
 
 std::string describe(const PluginRecord & r) { return "'" + r.artifact.name + "' (" + r.artifact.path.string() + ")"; }
 
-std::string octal_mode(mode_t m) {
-    char buf[8];
-    std::snprintf(buf, sizeof buf, "0%03o", static_cast<unsigned>(m & 07777));
-    return buf;
-}
-
 // Why a plugin directory cannot be trusted, or "" (issue 16 item 6; Note [Artifact manifest]): the directory and
 // every directory above it must be changeable only by us or root — no group/world write bit unless sticky (/tmp),
 // owned by us or root — and its manifest must be a regular file (not a symbolic link) with the same rule. Whoever
@@ -67,7 +60,7 @@ std::string untrusted_directory_reason(const fs::path & dir, const fs::path & ma
         struct stat st{};
         if (::stat(p.c_str(), &st) != 0) return "cannot stat '" + p.string() + "': " + std::strerror(errno);
         if ((st.st_mode & (S_IWGRP | S_IWOTH)) != 0 && (st.st_mode & S_ISVTX) == 0)
-            return "'" + p.string() + "' is group/world-writable (mode " + octal_mode(st.st_mode) + "); run 'chmod go-w " +
+            return "'" + p.string() + "' is group/world-writable (mode " + mode_string(st.st_mode) + "); run 'chmod go-w " +
                    p.string() + "' or move the plugins elsewhere";
         if (st.st_uid != me && st.st_uid != 0)
             return "'" + p.string() + "' is owned by uid " + std::to_string(st.st_uid) + ", expected uid " +
@@ -82,7 +75,7 @@ std::string untrusted_directory_reason(const fs::path & dir, const fs::path & ma
         return "its manifest '" + manifest.string() + "' is a symbolic link; copy the real file into the directory";
     if (!S_ISREG(st.st_mode)) return "its manifest '" + manifest.string() + "' is not a regular file";
     if ((st.st_mode & (S_IWGRP | S_IWOTH)) != 0)
-        return "its manifest '" + manifest.string() + "' is group/world-writable (mode " + octal_mode(st.st_mode) +
+        return "its manifest '" + manifest.string() + "' is group/world-writable (mode " + mode_string(st.st_mode) +
                "); run 'chmod go-w " + manifest.string() + "'";
     if (st.st_uid != me && st.st_uid != 0)
         return "its manifest '" + manifest.string() + "' is owned by uid " + std::to_string(st.st_uid) + ", expected uid " +

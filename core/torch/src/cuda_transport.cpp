@@ -232,33 +232,17 @@ public:
         return pinned_host(bytes, device_);
     }
 
-    // One copy of each kind on the copy stream, timed by CUDA events; called by the engine while nothing is queued.
-    engine::LinkMeasurement measure_link(void * device_dst, std::uint64_t bytes) override {
-        engine::LinkMeasurement m;
-        m.bytes = bytes;
-        m.clock = "CUDA events";
-        if (bytes == 0) { m.reason = "no destination bytes to copy into"; return m; }
-        try {
-            c10::cuda::CUDAGuard g(static_cast<c10::DeviceIndex>(device_));
-            auto time_copy = [&](const void * src) {
-                Event a(cudaEventDefault), b(cudaEventDefault);
-                a.record(copy_);
-                copy_async(device_dst, src, bytes);
-                b.record(copy_);
-                b.synchronize();
-                return static_cast<double>(a.elapsed_time(b)) / 1000.0;
-            };
-            HostBuffer pinned = pinned_host(bytes, device_);
-            std::memset(pinned.data(), 1, static_cast<std::size_t>(bytes));
-            m.pinned_gb_per_s = static_cast<double>(bytes) / time_copy(pinned.data()) / 1e9;
-            HostBuffer pageable = HostBuffer::pageable(bytes, 4096);
-            std::memset(pageable.data(), 1, static_cast<std::size_t>(bytes));
-            m.pageable_gb_per_s = static_cast<double>(bytes) / time_copy(pageable.data()) / 1e9;
-        } catch (const std::exception & e) {
-            m.reason = std::string("link measurement failed: ") + e.what();
-        }
-        return m;
+    // One copy on the copy stream, timed by CUDA events; the engine calls it while nothing is queued.
+    double time_link_copy(void * dst, const void * src, std::uint64_t bytes) override {
+        c10::cuda::CUDAGuard g(static_cast<c10::DeviceIndex>(device_));
+        Event a(cudaEventDefault), b(cudaEventDefault);
+        a.record(copy_);
+        copy_async(dst, src, bytes);
+        b.record(copy_);
+        b.synchronize();
+        return static_cast<double>(a.elapsed_time(b)) / 1000.0;
     }
+    std::string link_clock() const override { return "CUDA events"; }
 
     engine::Capacities observe_device() const override {
         engine::Capacities c = engine::Capacities::observe_host();

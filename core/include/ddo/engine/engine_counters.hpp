@@ -50,6 +50,8 @@ struct EngineCounters {
     std::optional<LinkMeasurement> link;       // measured when the engine prepared slots (it streams)
     std::string link_reason;                   // why there is none
 
+    // Bytes copied into resident buffers and slots, every source (bytes_moved in the report, summed).
+    std::uint64_t bytes_moved_total() const { return bytes_resident + bytes_from_pinned + bytes_from_pageable + bytes_from_file; }
     // Achieved upload rate: bytes moved (resident + streamed) over the completed-event time when the transport has
     // it, else over the copy worker's wall time; nullopt with the reason when nothing was uploaded.
     std::optional<double> upload_gb_per_s(std::string * clock, std::string * reason) const;

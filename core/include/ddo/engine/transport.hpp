@@ -82,14 +82,13 @@ public:
     // Observed device capacities (device_free/total); nullopt fields when unknown.
     virtual Capacities observe_device() const = 0;
     // Times one copy of `bytes` into `device_dst` (device memory the caller owns and nothing reads yet) from pinned
-    // and from pageable host memory; call it while no job is in flight. Never throws: failures become the reason.
-    virtual LinkMeasurement measure_link(void * device_dst, std::uint64_t bytes) {
-        (void)device_dst;
-        LinkMeasurement m;
-        m.bytes = bytes;
-        m.reason = "the " + name() + " transport does not measure its link";
-        return m;
-    }
+    // memory (allocate_host(bytes, true)) and from pageable memory, each with time_link_copy; call it while no job is
+    // in flight. Never throws: failures become the reason.
+    LinkMeasurement measure_link(void * device_dst, std::uint64_t bytes);
+    // Seconds one copy of `bytes` from host `src` into device `dst` takes, on link_clock(). Throws RuntimeError where
+    // the transport cannot time it (the default).
+    virtual double time_link_copy(void * dst, const void * src, std::uint64_t bytes);
+    virtual std::string link_clock() const { return "host wall"; }
 };
 
 }  // namespace ddo::engine

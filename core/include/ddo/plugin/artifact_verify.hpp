@@ -36,4 +36,7 @@ ArtifactVerdict verify_artifact(const ArtifactEntry & artifact, bool sealed_copy
 // "linux-<machine>", the platform string the build writes into manifests.
 std::string host_platform();
 
+// A file mode's permission bits as refusals print them ("0775").
+std::string mode_string(unsigned mode);
+
 }  // namespace ddo

@@ -72,9 +72,15 @@ public:
 
     std::string route() const;              // the route the engine executes
     std::uint64_t bytes_streamed() const;   // bytes moved to the compute device or read from disk so far
-    // Compute time spent waiting for uploads so far (host-observed); nullopt with *reason where the transport
-    // never blocks the host (CUDA: the compute stream waits on events).
-    std::optional<double> stall_s(std::string * reason) const;
+    // bytes_streamed() and the compute time spent waiting for uploads so far, from one read of the engine's
+    // counters (ModelRun records both per step). stall_s is nullopt, with the reason, where the transport never
+    // blocks the host (CUDA: the compute stream waits on events).
+    struct Progress {
+        std::uint64_t bytes_streamed = 0;
+        std::optional<double> stall_s;
+        std::string stall_reason;
+    };
+    Progress progress() const;
     // Ends the engine phase; returns the outstanding owners (must be 0). Idempotent.
     std::uint64_t finish();
     // {"route", "bytes_streamed", "execution_groups", "placement", "engine": Engine::to_json()}
