@@ -1,58 +1,11 @@
-// Reading a qwen_image_21 checkpoint component (diffusers layout) or a single safetensors file (prompt embeddings,
-// latents, fixtures) through the core's validated reader (ddo/store/weight_store.hpp: header length, JSON, dtypes,
-// shapes, offsets inside the data section, no overlaps, no unknown fields, string metadata). Tensors are read on
-// demand (pread). Every error names the file and the tensor.
+// The model kit's checkpoint reader (ddo/model/tensor_file.hpp), under the names this plugin's code uses.
 #pragma once
 
-#include <cstdint>
-#include <filesystem>
-#include <map>
-#include <memory>
-#include <string>
-#include <vector>
-
-#include <ATen/ATen.h>
-
-#include "ddo/store/weight_store.hpp"
+#include "ddo/model/tensor_file.hpp"
 
 namespace ddo::qwen_image_21 {
 
-// "[1, 64, 16]": a shape in messages.
-std::string shape_str(at::IntArrayRef shape);
-
-class TensorFile {
-public:
-    // A component directory: <dir>/diffusion_pytorch_model.safetensors or its sharded index.
-    static TensorFile open_component(const std::filesystem::path & dir);
-    // One safetensors file (fixtures, prompt embeddings).
-    static TensorFile open_file(const std::filesystem::path & path);
-
-    bool contains(const std::string & name) const;
-    std::vector<std::string> names() const;
-    const std::map<std::string, std::string> & metadata() const { return metadata_; }
-    // The file holding `name` (for messages); throws when absent.
-    const std::filesystem::path & file_of(const std::string & name) const;
-    std::vector<int64_t> shape_of(const std::string & name) const;
-    at::ScalarType dtype_of(const std::string & name) const;
-    uint64_t nbytes_of(const std::string & name) const;
-    // Reads the tensor as stored (CPU, fresh memory). Throws RuntimeError naming tensor and file.
-    at::Tensor read(const std::string & name) const;
-    // Checks a weight from the header alone: present, the expected shape, a floating dtype. Throws RuntimeError
-    // naming tensor and file.
-    void check(const std::string & name, at::IntArrayRef shape) const;
-    // Reads a weight and checks it: present, the expected shape, a floating dtype; returns it cast to `dtype`.
-    at::Tensor weight(const std::string & name, at::IntArrayRef shape, at::ScalarType dtype) const;
-    // The safetensors file(s) read, comma-separated (for messages).
-    std::string describe_files() const;
-    // Description for messages: the directory or file.
-    const std::filesystem::path & origin() const { return origin_; }
-
-private:
-    const store::TensorInfo & entry(const std::string & name) const;
-
-    std::filesystem::path origin_;
-    std::shared_ptr<const store::WeightStore> store_;  // shared: TensorFile is copyable
-    std::map<std::string, std::string> metadata_;
-};
+using model::shape_str;
+using model::TensorFile;
 
 }  // namespace ddo::qwen_image_21

@@ -1,4 +1,4 @@
-#include "checkpoint.hpp"
+#include "ddo/model/tensor_file.hpp"
 
 #include <algorithm>
 
@@ -6,7 +6,7 @@
 #include "ddo/store/dtype.hpp"
 #include "ddo/torch/tensor_views.hpp"
 
-namespace ddo::qwen_image_21 {
+namespace ddo::model {
 
 std::string shape_str(at::IntArrayRef s) {
     std::string r = "[";
@@ -75,7 +75,7 @@ void TensorFile::check(const std::string & name, at::IntArrayRef shape) const {
     const auto & file = file_of(name);
     if (!at::isFloatingType(torch::to_scalar_type(e.dtype)))
         throw RuntimeError(file.string() + ": tensor '" + name + "' has dtype " + std::string(store::dtype_name(e.dtype)) +
-                           ", expected a floating type (F32, BF16 or F16); the checkpoint is not a Qwen-Image 2.1 one");
+                           ", expected a floating type (F32, BF16 or F16); the checkpoint is not one this model reads");
     if (at::IntArrayRef(e.shape) != shape)
         throw RuntimeError(file.string() + ": tensor '" + name + "' has shape " + shape_str(e.shape) + ", expected " +
                            shape_str(shape) + " from the component's config.json; the config contradicts the weights");
@@ -87,4 +87,4 @@ at::Tensor TensorFile::weight(const std::string & name, at::IntArrayRef shape, a
     return t.scalar_type() == dtype ? t : t.to(dtype);
 }
 
-}  // namespace ddo::qwen_image_21
+}  // namespace ddo::model
