@@ -76,30 +76,4 @@ VaeConfig VaeConfig::from_json(const nlohmann::json & j, const std::filesystem::
     return c;
 }
 
-SchedulerConfig SchedulerConfig::from_json(const nlohmann::json & j, const std::filesystem::path & file) {
-    SchedulerConfig c;
-    read(j, "num_train_timesteps", c.num_train_timesteps, file);
-    read(j, "shift", c.shift, file);
-    read(j, "use_dynamic_shifting", c.use_dynamic_shifting, file);
-    read(j, "base_shift", c.base_shift, file);
-    read(j, "max_shift", c.max_shift, file);
-    read(j, "base_image_seq_len", c.base_image_seq_len, file);
-    read(j, "max_image_seq_len", c.max_image_seq_len, file);
-    if (auto it = j.find("shift_terminal"); it != j.end() && !it->is_null()) {
-        double v = 0;
-        read(j, "shift_terminal", v, file);
-        if (v != 0.0) c.shift_terminal = v;  // diffusers tests `if self.config.shift_terminal:`
-    }
-    read(j, "time_shift_type", c.time_shift_type, file);
-    read(j, "invert_sigmas", c.invert_sigmas, file);
-    for (const char * k : {"use_karras_sigmas", "use_exponential_sigmas", "use_beta_sigmas", "stochastic_sampling"}) {
-        bool v = false;
-        read(j, k, v, file);
-        require(!v, file, std::string(k) + " is not supported by this plugin (must be false)");
-    }
-    require(c.time_shift_type == "exponential" || c.time_shift_type == "linear", file,
-            "time_shift_type must be 'exponential' or 'linear'");
-    return c;
-}
-
 }  // namespace ddo::qwen_image_21

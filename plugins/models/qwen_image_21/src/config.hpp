@@ -50,20 +50,5 @@ struct VaeConfig {
     static VaeConfig from_json(const nlohmann::json & j, const std::filesystem::path & file);
 };
 
-// scheduler/scheduler_config.json (FlowMatchEulerDiscreteScheduler).
-struct SchedulerConfig {
-    int64_t num_train_timesteps = 1000;
-    double shift = 1.0;
-    bool use_dynamic_shifting = false;
-    double base_shift = 0.5;
-    double max_shift = 1.15;
-    int64_t base_image_seq_len = 256;
-    int64_t max_image_seq_len = 4096;
-    std::optional<double> shift_terminal;
-    std::string time_shift_type = "exponential";  // or "linear"
-    bool invert_sigmas = false;
-
-    static SchedulerConfig from_json(const nlohmann::json & j, const std::filesystem::path & file);
-};
 
 }  // namespace ddo::qwen_image_21

@@ -216,9 +216,8 @@ at::Tensor denoise(const ModelFiles & m, const Transformer & transformer, BlockS
             neg_pred = neg_pred.slice(1, neg_pred.size(1) - latents.size(1));
             noise_pred = neg_pred + o.true_cfg_scale * (noise_pred - neg_pred);
         }
-        // FlowMatchEulerDiscreteScheduler.step: fp32 sample + (sigma_next - sigma) * v, back to v's dtype.
-        const float dt = sched.sigmas[size_t(i) + 1] - sched.sigmas[size_t(i)];
-        latents = (latents.to(at::kFloat) + at::scalar_tensor(dt, opts.dtype(at::kFloat)) * noise_pred)
+        // FlowMatchEulerDiscreteScheduler.step, back to v's dtype.
+        latents = model::euler_step(latents, noise_pred, sched.sigmas[size_t(i)], sched.sigmas[size_t(i) + 1])
                       .to(noise_pred.scalar_type());
         // One reduction per step: a NaN here would otherwise decode to an all-black image and exit 0.
         if (!at::isfinite(latents).all().item<bool>()) throw_not_finite(sched, i, steps, o);

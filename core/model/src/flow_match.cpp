@@ -1,0 +1,120 @@
+#include "ddo/model/flow_match.hpp"
+
+#include <cmath>
+
+#include <ATen/ATen.h>
+
+#include "ddo/error.hpp"
+
+namespace ddo::model {
+namespace {
+
+template <class T>
+void read(const nlohmann::json & j, const char * key, T & out, const std::filesystem::path & file) {
+    auto it = j.find(key);
+    if (it == j.end() || it->is_null()) return;  // diffusers default applies
+    try {
+        out = it->get<T>();
+    } catch (const nlohmann::json::exception & e) {
+        throw RuntimeError(file.string() + ": key '" + key + "' has the wrong type (" + e.what() +
+                           "); fix the checkpoint's config or re-export it with diffusers");
+    }
+}
+
+void require(bool ok, const std::filesystem::path & file, const std::string & what) {
+    if (!ok) throw RuntimeError(file.string() + ": " + what + "; fix the checkpoint's config or re-export it");
+}
+
+}  // namespace
+
+FlowMatchConfig FlowMatchConfig::from_json(const nlohmann::json & j, const std::filesystem::path & file) {
+    FlowMatchConfig c;
+    read(j, "num_train_timesteps", c.num_train_timesteps, file);
+    read(j, "shift", c.shift, file);
+    read(j, "use_dynamic_shifting", c.use_dynamic_shifting, file);
+    read(j, "base_shift", c.base_shift, file);
+    read(j, "max_shift", c.max_shift, file);
+    read(j, "base_image_seq_len", c.base_image_seq_len, file);
+    read(j, "max_image_seq_len", c.max_image_seq_len, file);
+    if (auto it = j.find("shift_terminal"); it != j.end() && !it->is_null()) {
+        double v = 0;
+        read(j, "shift_terminal", v, file);
+        if (v != 0.0) c.shift_terminal = v;  // diffusers tests `if self.config.shift_terminal:`
+    }
+    read(j, "time_shift_type", c.time_shift_type, file);
+    read(j, "invert_sigmas", c.invert_sigmas, file);
+    for (const char * k : {"use_karras_sigmas", "use_exponential_sigmas", "use_beta_sigmas", "stochastic_sampling"}) {
+        bool v = false;
+        read(j, k, v, file);
+        require(!v, file, std::string(k) + " is not supported by ddo's flow-match schedule (must be false)");
+    }
+    require(c.time_shift_type == "exponential" || c.time_shift_type == "linear", file,
+            "time_shift_type must be 'exponential' or 'linear'");
+    return c;
+}
+
+
+double calculate_shift(double image_seq_len, const FlowMatchConfig & c) {
+    const double m = (c.max_shift - c.base_shift) / double(c.max_image_seq_len - c.base_image_seq_len);
+    const double b = c.base_shift - m * double(c.base_image_seq_len);
+    return image_seq_len * m + b;
+}
+
+std::vector<float> default_sigmas(int steps) {
+    if (steps < 1) throw UsageError("steps must be >= 1 (got " + std::to_string(steps) + ")");
+    // np.linspace(1.0, 1/steps, steps) in float64, then float32.
+    std::vector<float> s(steps);
+    const double start = 1.0, stop = 1.0 / steps;
+    const double step = steps > 1 ? (stop - start) / double(steps - 1) : 0.0;
+    for (int i = 0; i < steps; ++i) s[i] = float(start + double(i) * step);
+    if (steps > 1) s[steps - 1] = float(stop);  // numpy sets the endpoint exactly
+    return s;
+}
+
+std::vector<float> sigmas_from(const std::vector<double> & sigmas) {
+    if (sigmas.empty()) throw UsageError("the sigma list is empty; give at least one sigma");
+    std::vector<float> s;
+    for (double v : sigmas) s.push_back(float(v));
+    return s;
+}
+
+FlowMatchSchedule make_schedule(const FlowMatchConfig & c, std::vector<float> s, std::optional<double> mu) {
+    if (s.empty()) throw UsageError("the sigma list is empty");
+
+    if (c.use_dynamic_shifting) {
+        if (!mu) throw UsageError("the scheduler uses dynamic shifting, which needs mu");
+        if (c.time_shift_type == "exponential") {
+            const float e = float(std::exp(*mu));  // python float scalar -> float32 under NEP 50
+            for (float & v : s) v = e / (e + (1.0f / v - 1.0f));
+        } else {
+            const float m = float(*mu);
+            for (float & v : s) v = m / (m + (1.0f / v - 1.0f));
+        }
+    } else {
+        const float sh = float(c.shift);
+        for (float & v : s) v = sh * v / (1.0f + (sh - 1.0f) * v);
+    }
+    if (c.shift_terminal) {
+        const float last = 1.0f - s.back();
+        const float scale = last / (1.0f - float(*c.shift_terminal));
+        for (float & v : s) v = 1.0f - ((1.0f - v) / scale);
+    }
+    FlowMatchSchedule out;
+    const float ntt = float(c.num_train_timesteps);
+    if (c.invert_sigmas) {
+        for (float & v : s) v = 1.0f - v;
+    }
+    for (float v : s) out.timesteps.push_back(v * ntt);
+    out.sigmas = s;
+    out.sigmas.push_back(c.invert_sigmas ? 1.0f : 0.0f);
+    return out;
+}
+
+at::Tensor euler_step(const at::Tensor & x, const at::Tensor & velocity, float sigma, float sigma_next) {
+    // sample.to(float32) + dt * model_output, dt a 0-dim float32 tensor: the product keeps model_output's dtype
+    // (a 0-dim tensor does not promote), the sum is float32.
+    const float dt = sigma_next - sigma;
+    return x.to(at::kFloat) + at::scalar_tensor(dt, velocity.options().dtype(at::kFloat)) * velocity;
+}
+
+}  // namespace ddo::model
