@@ -10,6 +10,18 @@ find_package(PNG REQUIRED)
 pkg_check_modules(TOMLPP REQUIRED IMPORTED_TARGET tomlplusplus)
 pkg_check_modules(PCRE2 REQUIRED IMPORTED_TARGET libpcre2-8)     # BPE pre-tokenizer regex (\p{L}, look-ahead)
 pkg_check_modules(UTF8PROC REQUIRED IMPORTED_TARGET libutf8proc) # NFC normalisation of prompts
+pkg_check_modules(SENTENCEPIECE REQUIRED IMPORTED_TARGET sentencepiece) # Gemma's tokenizer.model (LTX-2)
+# FFmpeg 5.1 (Debian 12) for video/audio outputs (core/media): muxing, H.264 (libx264) + AAC encoding, colour
+# conversion, sample-format conversion. One imported target per library. DDO_WITH_MEDIA=OFF builds without
+# libddo_media (a machine without FFmpeg's libraries: Debian's runtime closure is ~160 MiB).
+option(DDO_WITH_MEDIA "ddo: build libddo_media (MP4/WAV outputs through FFmpeg's libraries)" ON)
+if(DDO_WITH_MEDIA)
+  pkg_check_modules(LIBAVFORMAT REQUIRED IMPORTED_TARGET libavformat>=59)
+  pkg_check_modules(LIBAVCODEC REQUIRED IMPORTED_TARGET libavcodec>=59)
+  pkg_check_modules(LIBAVUTIL REQUIRED IMPORTED_TARGET libavutil>=57)
+  pkg_check_modules(LIBSWSCALE REQUIRED IMPORTED_TARGET libswscale>=6)
+  pkg_check_modules(LIBSWRESAMPLE REQUIRED IMPORTED_TARGET libswresample>=4)
+endif()
 find_library(XXHASH_LIBRARY NAMES xxhash REQUIRED)
 find_path(XXHASH_INCLUDE_DIR xxhash.h REQUIRED)
 add_library(ddo_xxhash INTERFACE)

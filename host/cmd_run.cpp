@@ -8,6 +8,7 @@
 #include <csignal>
 #include <fstream>
 #include <random>
+#include <sstream>
 #include <unistd.h>
 #include <iostream>
 
@@ -79,7 +80,8 @@ std::vector<std::string> all_sets(const RunArgs & a, std::optional<std::uint64_t
         {bool(a.steps), "workload.steps"},           {bool(a.width), "workload.width"},
         {bool(a.height), "workload.height"},         {bool(a.seed), "workload.seed"},
         {bool(a.cfg_scale), "workload.guidance_scale"}, {bool(a.prompt), "workload.prompt"},
-        {bool(a.negative_prompt), "workload.negative_prompt"}, {bool(a.num_images), "workload.num_images"}};
+        {bool(a.negative_prompt), "workload.negative_prompt"}, {bool(a.num_images), "workload.num_images"},
+        {bool(a.frames), "workload.frames"},         {bool(a.fps), "workload.fps"}};
     for (const auto & [given, key] : shorthands)
         if (given)
             for (const auto & s : a.sets)
@@ -92,6 +94,13 @@ std::vector<std::string> all_sets(const RunArgs & a, std::optional<std::uint64_t
     else if (a.seed) sets.push_back("workload.seed=" + std::to_string(*a.seed));
     if (a.cfg_scale) sets.push_back("workload.guidance_scale=" + std::to_string(*a.cfg_scale));
     if (a.num_images) sets.push_back("workload.num_images=" + std::to_string(*a.num_images));
+    if (a.frames) sets.push_back("workload.frames=" + std::to_string(*a.frames));
+    if (a.fps) {
+        std::ostringstream v;
+        v.precision(17);
+        v << *a.fps;
+        sets.push_back("workload.fps=" + v.str());
+    }
     if (a.prompt) sets.push_back("workload.prompt=" + quoted(*a.prompt));
     if (a.negative_prompt) sets.push_back("workload.negative_prompt=" + quoted(*a.negative_prompt));
     return sets;
@@ -402,6 +411,8 @@ void install(CLI::App & app, HostOptions & options) {
     app.add_option("--steps", a->steps, "shorthand for --set workload.steps=N")->group(g);
     app.add_option("--width", a->width, "shorthand for --set workload.width=W")->group(g);
     app.add_option("--height", a->height, "shorthand for --set workload.height=H")->group(g);
+    app.add_option("--frames", a->frames, "shorthand for --set workload.frames=N (video plugins)")->group(g);
+    app.add_option("--fps", a->fps, "shorthand for --set workload.fps=R (video plugins)")->group(g);
     app.add_option("--seed", a->seed, "shorthand for --set workload.seed=S; -1 = random (recorded)")->group(g);
     app.add_option("--num-images,--batch-count", a->num_images,
                    "images per prompt (workload.num_images; diffusers' num_images_per_prompt)")

@@ -14,7 +14,8 @@ struct RunArgs {
     std::vector<std::string> sets;
     std::string model, prompt_embeds, latents, output, output_file, report;
     std::optional<std::string> prompt, negative_prompt;
-    std::optional<long long> steps, width, height, seed, num_images;
+    std::optional<long long> steps, width, height, seed, num_images, frames;
+    std::optional<double> fps;
     std::optional<double> cfg_scale;
     bool dry_run = false;
     bool hash_weights = false;

@@ -182,6 +182,8 @@ std::map<std::string, Effect> effects() {
     e["workload.height"] = {kStream, kStream + " --set workload.height=96", false, pixels_differ()};
     e["workload.frames"] = {kStream, kStream + " --set workload.frames=9", true,
                             [](const KeyRun & b, const KeyRun & c) { expect_refused(b, c, "workload.frames"); }};
+    e["workload.fps"] = {kStream, kStream + " --set workload.fps=24", true,
+                         [](const KeyRun & b, const KeyRun & c) { expect_refused(b, c, "workload.fps"); }};
     e["workload.seed"] = {kStream, kStream + " --set workload.seed=1", false, pixels_differ()};
     e["workload.num_images"] = {kStream, kStream + " --set workload.num_images=2", false, [](const KeyRun & b, const KeyRun & c) {
                                     EXPECT_EQ(b.report.at("outputs").size(), 1u);

@@ -52,7 +52,7 @@ ComponentPlan make_plan(const ResolvedSettings & s, const std::string & componen
     const auto vs = s.vae_strategy();
     p.vae_strategy = vs.kind;
     if (s.has("vae.strategy")) p.vae_strategy_source = s.at("vae.strategy").provenance.to_string();
-    p.vae_tiles = {vs.tile_size, vs.tile_overlap};
+    p.vae_tiles = {vs.tile_size, vs.tile_overlap, vs.temporal_frames};
     p.allocator_requested = p.capacities.allocator;
     p.allocator = allocator;
     p.allocator_name = allocator_name.empty() ? p.capacities.allocator : allocator_name;

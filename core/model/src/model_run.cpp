@@ -94,6 +94,8 @@ Workload ModelRun::workload(const WorkloadDefaults & d) {
     w.sigmas = s.get_optional<std::vector<double>>("workload.sigmas");
     w.width = pick("width", d.width);
     w.height = pick("height", d.height);
+    w.frames = pick("frames", d.frames);
+    w.fps = pick("fps", d.fps);
     w.seed = pick("seed", d.seed);
     w.num_images = pick("num_images", 1);
     w.guidance_scale = s.get_optional<double>("workload.guidance_scale");
@@ -278,6 +280,27 @@ std::vector<fs::path> ModelRun::plan_images(int count, const std::string & stem)
     }
     claim_outputs(paths, "--output");
     return paths;
+}
+
+std::vector<fs::path> ModelRun::plan_outputs(const std::vector<std::string> & names) {
+    std::vector<fs::path> paths;
+    for (size_t i = 0; i < names.size(); ++i) {
+        if (ctx_.output_file.empty()) {
+            paths.push_back(ctx_.output_dir / names[i]);
+        } else {
+            const auto ext = fs::path(names[i]).extension();
+            paths.push_back(i == 0 ? ctx_.output_file
+                                   : ctx_.output_file.parent_path() / (ctx_.output_file.stem().string() + ext.string()));
+        }
+    }
+    claim_outputs(paths, "--output");
+    return paths;
+}
+
+void ModelRun::record_output(const fs::path & path, const std::string & media_type, std::uint64_t bytes,
+                             const std::string & sha256, nlohmann::json facts) {
+    if (ctx_.tracker) ctx_.tracker->add_output_written(path, media_type, bytes, sha256, std::move(facts));
+    log(1, "wrote " + path.string());
 }
 
 void ModelRun::claim_outputs(const std::vector<fs::path> & paths, const std::string & flag) {

@@ -144,6 +144,8 @@ const std::vector<KeyDef> & preset_schema() {
         s.push_back(integer("workload.height", 16, 16384, nullptr, "Output height in pixels. Unset = plugin default."));
         s.push_back(integer("workload.frames", 1, 100000, nullptr, "Frames (video plugins). Unset = plugin default.",
                             "video model plugins"));
+        s.push_back(num("workload.fps", 1, 240, nullptr, "Frame rate of the clip (video plugins). Unset = plugin default.",
+                        "video model plugins"));
         s.push_back(integer("workload.seed", 0, 9007199254740991.0, nullptr, "Random seed. Unset = plugin default."));
         s.push_back(integer("workload.num_images", 1, 64, nullptr,
                             "Images per prompt (diffusers' num_images_per_prompt: one noise draw for all of them from "

@@ -487,10 +487,12 @@ void RunTracker::add_output(const fs::path & path, const std::string & kind) {
 }
 
 void RunTracker::add_output_written(const fs::path & path, const std::string & kind, std::uint64_t bytes,
-                                    const std::string & sha256) {
+                                    const std::string & sha256, nlohmann::json facts) {
     std::lock_guard lk(impl_->mu);
-    impl_->outputs.push_back({{"path", path.string()}, {"kind", kind}, {"bytes", bytes}, {"sha256", sha256},
-                              {"sha256_reason", nullptr}});
+    nlohmann::json o = {{"path", path.string()}, {"kind", kind}, {"bytes", bytes}, {"sha256", sha256},
+                        {"sha256_reason", nullptr}};
+    if (!facts.is_null()) o["facts"] = std::move(facts);
+    impl_->outputs.push_back(std::move(o));
 }
 
 void RunTracker::set_command_line(std::vector<std::string> argv) {

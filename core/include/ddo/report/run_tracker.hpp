@@ -96,9 +96,10 @@ public:
     // Linux admission observations at setup (ddo/platform/linux_admission.hpp, LinuxObservations::to_json).
     void set_admission(nlohmann::json observations);
     void add_output(const std::filesystem::path & path, const std::string & kind);  // hashes the file
-    // An output whose bytes the caller wrote and hashed (sha256 of exactly those bytes).
+    // An output whose bytes the caller wrote and hashed (sha256 of exactly those bytes); `facts` (an object, or
+    // null) describe it (codecs, frames, duration) under outputs[].facts.
     void add_output_written(const std::filesystem::path & path, const std::string & kind, std::uint64_t bytes,
-                            const std::string & sha256);
+                            const std::string & sha256, nlohmann::json facts = nullptr);
     void set_command_line(std::vector<std::string> argv);
     void set_dry_run(bool dry_run);
     void note(const std::string & key, nlohmann::json value);  // free-form "notes" object

@@ -57,6 +57,7 @@ void run_qwen_image_21(model::ModelRun & run) {
     o.device = run.device().device();
     o.dtype = w.dtype;
     run.refuse_if_set("workload.frames", "Qwen-Image 2.1 makes still images");
+    run.refuse_if_set("workload.fps", "Qwen-Image 2.1 makes still images");
     run.refuse_if_set("vae.temporal_frames", "the Qwen-Image 2.1 VAE decodes one frame (temporal windows are for video)");
 
     // Where the prompt comes from: text (the Qwen3-VL encoder runs here) or a --prompt-embeds file.

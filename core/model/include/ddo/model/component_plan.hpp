@@ -22,6 +22,7 @@ namespace ddo::model {
 struct VaeTiles {
     int tile = 512;     // vae.tile_size
     int overlap = 64;   // vae.tile_overlap
+    int temporal_frames = 16;  // vae.temporal_frames: pixel frames per window of temporal_stream (video VAEs)
     int stride() const { return tile - overlap; }
 };
 

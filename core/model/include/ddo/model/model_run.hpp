@@ -53,6 +53,8 @@ struct WorkloadDefaults {
     std::int64_t height = 1024;
     int steps = 40;
     std::uint64_t seed = 0;
+    std::int64_t frames = 1;  // video plugins: the clip's frames and frame rate
+    double fps = 0;
 };
 
 // The common workload, resolved: workload.<key> (with --steps, --width, ... as its shorthands), else the plugin's
@@ -60,6 +62,8 @@ struct WorkloadDefaults {
 // ModelRun::adjust.
 struct Workload {
     std::int64_t width = 0, height = 0;
+    std::int64_t frames = 1;               // workload.frames (--frames): a still-image plugin refuses it when set
+    double fps = 0;                        // workload.fps (--fps)
     int steps = 0;
     bool steps_set = false;                // workload.steps was set by a layer (else `steps` is the plugin default)
     std::optional<std::vector<double>> sigmas;  // workload.sigmas: the sampling grid asked for (excluding the terminal)
@@ -169,6 +173,15 @@ public:
     // [B, C, H, W] in [0, 1] with C = 1..4 -> the planned files (plan_images(B, stem) when not planned), 8-bit, text
     // chunks naming the plugin, preset, report and settings; each file is hashed into the report's outputs.
     std::vector<std::filesystem::path> write_images(const at::Tensor & images, const std::string & stem = "image");
+
+    // Outputs of other kinds (video.mp4 + audio.wav), checked now as plan_images checks images: `names` are file
+    // names in the output directory; with -o/--output-file the first is that file and the others take its stem with
+    // their own extension (-o clip.mp4 -> clip.mp4, clip.wav).
+    std::vector<std::filesystem::path> plan_outputs(const std::vector<std::string> & names);
+    // A planned output the plugin wrote (atomically; sha256 of exactly the bytes written), with its facts (codecs,
+    // frames, duration), recorded in the report's outputs.
+    void record_output(const std::filesystem::path & path, const std::string & media_type, std::uint64_t bytes,
+                       const std::string & sha256, nlohmann::json facts = nullptr);
 
     // -o/--output-file as a tensor file (`ddo-host encode`), checked now as plan_images checks images: UsageError
     // when it is unset, exists without --overwrite, is the report, or another run is writing it.

@@ -1,0 +1,60 @@
+#include "latents.hpp"
+
+#include <ATen/CPUGeneratorImpl.h>
+
+#include <cmath>
+
+#include "ddo/error.hpp"
+
+namespace ddo::ltx2 {
+
+LatentGeometry latent_geometry(const LatentRatios & r, int64_t frames, int64_t height, int64_t width, double fps) {
+    LatentGeometry g;
+    g.frames = frames;
+    g.height = height;
+    g.width = width;
+    g.latent_frames = (frames - 1) / r.temporal + 1;
+    g.latent_height = height / r.spatial;
+    g.latent_width = width / r.spatial;
+    // duration_s * sampling_rate / hop / temporal ratio, rounded half to even as Python's round().
+    const double per_second = double(r.audio_sample_rate) / double(r.hop_length) / double(r.audio_temporal);
+    g.audio_frames = int64_t(std::nearbyint(double(frames) / fps * per_second));
+    g.latent_mel_bins = r.mel_bins / r.mel;
+    return g;
+}
+
+Noise draw_noise(const LatentRatios & r, const LatentGeometry & g, int64_t batch, uint64_t seed, at::Device device) {
+    auto gen = at::make_generator<at::CPUGeneratorImpl>(seed);
+    const auto f32 = at::TensorOptions().dtype(at::kFloat);
+    auto video = at::randn({batch, r.video_channels, g.latent_frames, g.latent_height, g.latent_width}, gen, f32);
+    auto audio = at::randn({batch, r.audio_channels, g.audio_frames, g.latent_mel_bins}, gen, f32);
+    return {pack_video(video).to(device), pack_audio(audio).to(device)};
+}
+
+at::Tensor pack_video(const at::Tensor & x) {
+    // reshape(B, C, F, 1, H, 1, W, 1).permute(0, 2, 4, 6, 1, 3, 5, 7) with patch 1: [B, F, H, W, C] flattened.
+    return x.permute({0, 2, 3, 4, 1}).flatten(1, 3).contiguous();
+}
+
+at::Tensor unpack_video(const at::Tensor & x, const LatentGeometry & g) {
+    const int64_t B = x.size(0);
+    return x.reshape({B, g.latent_frames, g.latent_height, g.latent_width, -1}).permute({0, 4, 1, 2, 3}).contiguous();
+}
+
+at::Tensor pack_audio(const at::Tensor & x) { return x.transpose(1, 2).flatten(2, 3).contiguous(); }
+
+at::Tensor unpack_audio(const at::Tensor & x, int64_t latent_mel_bins) {
+    return x.unflatten(2, {-1, latent_mel_bins}).transpose(1, 2).contiguous();
+}
+
+at::Tensor denormalize_video(const at::Tensor & x, const at::Tensor & mean, const at::Tensor & std_, double scaling) {
+    const auto m = mean.view({1, -1, 1, 1, 1}).to(x.device(), x.scalar_type());
+    const auto s = std_.view({1, -1, 1, 1, 1}).to(x.device(), x.scalar_type());
+    return x * s / scaling + m;
+}
+
+at::Tensor denormalize_audio(const at::Tensor & packed, const at::Tensor & mean, const at::Tensor & std_) {
+    return packed * std_.to(packed.device(), packed.scalar_type()) + mean.to(packed.device(), packed.scalar_type());
+}
+
+}  // namespace ddo::ltx2

@@ -1,0 +1,50 @@
+// The LTX2Pipeline's latent bookkeeping (models.md §5.12 steps 3, 7, 8; diffusers pipeline_ltx2.py): the latent
+// geometry of a request, the seeded noise in the reference's draw order (one CPU generator: video first, then
+// audio), packing the video latents [B, C, F', H', W'] into tokens [B, F'H'W', C] (patch 1) and the audio latents
+// [B, C, L, M] into [B, L, C*M], and the inverse with the de-normalisations the pipeline applies before decoding.
+#pragma once
+
+#include <cstdint>
+
+#include <ATen/ATen.h>
+
+namespace ddo::ltx2 {
+
+// What the checkpoint's VAEs say about compression (vae/config.json, audio_vae/config.json).
+struct LatentRatios {
+    int64_t spatial = 32, temporal = 8;        // video VAE
+    int64_t audio_temporal = 4, mel = 4;       // audio VAE
+    int64_t audio_sample_rate = 16000, hop_length = 160, mel_bins = 64;
+    int64_t video_channels = 128, audio_channels = 8;
+};
+
+struct LatentGeometry {
+    int64_t frames = 0, height = 0, width = 0;       // pixels (frames of the clip)
+    int64_t latent_frames = 0, latent_height = 0, latent_width = 0;
+    int64_t audio_frames = 0;                        // latent audio frames: round(frames / fps * sr / hop / 4)
+    int64_t latent_mel_bins = 0;
+    int64_t video_tokens() const { return latent_frames * latent_height * latent_width; }
+};
+
+// prepare_latents / prepare_audio_latents sizes: F' = (F - 1) / temporal + 1, H' = H / spatial, ...
+LatentGeometry latent_geometry(const LatentRatios & r, int64_t frames, int64_t height, int64_t width, double fps);
+
+struct Noise {
+    at::Tensor video;  // packed [B, F'H'W', C], float32
+    at::Tensor audio;  // packed [B, L, C*M], float32
+};
+// randn([B, C, F', H', W']) then randn([B, Ca, L, M']) from torch.Generator().manual_seed(seed) on the CPU (the
+// reference's generator), packed; moved to `device` afterwards.
+Noise draw_noise(const LatentRatios & r, const LatentGeometry & g, int64_t batch, uint64_t seed, at::Device device);
+
+at::Tensor pack_video(const at::Tensor & x);                                   // [B,C,F,H,W] -> [B,FHW,C]
+at::Tensor unpack_video(const at::Tensor & x, const LatentGeometry & g);       // [B,FHW,C] -> [B,C,F,H,W]
+at::Tensor pack_audio(const at::Tensor & x);                                   // [B,C,L,M] -> [B,L,C*M]
+at::Tensor unpack_audio(const at::Tensor & x, int64_t latent_mel_bins);        // [B,L,C*M] -> [B,C,L,M]
+
+// _denormalize_latents: x * std / scaling_factor + mean over channels of [B, C, F, H, W].
+at::Tensor denormalize_video(const at::Tensor & x, const at::Tensor & mean, const at::Tensor & std_, double scaling);
+// _denormalize_audio_latents on the packed [B, L, C*M] features (mean/std of size C*M).
+at::Tensor denormalize_audio(const at::Tensor & packed, const at::Tensor & mean, const at::Tensor & std_);
+
+}  // namespace ddo::ltx2

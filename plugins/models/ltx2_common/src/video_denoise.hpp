@@ -1,0 +1,54 @@
+// The LTX2Pipeline denoising loop (models.md §5.12 steps 4-6; diffusers pipeline_ltx2.py __call__): the sampling
+// schedule (one flow-match schedule shared by video and audio, mu from the video token count), per step the
+// transformer passes the guidance needs (the conditional/unconditional batch, STG, modality isolation), guidance in
+// x0 space, and one Euler step per modality. The DiT's weights come from a Weights source (resident or the engine);
+// each pass runs prepare -> every block -> finish, so on the engine the blocks stream once per pass.
+#pragma once
+
+#include <functional>
+#include <optional>
+#include <vector>
+
+#include <ATen/ATen.h>
+
+#include "connectors.hpp"
+#include "ddo/model/flow_match.hpp"
+#include "guidance.hpp"
+#include "latents.hpp"
+#include "transformer.hpp"
+#include "weights.hpp"
+
+namespace ddo::ltx2 {
+
+// The pipeline's sigmas: workload.sigmas (the call's sigmas=) or linspace(1, 1/steps, steps), shifted with mu =
+// calculate_shift(video tokens, base_image_seq_len 1024, max 4096, base_shift 0.95, max_shift 2.05) taken from the
+// scheduler config with those defaults (LTX2Pipeline reads them with .get(key, default)).
+model::FlowMatchSchedule ltx2_schedule(const model::FlowMatchConfig & c, std::vector<float> sigmas, int64_t video_tokens);
+// calculate_shift with LTX2Pipeline's fallbacks for keys scheduler_config.json does not set.
+double ltx2_mu(const nlohmann::json & scheduler_config, int64_t video_tokens);
+
+struct DenoiseSettings {
+    GuidanceScales video, audio;
+    std::vector<int64_t> stg_blocks;   // spatio_temporal_guidance_blocks
+    bool use_cross_timestep = true;
+    double fps = 24.0;                 // the conditioning frame rate (frame_rate / motion_speed; motion_speed 1)
+    at::ScalarType dtype = at::kFloat; // the text/transformer dtype (latent_model_input.to(prompt_embeds.dtype))
+};
+
+struct DenoiseCallbacks {
+    std::function<void(int step)> check_interrupted;  // before each step: throws to stop
+    std::function<void(int step, int total)> on_step; // after each step
+};
+
+struct Denoised {
+    at::Tensor video;  // packed [B, N_v, C], float32
+    at::Tensor audio;  // packed [B, L, C*M], float32
+};
+
+// text: the connectors' output for [negative; positive] when CFG runs (batch 2B), else for the prompt (B).
+// Throws RuntimeError naming the step when the latents stop being finite.
+Denoised denoise(const TransformerConfig & c, Weights & dit, const ConnectorsOutput & text, const LatentGeometry & g,
+                 Noise noise, const model::FlowMatchSchedule & schedule, const DenoiseSettings & s,
+                 const DenoiseCallbacks & cb = {});
+
+}  // namespace ddo::ltx2

@@ -1,0 +1,46 @@
+// An LTX-2 (audio+video) checkpoint in diffusers layout, opened and checked before anything is computed: every
+// component's config.json parsed, every component's tensors checked against its config from the headers alone
+// (names, shapes, floating dtypes: RuntimeError naming tensor and file, exit 4), and the cross-component facts the
+// pipeline relies on (the connectors' widths are the DiT's text widths, the audio VAE's latent features are the
+// DiT's audio channels, the vocoder reads the audio VAE's mel) so that a mixed checkpoint fails here, not mid-run.
+#pragma once
+
+#include <filesystem>
+#include <optional>
+
+#include <nlohmann/json.hpp>
+
+#include "audio_vae_config.hpp"
+#include "connectors.hpp"
+#include "ddo/model/flow_match.hpp"
+#include "ddo/model/tensor_file.hpp"
+#include "latents.hpp"
+#include "transformer_config.hpp"
+#include "video_vae_config.hpp"
+#include "vocoder_config.hpp"
+
+namespace ddo::ltx2 {
+
+struct VideoModel {
+    std::filesystem::path dir;
+    TransformerConfig transformer_config;
+    ConnectorsConfig connectors_config;
+    VideoVaeConfig vae_config;
+    AudioVaeConfig audio_vae_config;
+    VocoderKind vocoder_kind = VocoderKind::hifigan;
+    std::optional<VocoderConfig> vocoder_config;         // LTX2Vocoder
+    std::optional<VocoderBweConfig> vocoder_bwe_config;  // LTX2VocoderWithBWE
+    model::FlowMatchConfig scheduler_config;
+    nlohmann::json scheduler_json;                       // for LTX2Pipeline's .get(key, default) reads
+    model::TensorFile transformer, connectors, vae, audio_vae, vocoder;
+
+    // The latent ratios of prepare_latents / prepare_audio_latents, from the configs.
+    LatentRatios ratios() const;
+    int64_t vocoder_sample_rate() const;
+
+    // Throws UsageError (a config this code does not implement, naming file and key) or RuntimeError (a tensor
+    // missing, of the wrong shape or dtype, or components that contradict each other, naming tensor and file).
+    static VideoModel open(const std::filesystem::path & model_dir);
+};
+
+}  // namespace ddo::ltx2

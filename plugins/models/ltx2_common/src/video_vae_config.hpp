@@ -1,0 +1,99 @@
+// The LTX-2 video VAE decoder's configuration (vae/config.json of AutoencoderKLLTX2Video, LTX-2.0 and 2.3/2.5), the
+// up-block layout the reference derives from it (LTX2VideoDecoder3d.__init__: reversed lists, widths divided by the
+// upsample factor, a conv_in resnet where widths change), the decoder's state-dict layout and its validation, and
+// the latents_mean / latents_std buffers. diffusers models/autoencoders/autoencoder_kl_ltx2.py is the reference.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <filesystem>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include <ATen/ATen.h>
+#include <nlohmann/json.hpp>
+
+#include "ddo/model/tensor_file.hpp"
+
+namespace ddo::ltx2 {
+
+// Conv3d padding_mode of the decoder's convolutions (decoder_spatial_padding_mode).
+enum class SpatialPadding { zeros, reflect, replicate, circular };
+
+// One LTX2VideoUpBlock3d after the reference's reversal: it takes the previous block's output (`input_width`
+// channels), optionally a conv_in resnet to `width`, then the upsampler (conv to width * prod(stride) /
+// upscale_factor channels, depth-to-space) to `out_channels`, then `layers` resnets at out_channels.
+struct VideoVaeUpBlock {
+    int64_t input_width = 0;      // channels entering the block (previous block's output)
+    bool conv_in = false;         // a conv_in resnet input_width -> width (only with upscale_factor 1)
+    int64_t width = 0;            // channels entering the upsampler (= upsampler in_channels)
+    bool upsample = true;         // decoder_spatio_temporal_scaling[i]
+    std::array<int64_t, 3> stride{2, 2, 2};  // (t, h, w) from upsample_type
+    bool residual = false;        // upsample_residual
+    int64_t upscale_factor = 1;   // upsample_factor
+    int64_t out_channels = 0;     // channels of the resnets and the block output
+    int64_t layers = 0;           // resnets
+    int64_t time_embed_dim = 0;   // time_embedder width (4 x the reference's in_channels) when conditioned
+};
+
+struct VideoVaeConfig {
+    std::filesystem::path file;  // where it was read (for messages)
+    int64_t latent_channels = 128;
+    int64_t out_channels = 3;
+    std::vector<int64_t> decoder_block_out_channels{256, 512, 1024};
+    std::vector<int64_t> decoder_layers_per_block{5, 5, 5, 5};
+    std::vector<bool> decoder_spatio_temporal_scaling{true, true, true};
+    std::vector<std::string> upsample_type{"spatiotemporal", "spatiotemporal", "spatiotemporal"};
+    std::vector<bool> upsample_residual{true, true, true};
+    std::vector<int64_t> upsample_factor{2, 2, 2};
+    bool timestep_conditioning = false;
+    int64_t patch_size = 4;
+    int64_t patch_size_t = 1;
+    double resnet_norm_eps = 1e-6;
+    double scaling_factor = 1.0;
+    bool decoder_causal = true;  // the class default; the converted 2.0 / 2.3 checkpoints say false
+    SpatialPadding decoder_spatial_padding = SpatialPadding::reflect;
+    // As the reference computes them (explicit in the real configs, else patch * 2^sum(spatio_temporal_scaling) of
+    // the encoder): the tiled decodes divide pixel tile sizes by these.
+    int64_t spatial_compression_ratio = 32;
+    int64_t temporal_compression_ratio = 8;
+
+    // Derived (from_json): conv_in width (= mid block width), mid block layers, the up blocks, conv_out input width.
+    int64_t mid_channels = 0;
+    int64_t mid_layers = 0;
+    std::vector<VideoVaeUpBlock> up_blocks;
+    int64_t final_channels = 0;
+
+    // The decoder's real upscaling: pixels per latent pixel (patch x 2^spatial upsamplers) and the frame map
+    // F = (F' - 1) * temporal_upscale + 1 (each temporal upsampler maps T -> 2T - 1), times patch_size_t.
+    int64_t spatial_upscale() const;
+    int64_t temporal_upscale() const;
+    int64_t decoded_frames(int64_t latent_frames) const;
+
+    // Throws UsageError naming `file` and the key for a value this decoder does not run (inject noise, an unknown
+    // upsample type or padding mode, lists of the wrong length, widths the reference cannot run).
+    static VideoVaeConfig from_json(const nlohmann::json & j, const std::filesystem::path & file);
+    // <vae_dir>/config.json. Throws RuntimeError when it is missing or not JSON.
+    static VideoVaeConfig load(const std::filesystem::path & vae_dir);
+};
+
+// Tensor name -> shape of everything the decoder reads (decoder.*), in the order the forward first uses them.
+using VideoVaeWeightSpec = std::vector<std::pair<std::string, std::vector<int64_t>>>;
+VideoVaeWeightSpec video_vae_decoder_specs(const VideoVaeConfig & c);
+
+// Every tensor of video_vae_decoder_specs present in `f` with its shape and a floating dtype, and latents_mean /
+// latents_std of [latent_channels] (from the header, nothing read). Throws RuntimeError naming tensor and file.
+void validate_video_vae_checkpoint(const model::TensorFile & f, const VideoVaeConfig & c);
+
+// Bytes of the decoder weights in `dtype` (for the strategy choice and the report).
+std::uint64_t video_vae_decoder_weight_bytes(const VideoVaeConfig & c, at::ScalarType dtype);
+
+// latents_mean / latents_std ([latent_channels], fp32, CPU) from the checkpoint (persistent buffers).
+struct VideoLatentStats {
+    at::Tensor mean;
+    at::Tensor std;
+};
+VideoLatentStats read_video_latent_stats(const model::TensorFile & f, const VideoVaeConfig & c);
+
+}  // namespace ddo::ltx2

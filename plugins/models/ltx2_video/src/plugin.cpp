@@ -1,0 +1,38 @@
+// The ltx2_video plugin's identity: the kit (ddo/model/plugin_entry.hpp) provides the C entry points and runs
+// run_ltx2_video (plugin_run.cpp) with every exception caught at the ABI edge.
+#include "ddo/model/plugin_entry.hpp"
+#include "plugin_run.hpp"
+
+namespace {
+
+const char * const kAliases[] = {"ltx2", nullptr};
+const char * const kComponents[] = {"connectors", "transformer", "vae", "audio_vae", "vocoder", nullptr};
+// Exact keys: anything else under plugin.ltx2_video is refused before the run (with the nearest key). The
+// guidance keys are LTX2Pipeline's arguments of the same names (workload.guidance_scale is its guidance_scale).
+const char * const kOptions[] = {"plugin.ltx2_video.stg_scale",
+                                 "plugin.ltx2_video.modality_scale",
+                                 "plugin.ltx2_video.guidance_rescale",
+                                 "plugin.ltx2_video.audio_guidance_scale",
+                                 "plugin.ltx2_video.audio_stg_scale",
+                                 "plugin.ltx2_video.audio_modality_scale",
+                                 "plugin.ltx2_video.audio_guidance_rescale",
+                                 "plugin.ltx2_video.stg_blocks",
+                                 "plugin.ltx2_video.use_cross_timestep",
+                                 "plugin.ltx2_video.decode_timestep",
+                                 nullptr};
+const char * const kPipelineClasses[] = {"LTX2Pipeline", nullptr};
+
+constexpr ddo::model::PluginDefinition kPlugin{
+    "ltx2_video",
+    "0.1.0",
+    kAliases,
+    "LTX-2 text -> video with stereo audio (audio+video DiT, video VAE, audio VAE, vocoder) from prompt embeddings",
+    kComponents,
+    kOptions,
+    ddo::ltx2::run_ltx2_video,
+    kPipelineClasses,
+};
+
+}  // namespace
+
+DDO_MODEL_PLUGIN(kPlugin)

@@ -1,0 +1,14 @@
+# ltx2_video's whole pipeline from prompt embeddings against diffusers' LTX2Pipeline on tiny LTX-2.0 and LTX-2.3
+# checkpoints (tools/reference/ltx2_pipeline_fixtures.py): denoised latents (plain and fully guided), frames and
+# waveform. Fixtures are generated into the build tree, never committed: by the build (target
+# ltx2_pipeline_fixtures, part of ALL) and, if missing, by the ctest FIXTURES_SETUP test.
+if(TARGET ddo_ltx2_pipeline)
+  set(LTX2_PIPELINE_FIXTURE_DIR ${CMAKE_BINARY_DIR}/fixtures/ltx2_pipeline)
+  ddo_reference_fixtures(ltx2_pipeline SCRIPT ${CMAKE_SOURCE_DIR}/tools/reference/ltx2_pipeline_fixtures.py
+    DIR ${LTX2_PIPELINE_FIXTURE_DIR} COMMENT "generating LTX-2 pipeline fixtures with diffusers")
+  ddo_add_gtest(ltx2_pipeline_parity_test LABELS parity
+    SOURCES ${CMAKE_CURRENT_LIST_DIR}/ltx2_pipeline_parity_test.cpp
+    LIBS ddo_ltx2_pipeline)
+  target_compile_definitions(ltx2_pipeline_parity_test PRIVATE LTX2_PIPELINE_FIXTURE_DIR="${LTX2_PIPELINE_FIXTURE_DIR}")
+  target_precompile_headers(ltx2_pipeline_parity_test PRIVATE <ATen/ATen.h>)
+endif()

@@ -1,0 +1,154 @@
+// ltx2_video's pipeline against diffusers' LTX2Pipeline (tools/reference/ltx2_pipeline_fixtures.py), from the same
+// prompt embeddings and the pipeline's own seeded noise: the denoised latents of a plain 2-step run on a tiny
+// LTX-2.0 checkpoint (dynamic shift, shift_terminal) and of a fully guided run (CFG, STG, modality isolation,
+// rescale, the distilled sigma list, use_cross_timestep, the BWE vocoder) on a tiny LTX-2.3 checkpoint; then the
+// decoded frames and waveform. Tolerances (fp32): latents and waveform 1e-4 max abs, frames 1/255.
+#include <gtest/gtest.h>
+
+#include <ATen/ATen.h>
+
+#include <fstream>
+#include <iostream>
+
+#include <nlohmann/json.hpp>
+
+#include "audio_vae_decoder.hpp"
+#include "connectors.hpp"
+#include "ddo/model/tensor_file.hpp"
+#include "latents.hpp"
+#include "transformer.hpp"
+#include "video_denoise.hpp"
+#include "video_model.hpp"
+#include "video_vae_decoder.hpp"
+#include "vocoder.hpp"
+#include "vocoder_bwe.hpp"
+#include "weights.hpp"
+
+namespace fs = std::filesystem;
+namespace lt = ddo::ltx2;
+using ddo::model::TensorFile;
+
+namespace {
+
+const fs::path kDir = LTX2_PIPELINE_FIXTURE_DIR;
+
+const nlohmann::json & reference() {
+    static nlohmann::json j = [] {
+        std::ifstream in(kDir / "reference.json");
+        if (!in) throw std::runtime_error((kDir / "reference.json").string() +
+                                          " missing: build target ltx2_pipeline_fixtures (tools/ddo build)");
+        return nlohmann::json::parse(in);
+    }();
+    return j;
+}
+
+class Ltx2PipelineParity : public ::testing::Test {
+protected:
+    void SetUp() override {
+        const auto & r = reference();
+        const std::string who = r.at("reference").get<std::string>() + " " + r.at("reference_version").get<std::string>() +
+                                " (torch " + r.at("torch_version").get<std::string>() + ", seed " +
+                                std::to_string(r.at("seed").get<int>()) + ")";
+        std::cout << "[ reference ] " << who << "\n";
+        RecordProperty("reference", who);
+    }
+};
+
+void expect_close(const std::string & what, const at::Tensor & got, const at::Tensor & want, double tol) {
+    ASSERT_EQ(got.sizes(), want.sizes()) << what;
+    const double e = (got.to(at::kDouble) - want.to(at::kDouble)).abs().max().item<double>();
+    std::cout << "[ parity    ] " << what << ": max abs error " << e << " (tolerance " << tol << ")\n";
+    EXPECT_LE(e, tol) << what;
+}
+
+struct Case {
+    std::string name;
+    fs::path ckpt;
+    nlohmann::json settings;
+    bool negative;
+};
+
+Case case_of(const std::string & name) {
+    const auto & c = reference().at("cases").at(name);
+    return {name, kDir / ("checkpoint_" + name), c.at("settings"), c.at("negative").get<bool>()};
+}
+
+double num(const nlohmann::json & s, const char * k) { return s.at(k).get<double>(); }
+
+struct Outputs {
+    at::Tensor video_latents, audio_latents;  // de-normalised, unpacked, sample 0 (output_type="latent")
+    at::Tensor frames, audio;                 // [F, 3, H, W] in [0, 1], [2, samples] (output_type="pt")
+};
+
+// The pipeline from the embeddings to frames and waveform, every component resident (ResidentWeights).
+Outputs run_pipeline(const Case & k) {
+    auto m = lt::VideoModel::open(k.ckpt);
+    const auto & tc = m.transformer_config;
+    lt::ResidentWeights dit(m.transformer, at::kFloat, at::kCPU), conn(m.connectors, at::kFloat, at::kCPU);
+    lt::ResidentWeights vae(m.vae, at::kFloat, at::kCPU), avae(m.audio_vae, at::kFloat, at::kCPU);
+    lt::ResidentWeights voc(m.vocoder, at::kFloat, at::kCPU);
+
+    auto pe = TensorFile::open_file(kDir / "prompt_embeds.safetensors");
+    auto embeds = pe.read("prompt_embeds"), mask = pe.read("prompt_attention_mask");
+    if (k.negative) {
+        embeds = at::cat({pe.read("negative_prompt_embeds"), embeds});
+        mask = at::cat({pe.read("negative_prompt_attention_mask"), mask});
+    }
+    const auto text = lt::connectors_forward(m.connectors_config, conn, embeds, mask);
+
+    const auto & s = k.settings;
+    const auto r = m.ratios();
+    const auto g = lt::latent_geometry(r, s.at("num_frames").get<int64_t>(), s.at("height").get<int64_t>(),
+                                       s.at("width").get<int64_t>(), num(s, "frame_rate"));
+    auto noise = lt::draw_noise(r, g, 1, uint64_t(reference().at("seed").get<int>()), at::kCPU);
+    std::vector<float> sigmas;
+    if (s.contains("sigmas")) sigmas = ddo::model::sigmas_from(s.at("sigmas").get<std::vector<double>>());
+    else sigmas = ddo::model::default_sigmas(s.at("num_inference_steps").get<int>());
+    const auto schedule = lt::ltx2_schedule(m.scheduler_config, sigmas, g.video_tokens());
+
+    lt::DenoiseSettings ds;
+    ds.video = {num(s, "guidance_scale"), num(s, "stg_scale"), num(s, "modality_scale"), num(s, "guidance_rescale")};
+    ds.audio = {num(s, "audio_guidance_scale"), num(s, "audio_stg_scale"), num(s, "audio_modality_scale"),
+                num(s, "audio_guidance_rescale")};
+    if (!s.at("spatio_temporal_guidance_blocks").is_null())
+        ds.stg_blocks = s.at("spatio_temporal_guidance_blocks").get<std::vector<int64_t>>();
+    ds.use_cross_timestep = s.at("use_cross_timestep").get<bool>();
+    ds.fps = num(s, "frame_rate");
+    auto d = lt::denoise(tc, dit, text, g, noise, schedule, ds);
+
+    Outputs o;
+    const auto stats = lt::read_video_latent_stats(m.vae, m.vae_config);
+    const auto z = lt::denormalize_video_latents(lt::unpack_video(d.video, g), stats.mean, stats.std,
+                                                 m.vae_config.scaling_factor);
+    o.video_latents = z[0];
+    const auto packed = lt::denormalize_audio_latents(avae, d.audio);
+    const auto a = lt::unpack_audio_latents(packed, m.audio_vae_config.latent_mel_bins());
+    o.audio_latents = a[0];
+
+    lt::VideoVaeDecoder decoder(m.vae_config, vae);
+    const auto video = decoder.decode(z);                                    // [1, 3, F, H, W] in [-1, 1]
+    o.frames = (video[0] / 2 + 0.5).clamp(0, 1).permute({1, 0, 2, 3});      // postprocess_video, output "pt"
+    const auto mel = lt::AudioVaeDecoder(m.audio_vae_config).decode(avae, a);
+    o.audio = (m.vocoder_bwe_config ? lt::VocoderWithBwe(*m.vocoder_bwe_config).forward(voc, mel)
+                                    : lt::Vocoder(*m.vocoder_config).forward(voc, mel))[0];
+    return o;
+}
+
+void compare(const std::string & label, const Outputs & o, const TensorFile & want) {
+    expect_close(label + ": video latents", o.video_latents, want.read("latents"), 1e-4);
+    expect_close(label + ": audio latents", o.audio_latents, want.read("audio_latents"), 1e-4);
+    expect_close(label + ": frames", o.frames, want.read("frames"), 1.0 / 255);
+    expect_close(label + ": waveform", o.audio, want.read("audio"), 1e-4);
+}
+
+}  // namespace
+
+TEST_F(Ltx2PipelineParity, Plain20) {
+    compare("LTX-2.0 plain (2 steps, dynamic shift)", run_pipeline(case_of("20")),
+            TensorFile::open_file(kDir / "pipeline_20.safetensors"));
+}
+
+TEST_F(Ltx2PipelineParity, Guided23) {
+    compare("LTX-2.3 guided (CFG+STG+modality+rescale, distilled sigmas, BWE vocoder)", run_pipeline(case_of("23")),
+            TensorFile::open_file(kDir / "pipeline_23.safetensors"));
+}
