@@ -8,7 +8,9 @@ if(TARGET ddo_ltx2_pipeline)
     DIR ${LTX2_PIPELINE_FIXTURE_DIR} COMMENT "generating LTX-2 pipeline fixtures with diffusers")
   ddo_add_gtest(ltx2_pipeline_parity_test LABELS parity
     SOURCES ${CMAKE_CURRENT_LIST_DIR}/ltx2_pipeline_parity_test.cpp
-    LIBS ddo_ltx2_pipeline)
-  target_compile_definitions(ltx2_pipeline_parity_test PRIVATE LTX2_PIPELINE_FIXTURE_DIR="${LTX2_PIPELINE_FIXTURE_DIR}")
+    LIBS ddo_ltx2_pipeline ddo_core)
+  target_compile_definitions(ltx2_pipeline_parity_test PRIVATE LTX2_PIPELINE_FIXTURE_DIR="${LTX2_PIPELINE_FIXTURE_DIR}"
+    LTX2_PIPELINE_PLUGIN_DIR="${CMAKE_BINARY_DIR}/lib/ddo/plugins")
+  add_dependencies(ltx2_pipeline_parity_test linear)
   target_precompile_headers(ltx2_pipeline_parity_test PRIVATE <ATen/ATen.h>)
 endif()

@@ -2,7 +2,9 @@
 // prompt embeddings and the pipeline's own seeded noise: the denoised latents of a plain 2-step run on a tiny
 // LTX-2.0 checkpoint (dynamic shift, shift_terminal) and of a fully guided run (CFG, STG, modality isolation,
 // rescale, the distilled sigma list, use_cross_timestep, the BWE vocoder) on a tiny LTX-2.3 checkpoint; then the
-// decoded frames and waveform. Tolerances (fp32): latents and waveform 1e-4 max abs, frames 1/255.
+// decoded frames and waveform; and the DiT on the engine's resident, dynamic and disk routes (the linear allocator
+// plugin, CPU transport) giving bitwise the latents of the in-test resident source. Tolerances (fp32): latents and
+// waveform 1e-4 max abs, frames 1/255; routes: bitwise.
 #include <gtest/gtest.h>
 
 #include <ATen/ATen.h>
@@ -14,7 +16,9 @@
 
 #include "audio_vae_decoder.hpp"
 #include "connectors.hpp"
+#include "ddo/model/component_weights.hpp"
 #include "ddo/model/tensor_file.hpp"
+#include "ddo/plugin/plugin_registry.hpp"
 #include "latents.hpp"
 #include "transformer.hpp"
 #include "video_denoise.hpp"
@@ -80,11 +84,13 @@ struct Outputs {
     at::Tensor frames, audio;                 // [F, 3, H, W] in [0, 1], [2, samples] (output_type="pt")
 };
 
-// The pipeline from the embeddings to frames and waveform, every component resident (ResidentWeights).
-Outputs run_pipeline(const Case & k) {
+// The pipeline from the embeddings to frames and waveform, every component resident (ResidentWeights) unless
+// `dit_source` gives the DiT's weights (an engine route).
+Outputs run_pipeline(const Case & k, lt::Weights * dit_source = nullptr) {
     auto m = lt::VideoModel::open(k.ckpt);
     const auto & tc = m.transformer_config;
-    lt::ResidentWeights dit(m.transformer, at::kFloat, at::kCPU), conn(m.connectors, at::kFloat, at::kCPU);
+    lt::ResidentWeights resident_dit(m.transformer, at::kFloat, at::kCPU), conn(m.connectors, at::kFloat, at::kCPU);
+    lt::Weights & dit = dit_source ? *dit_source : resident_dit;
     lt::ResidentWeights vae(m.vae, at::kFloat, at::kCPU), avae(m.audio_vae, at::kFloat, at::kCPU);
     lt::ResidentWeights voc(m.vocoder, at::kFloat, at::kCPU);
 
@@ -151,4 +157,50 @@ TEST_F(Ltx2PipelineParity, Plain20) {
 TEST_F(Ltx2PipelineParity, Guided23) {
     compare("LTX-2.3 guided (CFG+STG+modality+rescale, distilled sigmas, BWE vocoder)", run_pipeline(case_of("23")),
             TensorFile::open_file(kDir / "pipeline_23.safetensors"));
+}
+
+TEST_F(Ltx2PipelineParity, DitRoutesGiveBitwiseEqualLatents) {
+    static auto registry = ddo::PluginRegistry::discover({fs::path(LTX2_PIPELINE_PLUGIN_DIR)});
+    const ddo_allocator_vtable * linear = registry.load("linear", "allocator").allocator;
+    ASSERT_NE(linear, nullptr);
+    const auto k = case_of("23");  // every pass kind (CFG batch, STG, isolation) streams the blocks
+    const auto want = run_pipeline(k);
+    const auto tc = lt::TransformerConfig::from_file(k.ckpt / "transformer" / "config.json");
+    const auto groups = lt::transformer_groups(tc);
+    const auto tf = TensorFile::open_component(k.ckpt / "transformer");
+    uint64_t block_bytes = 0;
+    for (const auto & g : groups)
+        if (g.name == "transformer_blocks.0")
+            for (const auto & n : g.tensors) block_bytes += tf.nbytes_of(n);
+    struct Route {
+        ddo::Route route;
+        double resident_gb;
+        const char * name;
+    };
+    for (const Route & r : {Route{ddo::Route::resident, 0, "resident"},
+                            Route{ddo::Route::dynamic, double(block_bytes + 1024) / 1073741824.0, "dynamic"},
+                            Route{ddo::Route::disk, 0, "disk"}}) {
+        ddo::model::ComponentPlan plan;  // what ModelRun::plan makes from a preset (CPU placement)
+        plan.component = "transformer";
+        plan.route = r.route;
+        plan.capacities.resident_budget_gb = r.resident_gb;
+        plan.capacities.staging_slots = 2;
+        plan.capacities.prefetch_depth = 1;
+        plan.capacities.ram_headroom_gb = 0;
+        plan.allocator = linear;
+        plan.allocator_name = "linear";
+        auto cw = ddo::model::ComponentWeights::open(k.ckpt / "transformer", groups, plan, at::kFloat);
+        lt::EngineWeights ew(*cw, groups, at::kFloat, at::kCPU);
+        const auto got = run_pipeline(k, &ew);
+        EXPECT_EQ(cw->finish(), 0u) << r.name << ": outstanding owners at the end of the phase";
+        EXPECT_EQ(cw->route(), r.name);
+        EXPECT_TRUE(at::equal(got.video_latents, want.video_latents))
+            << r.name << ": video latents differ by up to "
+            << (got.video_latents - want.video_latents).abs().max().item<double>();
+        EXPECT_TRUE(at::equal(got.audio_latents, want.audio_latents)) << r.name << ": audio latents differ";
+        EXPECT_TRUE(at::equal(got.audio, want.audio)) << r.name << ": waveform differs";
+        if (r.route != ddo::Route::resident) EXPECT_GT(cw->bytes_streamed(), 0u) << r.name;
+        std::cout << "[ routes    ] transformer on " << r.name << ": latents bitwise equal, " << cw->bytes_streamed()
+                  << " bytes streamed\n";
+    }
 }

@@ -240,7 +240,19 @@ json plugin_node_to_json(const toml::node & n, const std::string & key, const Lo
          "use a boolean, integer, float, string or array");
 }
 
-json plugin_text_to_json(const std::string & text) {
+// --set plugin.<name>.<option>=TEXT: a boolean, an integer, a float, a quoted or bare string, or a TOML array
+// ("[28]", "[1, 2]"), as the same value in a preset file would be.
+json plugin_text_to_json(const std::string & text, const std::string & key, const Loc & loc) {
+    if (text.size() >= 2 && text.front() == '[' && text.back() == ']') {
+        toml::table t;
+        try {
+            t = toml::parse("v = " + text);
+        } catch (const toml::parse_error & e) {
+            fail(loc, "'" + text + "' is not a TOML array (" + std::string(e.description()) + ")",
+                 "write it as in a preset file, e.g. [1, 2]");
+        }
+        return plugin_node_to_json(*t.get("v"), key, loc);
+    }
     if (text == "true") return true;
     if (text == "false") return false;
     long long i = 0;
@@ -602,7 +614,7 @@ ResolvedSettings resolve_settings(const ResolveRequest & rq) {
         if (key.starts_with("plugin.")) {
             if (std::count(key.begin(), key.end(), '.') < 2) fail(loc, "'" + key + "' is not a plugin option", "use plugin.<name>.<option>=value");
             check_plugin_option(ctx, key, loc);
-            values[key] = ResolvedValue{plugin_text_to_json(text), Provenance{SettingLayer::command_line, s}};
+            values[key] = ResolvedValue{plugin_text_to_json(text, key, loc), Provenance{SettingLayer::command_line, s}};
             continue;
         }
         std::string component;

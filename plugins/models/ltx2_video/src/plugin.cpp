@@ -6,7 +6,7 @@
 namespace {
 
 const char * const kAliases[] = {"ltx2", nullptr};
-const char * const kComponents[] = {"connectors", "transformer", "vae", "audio_vae", "vocoder", nullptr};
+const char * const kComponents[] = {"text_encoder", "connectors", "transformer", "vae", "audio_vae", "vocoder", nullptr};
 // Exact keys: anything else under plugin.ltx2_video is refused before the run (with the nearest key). The
 // guidance keys are LTX2Pipeline's arguments of the same names (workload.guidance_scale is its guidance_scale).
 const char * const kOptions[] = {"plugin.ltx2_video.stg_scale",
@@ -19,6 +19,7 @@ const char * const kOptions[] = {"plugin.ltx2_video.stg_scale",
                                  "plugin.ltx2_video.stg_blocks",
                                  "plugin.ltx2_video.use_cross_timestep",
                                  "plugin.ltx2_video.decode_timestep",
+                                 "plugin.ltx2_video.max_sequence_length",
                                  nullptr};
 const char * const kPipelineClasses[] = {"LTX2Pipeline", nullptr};
 
@@ -26,7 +27,8 @@ constexpr ddo::model::PluginDefinition kPlugin{
     "ltx2_video",
     "0.1.0",
     kAliases,
-    "LTX-2 text -> video with stereo audio (audio+video DiT, video VAE, audio VAE, vocoder) from prompt embeddings",
+    "LTX-2 text -> video with stereo audio (Gemma-3, audio+video DiT, video VAE, audio VAE, vocoder) from a prompt or "
+    "prompt embeddings",
     kComponents,
     kOptions,
     ddo::ltx2::run_ltx2_video,

@@ -9,7 +9,9 @@
 #include "ddo/error.hpp"
 #include "ddo/media/video_writer.hpp"
 #include "ddo/media/wav_writer.hpp"
+#include "ddo/model/tensor_output.hpp"
 #include "latents.hpp"
+#include "prompt_encoder.hpp"
 #include "transformer.hpp"
 #include "video_denoise.hpp"
 #include "video_model.hpp"
@@ -130,22 +132,56 @@ void run_ltx2_video(model::ModelRun & run) {
     run.check_class("audio_vae/config.json", {"AutoencoderKLLTX2Audio"});
     run.check_class("connectors/config.json", {"LTX2TextConnectors"});
     run.check_class("vocoder/config.json", {"LTX2Vocoder", "LTX2VocoderWithBWE"});
-    if (w.prompt || w.negative_prompt)
-        throw UsageError(std::string(kPlugin) + ": workload.prompt / workload.negative_prompt (-p / -n) need the Gemma-3 "
-                         "text encoder, which this plugin does not run yet; give --prompt-embeds FILE (LTX2Pipeline's "
-                         "prompt_embeds, the stacked Gemma-3 hidden states)");
+    // Where the prompt comes from: text (the checkpoint's Gemma-3 encodes it) or a --prompt-embeds file.
+    const bool from_text = w.prompt.has_value();
+    const bool encode_only = run.encode_only();
+    if (encode_only && !from_text)
+        throw UsageError("ddo-host encode: give the prompt with -p/--prompt (and -n/--negative-prompt for guidance)");
+    if (from_text && !run.prompt_embeds().empty())
+        throw UsageError(std::string(kPlugin) + ": both workload.prompt (-p) and --prompt-embeds were given; the "
+                         "embeddings would replace the prompt. Pass one of them");
+    if (!from_text && w.negative_prompt)
+        throw UsageError(std::string(kPlugin) + ": workload.negative_prompt (-n) without workload.prompt (-p): with "
+                         "--prompt-embeds put negative_prompt_embeds in that file, or give -p too");
+    if (encode_only)
+        for (const char * k : {"workload.width", "workload.height", "workload.frames", "workload.fps", "workload.steps",
+                               "workload.sigmas"})
+            run.refuse_if_set(k, "ddo-host encode only encodes the prompt; give it to the run that uses the embeddings");
+    const int64_t max_sequence_length = run.option<int64_t>("max_sequence_length", 1024);
+    if (max_sequence_length < 1)
+        throw UsageError("plugin.ltx2_video.max_sequence_length must be >= 1 (LTX2Pipeline's default is 1024)");
     if (w.num_images != 1)
         throw UsageError(std::string(kPlugin) + ": workload.num_images = " + std::to_string(w.num_images) +
                          ": one video per run (num_videos_per_prompt > 1 is not implemented); run again with another seed");
-    if (run.prompt_embeds().empty() && !run.dry_run())
-        throw UsageError(std::string(kPlugin) + ": no prompt: give --prompt-embeds FILE (LTX2Pipeline's prompt_embeds)");
+    if (!from_text && run.prompt_embeds().empty() && !run.dry_run())
+        throw UsageError(std::string(kPlugin) + ": no prompt: give -p/--prompt TEXT (the checkpoint's Gemma-3 text "
+                         "encoder encodes it) or --prompt-embeds FILE (LTX2Pipeline's prompt_embeds; ddo-host encode "
+                         "writes one)");
     if (!run.latents_file().empty())
         throw UsageError(std::string(kPlugin) + ": --latents is not implemented for LTX-2 (video and audio latents); the "
                          "noise is drawn from workload.seed");
 
+    if (from_text) run.check_class("text_encoder/config.json", {"Gemma3ForConditionalGeneration"});
+
     run.begin_phase("load");
-    run.record_checkpoint({"transformer", "connectors", "vae", "audio_vae", "vocoder", "scheduler"});
+    std::vector<std::string> components{"transformer", "connectors", "vae", "audio_vae", "vocoder", "scheduler"};
+    if (from_text) components.insert(components.begin(), {"text_encoder", "tokenizer"});
+    run.record_checkpoint(components);
     auto m = VideoModel::open(run.model_dir());
+    std::optional<Ltx2PromptEncoder> encoder;
+    if (from_text) {
+        encoder = Ltx2PromptEncoder::open(run.model_dir());
+        const int64_t want = m.connectors_config.caption_channels * m.connectors_config.text_proj_in_factor;
+        if (encoder->features() != want)
+            throw RuntimeError((run.model_dir() / "text_encoder" / "config.json").string() + ": hidden_size " +
+                               std::to_string(encoder->config().hidden_size) + " x (" +
+                               std::to_string(encoder->config().num_layers) + " layers + 1) = " +
+                               std::to_string(encoder->features()) + " features, but the connectors read " +
+                               std::to_string(want) + "; the text encoder belongs to another checkpoint");
+        for (const auto & f : encoder->tokenizer_files()) run.record_input("tokenizer/" + f.filename().string(), f);
+        run.add_checkpoint_facts({{"text_encoder_layers", encoder->config().num_layers},
+                                  {"text_features", encoder->features()}});
+    }
     const auto & tc = m.transformer_config;
     uint64_t block_bytes = 0;
     for (const auto & [name, shape] : tensor_specs(tc))
@@ -210,6 +246,9 @@ void run_ltx2_video(model::ModelRun & run) {
         embeds = load_prompt_embeds(run.prompt_embeds(), m.connectors_config);
     }
     auto passes = guidance_passes(ds.video, ds.audio);
+    if (from_text && !passes.cfg && w.negative_prompt)
+        run.adjust("workload.negative_prompt", *w.negative_prompt, "unused",
+                   "guidance scales <= 1: no classifier-free guidance, as in LTX2Pipeline");
     if (passes.cfg && !embeds.neg_embeds && !run.prompt_embeds().empty()) {
         // LTX2Pipeline encodes negative_prompt ("" by default) with Gemma-3 here; without it there is no
         // unconditional branch to guide against.
@@ -230,7 +269,9 @@ void run_ltx2_video(model::ModelRun & run) {
     const auto schedule = ltx2_schedule(m.scheduler_config, sigmas, geo.video_tokens());
     const double mu = ltx2_mu(m.scheduler_json, geo.video_tokens());
 
-    const auto outputs = run.plan_outputs({"video.mp4", "audio.wav"});
+    std::vector<std::filesystem::path> outputs;
+    if (encode_only) run.plan_tensor_file();
+    else if (from_text || !run.prompt_embeds().empty()) outputs = run.plan_outputs({"video.mp4", "audio.wav"});
     const auto conn_plan = run.plan("connectors");
     const auto dit_plan = run.plan("transformer");
     const auto vae_plan = run.plan("vae");
@@ -262,9 +303,59 @@ void run_ltx2_video(model::ModelRun & run) {
                                                        {"stride", vae_choice.tiling.tile_sample_stride_width},
                                                        {"window_frames", vae_choice.tiling.tile_sample_min_num_frames},
                                                        {"window_stride", vae_choice.tiling.tile_sample_stride_num_frames}}}}},
-                         {"audio_sample_rate", m.vocoder_sample_rate()}});
+                         {"audio_sample_rate", m.vocoder_sample_rate()},
+                         {"prompt", from_text ? nlohmann::json(*w.prompt) : nlohmann::json(nullptr)},
+                         {"negative_prompt", from_text && passes.cfg ? nlohmann::json(w.negative_prompt.value_or(""))
+                                                                     : nlohmann::json(nullptr)},
+                         {"prompt_embeddings", from_text ? "encoded by the text encoder (Gemma-3)"
+                                               : run.prompt_embeds().empty() ? "none (dry run)" : "supplied"},
+                         {"max_sequence_length", max_sequence_length}});
 
-    // Connectors (the text path after Gemma-3): their own phase, unloaded before the DiT's weights are opened.
+    // Text: Gemma-3 on the engine (its layers are execution groups of component text_encoder), unloaded before the
+    // connectors run; its stacked hidden states are what --prompt-embeds would have supplied.
+    if (from_text) {
+        auto te = run.open_weights(run.plan("text_encoder"), encoder->text_encoder_dir(), encoder->groups(), w.dtype);
+        if (run.dry_run()) {
+            (void)encoder->tokenizer().encode(strip_prompt(*w.prompt));  // the prompt tokenizes
+            run.unload(std::move(te));
+            if (encode_only) {
+                run.log(2, "dry run: checkpoint, tokenizer and text encoder validated; nothing computed");
+                return;
+            }
+        } else {
+            run.begin_phase("encode");
+            text::Gemma3Callbacks tcb;
+            tcb.check_interrupted = [&](int layer) { run.check_interrupted("at text encoder layer " + std::to_string(layer)); };
+            tcb.on_layer = [&](int layer, int total) { run.step(layer, total); };
+            const bool negative = passes.cfg || (encode_only && w.negative_prompt);
+            std::optional<std::vector<std::string>> neg;
+            if (w.negative_prompt) neg = std::vector<std::string>{*w.negative_prompt};
+            const auto enc = encoder->encode_prompt(*te, {*w.prompt}, neg, negative, 1, max_sequence_length, w.dtype,
+                                                    device, tcb);
+            run.unload(std::move(te));
+            run.add_checkpoint_facts({{"prompt_tokens", enc.positive.token_counts}});
+            embeds.embeds = enc.positive.embeds;
+            embeds.mask = enc.positive.mask;
+            if (enc.negative) {
+                embeds.neg_embeds = enc.negative->embeds;
+                embeds.neg_mask = enc.negative->mask;
+            }
+            if (encode_only) {
+                run.begin_phase("write_output");
+                model::NamedTensors t{{"prompt_embeds", embeds.embeds}, {"prompt_attention_mask", embeds.mask}};
+                if (embeds.neg_embeds) {
+                    t.push_back({"negative_prompt_embeds", *embeds.neg_embeds});
+                    t.push_back({"negative_prompt_attention_mask", *embeds.neg_mask});
+                }
+                run.write_tensors(t, {{"producer", std::string("ddo-host encode (") + kPlugin + ")"},
+                                      {"prompt", *w.prompt}, {"negative_prompt", w.negative_prompt.value_or("")},
+                                      {"max_sequence_length", std::to_string(max_sequence_length)}});
+                return;
+            }
+        }
+    }
+
+    // Connectors (the text path after Gemma-3), unloaded before the DiT's weights are opened.
     auto conn = open_component(run, conn_plan, "connectors", connector_groups(m.connectors_config), w.dtype);
     if (run.dry_run()) {
         unload(run, conn);
@@ -274,7 +365,7 @@ void run_ltx2_video(model::ModelRun & run) {
                                                : "dry run: checkpoint and embeddings validated; nothing computed");
         return;
     }
-    run.begin_phase("encode");
+    if (run.phase() != "encode") run.begin_phase("encode");  // the text encoder's phase, when it ran
     at::Tensor text_in = embeds.embeds, mask_in = embeds.mask;
     if (passes.cfg) {
         text_in = at::cat({*embeds.neg_embeds, embeds.embeds});

@@ -1,0 +1,195 @@
+// LTX2ImageTransformer2DModel forward split into prepare / run_block / finish (reference: the composed
+// LTX2ImageTransformer2DModel of tools/reference/ltx2_image_fixtures.py, i.e. diffusers 0.42.1
+// LTX2VideoTransformer3DModel.forward / LTX2VideoTransformerBlock.forward with the audio stream removed).
+#include "image_transformer.hpp"
+
+#include <string>
+
+#include "ddo/error.hpp"
+
+namespace ddo::ltx2 {
+namespace {
+
+constexpr int64_t kTimeProjChannels = 256;
+
+void add_linear(TensorSpecs & s, const std::string & p, int64_t out, int64_t in, bool bias = true) {
+    s.push_back({p + ".weight", {out, in}});
+    if (bias) s.push_back({p + ".bias", {out}});
+}
+
+void add_adaln(TensorSpecs & s, const std::string & p, int64_t dim, int64_t n) {
+    add_linear(s, p + ".emb.timestep_embedder.linear_1", dim, kTimeProjChannels);
+    add_linear(s, p + ".emb.timestep_embedder.linear_2", dim, dim);
+    add_linear(s, p + ".linear", n * dim, dim);
+}
+
+void add_attention(TensorSpecs & s, const TransformerConfig & c, const std::string & p, int64_t kv_dim) {
+    const int64_t d = c.inner_dim();
+    add_linear(s, p + ".to_q", d, d, c.attention_bias);
+    add_linear(s, p + ".to_k", d, kv_dim, c.attention_bias);
+    add_linear(s, p + ".to_v", d, kv_dim, c.attention_bias);
+    add_linear(s, p + ".to_out.0", d, d, c.attention_out_bias);
+    s.push_back({p + ".norm_q.weight", {d}});
+    s.push_back({p + ".norm_k.weight", {d}});
+    if (c.gated_attn) add_linear(s, p + ".to_gate_logits", c.num_attention_heads, d);
+}
+
+TensorSpecs global_specs(const TransformerConfig & c) {
+    const int64_t d = c.inner_dim();
+    TensorSpecs s;
+    add_linear(s, "proj_in", d, c.in_channels);
+    add_adaln(s, "time_embed", d, c.video_mod_params());
+    s.push_back({"scale_shift_table", {2, d}});
+    if (c.prompt_adaln()) add_adaln(s, "prompt_adaln", d, 2);
+    add_linear(s, "proj_out", c.out_channels, d);
+    return s;
+}
+
+std::string block_prefix(int64_t i) { return "transformer_blocks." + std::to_string(i); }
+
+// get_mod_params: table[None, None] + temb.reshape(B, T, n, D), unbound over n.
+std::vector<at::Tensor> mod_params(const at::Tensor & table, const at::Tensor & temb, int64_t batch) {
+    auto v = table.unsqueeze(0).unsqueeze(0) + temb.reshape({batch, temb.size(1), table.size(0), -1});
+    return v.unbind(2);
+}
+
+AttentionSpec attn_spec(const TransformerConfig & c, const std::string & prefix) {
+    return {prefix, c.num_attention_heads, c.gated_attn, c.attention_bias, c.attention_out_bias, c.norm_eps};
+}
+
+}  // namespace
+
+TransformerConfig image_transformer_config(const nlohmann::json & j, const std::filesystem::path & file) {
+    // The video DiT's reader with the image model's defaults; the audio stream does not exist.
+    nlohmann::json v = j;
+    if (!v.contains("cross_attn_mod") || v.at("cross_attn_mod").is_null()) v["cross_attn_mod"] = true;
+    v["use_prompt_embeddings"] = false;  // LTX2ImageTransformer2DModel has no caption_projection
+    v["perturbed_attn"] = true;          // attn1 always runs LTX2PerturbedAttnProcessor
+    v["audio_cross_attn_mod"] = false;
+    auto c = TransformerConfig::from_json(v, file);
+    if (c.cross_attention_dim != c.inner_dim())
+        ConfigReader(v, file).fail("cross_attention_dim",
+                                   "is " + std::to_string(c.cross_attention_dim) +
+                                       "; the image model modulates the text with inner-width prompt tables, so it must "
+                                       "equal num_attention_heads * attention_head_dim (" +
+                                       std::to_string(c.inner_dim()) + ")");
+    return c;
+}
+
+TransformerConfig image_transformer_config_from_file(const std::filesystem::path & config_json) {
+    return image_transformer_config(read_config_json(config_json), config_json);
+}
+
+TensorSpecs image_block_specs(const TransformerConfig & c, int64_t i) {
+    const int64_t d = c.inner_dim();
+    const std::string p = block_prefix(i) + ".";
+    TensorSpecs s;
+    add_attention(s, c, p + "attn1", d);
+    add_attention(s, c, p + "attn2", c.cross_attention_dim);
+    add_linear(s, p + "ff.net.0.proj", 4 * d, d, c.ff_bias);
+    add_linear(s, p + "ff.net.2", d, 4 * d, c.ff_bias);
+    s.push_back({p + "scale_shift_table", {c.video_mod_params(), d}});
+    s.push_back({p + "prompt_scale_shift_table", {2, d}});
+    return s;
+}
+
+TensorSpecs image_transformer_specs(const TransformerConfig & c) {
+    auto s = global_specs(c);
+    for (int64_t i = 0; i < c.num_layers; ++i) {
+        auto b = image_block_specs(c, i);
+        s.insert(s.end(), b.begin(), b.end());
+    }
+    return s;
+}
+
+void validate_image_transformer(const model::TensorFile & f, const TransformerConfig & c) {
+    validate_tensors(f, image_transformer_specs(c), "LTX-2 image transformer");
+}
+
+std::vector<model::GroupSpec> image_transformer_groups(const TransformerConfig & c) {
+    std::vector<model::GroupSpec> g;
+    g.push_back({"globals", {}});
+    for (const auto & [name, shape] : global_specs(c)) g[0].tensors.push_back(name);
+    for (int64_t i = 0; i < c.num_layers; ++i) {
+        model::GroupSpec b{block_prefix(i), {}};
+        for (const auto & [name, shape] : image_block_specs(c, i)) b.tensors.push_back(name);
+        g.push_back(std::move(b));
+    }
+    return g;
+}
+
+ImageTransformerState image_prepare(const TransformerConfig & c, Weights & w, const ImageTransformerInputs & in) {
+    const Weights::Scope scope(w, "globals");
+    const auto dev = w.device();
+    const auto dt = w.dtype();
+    auto x = in.hidden_states.to(dev, dt);
+    const int64_t batch = x.size(0);
+    if (in.height * in.width != x.size(1))
+        throw UsageError("LTX-2 image transformer: " + std::to_string(x.size(1)) + " tokens for a latent grid of " +
+                         std::to_string(in.height) + " x " + std::to_string(in.width));
+    ImageTransformerState s;
+    // Binary [B, L] text mask -> additive (1 - m) * -10000, [B, 1, L].
+    if (in.encoder_attention_mask)
+        s.text_mask = ((1 - in.encoder_attention_mask->to(dev, dt)) * -10000.0).unsqueeze(1);
+    // Video RoPE for one frame at 24 fps (prepare_video_coords(B, 1, h, w, fps=24)).
+    s.rope = rope_tables(video_rope(c), video_coords(c, batch, 1, in.height, in.width, 24.0, dev));
+    x = linear(w, "proj_in", x);
+    auto view3 = [&](const at::Tensor & t) { return t.view({batch, -1, t.size(-1)}); };
+    auto [temb, emb] = adaln_single(w, "time_embed", in.timestep.flatten());
+    s.temb = view3(temb);
+    s.embedded_timestep = view3(emb);
+    if (c.prompt_adaln()) s.temb_prompt = view3(adaln_single(w, "prompt_adaln", in.timestep.flatten()).first);
+    s.text = in.encoder_hidden_states.to(dev, dt);
+    s.pag_blocks = {in.pag_blocks.begin(), in.pag_blocks.end()};
+    if (!s.pag_blocks.empty() || in.perturbation_mask) {
+        auto m = in.perturbation_mask ? in.perturbation_mask->to(dev, dt) : at::zeros({batch}, x.options());
+        m = m.view({-1, 1, 1});
+        s.perturbation = Perturbation{m, (m == 0).all().item<bool>()};
+    }
+    s.x = x;
+    return s;
+}
+
+void image_run_block(const TransformerConfig & c, Weights & w, int64_t i, ImageTransformerState & s) {
+    const std::string p = block_prefix(i);
+    const Weights::Scope scope(w, p);
+    const int64_t batch = s.x.size(0);
+    const double eps = c.norm_eps;
+    auto x = s.x;
+    std::optional<Perturbation> perturb;
+    if (s.pag_blocks.count(i)) perturb = s.perturbation;
+
+    // 1. Self-attention (PAG: the perturbed samples take the value projection in pag_blocks).
+    auto vp = mod_params(w.get(p + ".scale_shift_table"), s.temb, batch);
+    auto h = rms_norm(x, eps) * (1 + vp[1]) + vp[0];
+    x = x + attention(w, attn_spec(c, p + ".attn1"), h, std::nullopt, std::nullopt, &s.rope, nullptr, perturb) * vp[2];
+
+    // 2. Prompt K/V modulation (table + prompt AdaLN, or the table alone), text cross-attention.
+    const auto table = w.get(p + ".prompt_scale_shift_table");
+    const auto kv = s.temb_prompt ? mod_params(table, *s.temb_prompt, batch) : table.unsqueeze(0).unsqueeze(0).unbind(2);
+    const auto text = s.text * (1 + kv[1]) + kv[0];
+    h = rms_norm(x, eps);
+    if (c.cross_attn_mod) h = h * (1 + vp[7]) + vp[6];
+    auto o = attention(w, attn_spec(c, p + ".attn2"), h, text, s.text_mask, nullptr, nullptr);
+    if (c.cross_attn_mod) o = o * vp[8];
+    x = x + o;
+
+    // 3. Feed-forward.
+    h = rms_norm(x, eps) * (1 + vp[4]) + vp[3];
+    s.x = x + feed_forward(w, p + ".ff", h, c.ff_bias) * vp[5];
+}
+
+at::Tensor image_finish(const TransformerConfig & /*c*/, Weights & w, const ImageTransformerState & s) {
+    const Weights::Scope scope(w, "globals");
+    auto v = w.get("scale_shift_table").unsqueeze(0).unsqueeze(0) + s.embedded_timestep.unsqueeze(2);  // [B,T,2,D]
+    auto n = at::layer_norm(s.x, {s.x.size(-1)}, {}, {}, 1e-6);
+    return linear(w, "proj_out", n * (1 + v.select(2, 1)) + v.select(2, 0));
+}
+
+at::Tensor image_forward(const TransformerConfig & c, Weights & w, const ImageTransformerInputs & in) {
+    auto s = image_prepare(c, w, in);
+    for (int64_t i = 0; i < c.num_layers; ++i) image_run_block(c, w, i, s);
+    return image_finish(c, w, s);
+}
+
+}  // namespace ddo::ltx2

@@ -1,0 +1,285 @@
+// ddo-host --plugin ltx2 on the pipeline fixtures (tools/reference/ltx2_pipeline_fixtures.py): the fully guided tiny
+// LTX-2.3 case written as video.mp4 + audio.wav (what a player sees: one H.264 stream with the requested frames and
+// fps, one stereo AAC stream of the waveform's duration; the WAV equal to diffusers' waveform within 16-bit
+// rounding), the report's routes, unloads at the phase boundaries and zero outstanding owners; the DiT on the
+// resident, dynamic and disk routes writing the same bytes; malformed checkpoints failing before denoising with the
+// tensor and the file named (exit 4, report written); refusals before loading (exit 2).
+#include <gtest/gtest.h>
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <cmath>
+#include <functional>
+#include <map>
+#include <fstream>
+#include <iostream>
+
+#include <nlohmann/json.hpp>
+
+#include "ddo/media/media_decode.hpp"
+#include "ddo/media/media_probe.hpp"
+#include "ddo/model/tensor_file.hpp"
+#include "ddo/model/tensor_output.hpp"
+#include "ddo/util/file_digest.hpp"
+#include "e2e/host_run.hpp"
+
+namespace fs = std::filesystem;
+using ddo::test::run_ddo_host;
+
+namespace {
+
+const fs::path kFixtures = LTX2_PIPELINE_FIXTURE_DIR;
+
+std::string q(const fs::path & p) { return "'" + p.string() + "'"; }
+
+// The guided LTX-2.3 case of the fixtures, as ddo-host flags (plugin options = LTX2Pipeline's arguments).
+std::string guided_args(const fs::path & ckpt, const std::string & extra = "") {
+    const auto ref = nlohmann::json::parse(std::ifstream(kFixtures / "reference.json"));
+    std::string sig;
+    for (double v : ref.at("cases").at("23").at("settings").at("sigmas")) sig += (sig.empty() ? "" : ",") + nlohmann::json(v).dump();
+    return "--plugin ltx2 --model " + q(ckpt) + " --prompt-embeds " + q(kFixtures / "prompt_embeds.safetensors") +
+           " --width 32 --height 32 --frames 5 --fps 25 --cfg-scale 3 --set 'workload.sigmas=[" + sig + "]'" +
+           " --set plugin.ltx2_video.stg_blocks=[1] --set plugin.ltx2_video.audio_guidance_scale=7 " + extra;
+}
+
+}  // namespace
+
+TEST(Ltx2VideoHost, WritesMp4AndWavEqualToDiffusers) {
+    std::string sha_mp4, sha_wav;
+    const auto r = run_ddo_host("ltx2_guided", guided_args(kFixtures / "checkpoint_23", "--preset low_ram_safe.toml"),
+                                [&](const fs::path & dir) {
+        ASSERT_TRUE(fs::exists(dir / "video.mp4"));
+        ASSERT_TRUE(fs::exists(dir / "audio.wav"));
+        const auto p = ddo::media::probe_media(dir / "video.mp4");
+        ASSERT_EQ(p.count(ddo::media::StreamKind::video), 1);
+        ASSERT_EQ(p.count(ddo::media::StreamKind::audio), 1);
+        const auto * v = p.first(ddo::media::StreamKind::video);
+        EXPECT_EQ(v->codec, "h264");
+        EXPECT_EQ(v->packets, 5);
+        EXPECT_EQ(v->fps_num, 25);
+        EXPECT_EQ(v->fps_den, 1);
+        EXPECT_EQ(v->width, 32);
+        EXPECT_EQ(v->height, 32);
+        const auto * a = p.first(ddo::media::StreamKind::audio);
+        EXPECT_EQ(a->codec, "aac");
+        EXPECT_EQ(a->channels, 2);
+        EXPECT_EQ(a->sample_rate, 48000);
+        const auto want = ddo::model::TensorFile::open_file(kFixtures / "pipeline_23.safetensors").read("audio");
+        const double seconds = double(want.size(1)) / 48000.0;
+        EXPECT_NEAR(a->duration_s, seconds, 1024.0 / 48000.0) << "the AAC stream lasts the waveform's duration";
+        std::cout << "[ mp4       ] h264 " << v->packets << " frames at " << v->fps_num << "/" << v->fps_den
+                  << " fps; aac " << a->channels << " ch " << a->sample_rate << " Hz " << a->duration_s << " s (waveform "
+                  << seconds << " s)\n";
+        // The WAV holds diffusers' waveform as 16-bit PCM: within half a step of rounding (+ the clip to [-1, 1]).
+        const auto wav = ddo::media::decode_audio(dir / "audio.wav");
+        ASSERT_EQ(wav.channels, 2);
+        ASSERT_EQ(wav.frames, want.size(1));
+        double err = 0;
+        const auto w = want.contiguous();
+        for (int64_t c = 0; c < 2; ++c)
+            for (int64_t i = 0; i < wav.frames; ++i) {
+                const double ref = std::clamp(double(w[c][i].item<float>()), -1.0, 1.0);
+                err = std::max(err, std::abs(double(wav.samples[size_t(c * wav.frames + i)]) - ref));
+            }
+        std::cout << "[ parity    ] audio.wav vs diffusers' waveform: max abs error " << err << " (tolerance 1/32768)\n";
+        EXPECT_LE(err, 1.0 / 32768);
+        sha_mp4 = ddo::file_sha256(dir / "video.mp4").value_or("");
+        sha_wav = ddo::file_sha256(dir / "audio.wav").value_or("");
+    });
+    ASSERT_EQ(r.exit_code, 0) << r.log;
+    const auto & rep = r.report;
+    EXPECT_EQ(rep.at("status"), "completed");
+    // Outputs: both files, hashed as written.
+    ASSERT_EQ(rep.at("outputs").size(), 2u);
+    EXPECT_EQ(rep.at("outputs")[0].at("kind"), "video/mp4");
+    EXPECT_EQ(rep.at("outputs")[0].at("sha256"), sha_mp4);
+    EXPECT_EQ(rep.at("outputs")[0].at("facts").at("frames"), 5);
+    EXPECT_EQ(rep.at("outputs")[1].at("kind"), "audio/wav");
+    EXPECT_EQ(rep.at("outputs")[1].at("sha256"), sha_wav);
+    // Every component on the engine, unloaded at its phase boundary with no outstanding owner.
+    const std::pair<const char *, const char *> unloads[] = {{"connectors", "encode"}, {"transformer", "denoise"},
+                                                             {"vae", "decode"}, {"audio_vae", "decode_audio"},
+                                                             {"vocoder", "decode_audio"}};
+    for (const auto & [c, phase] : unloads) {
+        ASSERT_TRUE(rep.at("routes").contains(c)) << c;
+        const auto & k = rep.at("counters").at(c);
+        EXPECT_EQ(k.at("unloaded_in_phase"), phase) << c;
+        EXPECT_EQ(k.at("engine").at("counters").at("outstanding_owners"), 0) << c;
+    }
+    // low_ram_safe streams the DiT's blocks (group_leaf): bytes streamed in the report, per step too.
+    EXPECT_GT(rep.at("counters").at("transformer").at("bytes_streamed").get<uint64_t>(), 0u);
+    int denoise_steps = 0;
+    for (const auto & st : rep.at("steps")) denoise_steps += st.at("phase") == "denoise";
+    EXPECT_EQ(denoise_steps, 8);
+    EXPECT_EQ(rep.at("workload").at("passes_per_step"), 3);
+    EXPECT_TRUE(rep.at("workload").at("stg_effective").get<bool>());
+}
+
+TEST(Ltx2VideoHost, DitRoutesWriteTheSameBytes) {
+    std::map<std::string, std::pair<std::string, std::string>> sha;
+    for (const char * route : {"resident", "dynamic", "disk"}) {
+        const auto r = run_ddo_host(std::string("ltx2_route_") + route,
+                                    guided_args(kFixtures / "checkpoint_23", std::string("--set components.transformer.route=") + route),
+                                    [&](const fs::path & dir) {
+                                        sha[route] = {ddo::file_sha256(dir / "video.mp4").value_or("?"),
+                                                      ddo::file_sha256(dir / "audio.wav").value_or("?")};
+                                    });
+        ASSERT_EQ(r.exit_code, 0) << route << "\n" << r.log;
+        EXPECT_EQ(r.report.at("routes").at("transformer").at("executed"), route);
+        if (std::string(route) != "resident")
+            EXPECT_GT(r.report.at("counters").at("transformer").at("bytes_streamed").get<uint64_t>(), 0u) << route;
+    }
+    EXPECT_EQ(sha["dynamic"], sha["resident"]);
+    EXPECT_EQ(sha["disk"], sha["resident"]);
+}
+
+namespace {
+
+// A copy of a fixture checkpoint (components linked, the transformer copied) to break.
+fs::path broken_copy(const std::string & tag) {
+    const fs::path src = kFixtures / "checkpoint_23";
+    const fs::path dst = fs::temp_directory_path() / ("ltx2_broken_" + tag + "_" + std::to_string(::getpid()));
+    fs::remove_all(dst);
+    fs::create_directories(dst / "transformer");
+    for (const auto & e : fs::directory_iterator(src))
+        if (e.path().filename() != "transformer") fs::create_symlink(e.path(), dst / e.path().filename());
+    for (const auto & e : fs::directory_iterator(src / "transformer")) fs::copy(e.path(), dst / "transformer" / e.path().filename());
+    return dst;
+}
+
+void rewrite_transformer(const fs::path & ckpt, const std::function<void(ddo::model::NamedTensors &)> & edit) {
+    const fs::path file = ckpt / "transformer" / "diffusion_pytorch_model.safetensors";
+    const auto f = ddo::model::TensorFile::open_file(file);
+    ddo::model::NamedTensors t;
+    for (const auto & n : f.names()) t.push_back({n, f.read(n)});
+    edit(t);
+    const auto bytes = ddo::model::encode_safetensors(t, {{"format", "pt"}});
+    fs::remove(file);
+    std::ofstream(file, std::ios::binary) << bytes;
+}
+
+void expect_exit4_before_denoise(const std::string & tag, const fs::path & ckpt, const std::string & names) {
+    const auto r = run_ddo_host("ltx2_bad_" + tag, guided_args(ckpt));
+    EXPECT_EQ(r.exit_code, 4) << tag << "\n" << r.log;
+    EXPECT_NE(r.log.find(names), std::string::npos) << tag << ": names " << names << "\n" << r.log;
+    EXPECT_NE(r.log.find((ckpt / "transformer").string()), std::string::npos) << tag << ": names the file\n" << r.log;
+    EXPECT_EQ(r.report.at("status"), "failed") << tag;
+    EXPECT_TRUE(r.report.at("steps").empty()) << tag << ": failed before denoising";
+    EXPECT_TRUE(r.report.at("outputs").empty()) << tag;
+}
+
+}  // namespace
+
+TEST(Ltx2VideoHost, MalformedCheckpointsFailBeforeDenoisingExit4) {
+    {  // a tensor missing
+        const auto ckpt = broken_copy("missing");
+        rewrite_transformer(ckpt, [](ddo::model::NamedTensors & t) {
+            std::erase_if(t, [](const auto & e) { return e.first == "transformer_blocks.1.attn2.to_k.weight"; });
+        });
+        expect_exit4_before_denoise("missing", ckpt, "transformer_blocks.1.attn2.to_k.weight");
+        fs::remove_all(ckpt);
+    }
+    {  // a tensor of the wrong shape
+        const auto ckpt = broken_copy("shape");
+        rewrite_transformer(ckpt, [](ddo::model::NamedTensors & t) {
+            for (auto & [n, v] : t)
+                if (n == "transformer_blocks.0.ff.net.2.weight") v = at::zeros({v.size(0), v.size(1) + 1});
+        });
+        expect_exit4_before_denoise("shape", ckpt, "transformer_blocks.0.ff.net.2.weight");
+        fs::remove_all(ckpt);
+    }
+    {  // an LTX-2.0 config over LTX-2.3 weights: the 2.0 caption projection is missing
+        const auto ckpt = broken_copy("config20");
+        fs::copy_file(kFixtures / "checkpoint_20" / "transformer" / "config.json", ckpt / "transformer" / "config.json",
+                      fs::copy_options::overwrite_existing);
+        expect_exit4_before_denoise("config20", ckpt, "caption_projection");
+        fs::remove_all(ckpt);
+    }
+}
+
+TEST(Ltx2VideoHost, RefusalsBeforeLoadingExit2) {
+    // A text prompt needs the Gemma-3 encoder.
+    auto r = run_ddo_host("ltx2_prompt", "--plugin ltx2 --model " + q(kFixtures / "checkpoint_23") + " -p 'a cat'");
+    EXPECT_EQ(r.exit_code, 2) << r.log;
+    EXPECT_NE(r.log.find("--prompt-embeds"), std::string::npos) << r.log;
+    // A block that does not exist.
+    r = run_ddo_host("ltx2_stg", guided_args(kFixtures / "checkpoint_23", "--set plugin.ltx2_video.stg_blocks=[7]"));
+    EXPECT_EQ(r.exit_code, 2) << r.log;
+    EXPECT_NE(r.log.find("plugin.ltx2_video.stg_blocks"), std::string::npos) << r.log;
+    EXPECT_EQ(r.report.at("status"), "failed");
+    // An option the plugin does not have.
+    r = run_ddo_host("ltx2_option", guided_args(kFixtures / "checkpoint_23", "--set plugin.ltx2_video.stg_scales=1"));
+    EXPECT_EQ(r.exit_code, 2) << r.log;
+    EXPECT_NE(r.log.find("stg_scale"), std::string::npos) << r.log << ": suggests the nearest key";
+}
+
+namespace {
+
+const fs::path kTextFixtures = LTX2_TEXT_FIXTURE_DIR;
+
+// The text fixtures' "guidance_3" run (tools/reference/ltx2_text_fixtures.py): 2 steps, CFG 3 for video and audio,
+// every other guidance off, max_sequence_length 16.
+std::string text_args(const std::string & source) {
+    return "--plugin ltx2 --model " + q(kTextFixtures / "checkpoint_text") + " " + source +
+           " --cfg-scale 3 --width 32 --height 32 --frames 5 --fps 25 --steps 2 --set plugin.ltx2_video.stg_scale=0"
+           " --set plugin.ltx2_video.modality_scale=1 --set plugin.ltx2_video.guidance_rescale=0"
+           " --set plugin.ltx2_video.audio_guidance_scale=3 --set plugin.ltx2_video.audio_stg_scale=0"
+           " --set plugin.ltx2_video.audio_modality_scale=1 --set plugin.ltx2_video.audio_guidance_rescale=0"
+           " --set plugin.ltx2_video.use_cross_timestep=false --set plugin.ltx2_video.max_sequence_length=16"
+           " --preset low_ram_safe.toml";
+}
+
+double wav_error(const fs::path & wav_file, const at::Tensor & want) {
+    const auto wav = ddo::media::decode_audio(wav_file);
+    EXPECT_EQ(wav.frames, want.size(1));
+    if (wav.frames != want.size(1)) return 1e30;
+    double err = 0;
+    for (int64_t c = 0; c < 2; ++c)
+        for (int64_t i = 0; i < wav.frames; ++i)
+            err = std::max(err, std::abs(double(wav.samples[size_t(c * wav.frames + i)]) -
+                                         std::clamp(double(want[c][i].item<float>()), -1.0, 1.0)));
+    return err;
+}
+
+}  // namespace
+
+TEST(Ltx2VideoHost, FromTextEqualsDiffusersAndEncodeReproducesIt) {
+    const auto want = ddo::model::TensorFile::open_file(kTextFixtures / "pipeline_text.safetensors").read("guidance_3.audio");
+    std::string sha_text;
+    const auto r = run_ddo_host("ltx2_text", text_args("-p 'a robot dancing in the rain'"), [&](const fs::path & dir) {
+        const double e = wav_error(dir / "audio.wav", want);
+        std::cout << "[ parity    ] -p: audio.wav vs diffusers' waveform from the prompt: max abs error " << e
+                  << " (tolerance 1/32768)\n";
+        EXPECT_LE(e, 1.0 / 32768);
+        sha_text = ddo::file_sha256(dir / "audio.wav").value_or("?");
+    });
+    ASSERT_EQ(r.exit_code, 0) << r.log;
+    const auto & k = r.report.at("counters").at("text_encoder");
+    EXPECT_EQ(k.at("unloaded_in_phase"), "encode") << "the text encoder leaves memory before the connectors and the DiT";
+    EXPECT_EQ(k.at("engine").at("counters").at("outstanding_owners"), 0);
+    EXPECT_GT(k.at("bytes_streamed").get<uint64_t>(), 0u) << "low_ram_safe streams the text encoder's layers";
+    EXPECT_EQ(r.report.at("workload").at("negative_prompt"), "");
+
+    // ddo-host encode writes the embeddings; a run from them writes the same bytes.
+    const fs::path embeds = fs::temp_directory_path() / ("ltx2_embeds_" + std::to_string(::getpid()) + ".safetensors");
+    fs::remove(embeds);
+    const fs::path encode_report = embeds.string() + ".report.json";
+    const std::string cmd = std::string("'") + DDO_HOST_BIN + "' encode --plugin ltx2 --model " +
+                            q(kTextFixtures / "checkpoint_text") + " -p 'a robot dancing in the rain' -n '' --set "
+                            "plugin.ltx2_video.max_sequence_length=16 -o " + q(embeds) + " --report " + q(encode_report) +
+                            " > /dev/null 2>&1";
+    ASSERT_EQ(std::system(cmd.c_str()), 0) << cmd;
+    ASSERT_TRUE(fs::exists(embeds));
+    const auto er = nlohmann::json::parse(std::ifstream(encode_report));
+    EXPECT_EQ(er.at("status"), "completed");
+    EXPECT_EQ(er.at("outputs")[0].at("kind"), "application/x-safetensors");
+    fs::remove(encode_report);
+    const auto f = ddo::model::TensorFile::open_file(embeds);
+    EXPECT_TRUE(f.contains("negative_prompt_embeds"));
+    const auto again = run_ddo_host("ltx2_from_encoded", text_args("--prompt-embeds " + q(embeds)), [&](const fs::path & dir) {
+        EXPECT_EQ(ddo::file_sha256(dir / "audio.wav").value_or("!"), sha_text);
+    });
+    EXPECT_EQ(again.exit_code, 0) << again.log;
+    fs::remove(embeds);
+}

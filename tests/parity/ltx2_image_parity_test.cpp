@@ -1,0 +1,130 @@
+// ltx2_image's pipeline against the composed LTX-2 image reference (tools/reference/ltx2_image_fixtures.py:
+// diffusers 0.42.1's LTX-2 modules composed as the image variant; that script requires its transformer to equal
+// the original implementation's LTX2ImageTransformer2DModel bitwise on shared weights and records the check, which
+// the first test asserts). From the same prompt embeddings and seeded noise: the denoised latents and the image of
+// a distilled run (8 distilled sigmas, no guidance), a base run (4 steps, CFG 3, rescale 0.7) and a base run with
+// PAG 0.2 on block 1 (batch [neg; pos; pos]). Tolerances (fp32): latents 1e-4 max abs, image 1/255 (pixel-equal).
+#include <gtest/gtest.h>
+
+#include <ATen/ATen.h>
+
+#include <fstream>
+#include <iostream>
+
+#include <nlohmann/json.hpp>
+
+#include "ddo/model/tensor_file.hpp"
+#include "image_connectors.hpp"
+#include "image_pipeline.hpp"
+#include "image_transformer.hpp"
+#include "video_denoise.hpp"
+#include "video_vae_decoder.hpp"
+#include "weights.hpp"
+
+namespace fs = std::filesystem;
+namespace lt = ddo::ltx2;
+using ddo::model::TensorFile;
+
+namespace {
+
+const fs::path kDir = LTX2_IMAGE_FIXTURE_DIR;
+
+const nlohmann::json & reference() {
+    static nlohmann::json j = [] {
+        std::ifstream in(kDir / "reference.json");
+        if (!in) throw std::runtime_error((kDir / "reference.json").string() +
+                                          " missing: build target ltx2_image_fixtures (tools/ddo build)");
+        return nlohmann::json::parse(in);
+    }();
+    return j;
+}
+
+class Ltx2ImageParity : public ::testing::Test {
+protected:
+    void SetUp() override {
+        const auto & r = reference();
+        const std::string who = r.at("reference").get<std::string>() + " " + r.at("reference_version").get<std::string>() +
+                                " (torch " + r.at("torch_version").get<std::string>() + ", seed " +
+                                std::to_string(r.at("seed").get<int>()) + ")";
+        std::cout << "[ reference ] " << who << "\n";
+        RecordProperty("reference", who);
+    }
+};
+
+double expect_close(const std::string & what, const at::Tensor & got, const at::Tensor & want, double tol) {
+    EXPECT_EQ(got.sizes(), want.sizes()) << what;
+    if (got.sizes() != want.sizes()) return -1;
+    const double e = (got.to(at::kDouble) - want.to(at::kDouble)).abs().max().item<double>();
+    std::cout << "[ parity    ] " << what << ": max abs error " << e << " (tolerance " << tol << ")\n";
+    EXPECT_LE(e, tol) << what;
+    return e;
+}
+
+struct Outputs {
+    at::Tensor latents, image;
+};
+
+Outputs run_image(const std::string & name, lt::Weights * dit_source = nullptr) {
+    const auto & k = reference().at("cases").at(name);
+    const auto & s = k.at("settings");
+    auto m = lt::ImageModel::open(kDir / "checkpoint");
+    lt::ResidentWeights resident(m.transformer, at::kFloat, at::kCPU), conn(m.connectors, at::kFloat, at::kCPU),
+        vae(m.vae, at::kFloat, at::kCPU);
+    lt::Weights & dit = dit_source ? *dit_source : resident;
+
+    lt::ImageGuidance g;
+    g.cfg = s.at("guidance_scale").get<double>();
+    g.rescale = s.at("guidance_rescale").get<double>();
+    g.pag = s.at("pag_scale").get<double>();
+    g.pag_blocks = s.at("pag_blocks").get<std::vector<int64_t>>();
+    const auto pe = TensorFile::open_file(kDir / "prompt_embeds.safetensors");
+    const auto [embeds, mask] = lt::image_text_batch(g, pe.read("prompt_embeds"), pe.read("prompt_attention_mask"),
+                                                     pe.read("negative_prompt_embeds"),
+                                                     pe.read("negative_prompt_attention_mask"));
+    const auto text = lt::image_connectors_forward(m.connectors_config, conn, embeds, mask);
+
+    const auto geo = lt::image_geometry(m.vae_config, k.at("height").get<int64_t>(), k.at("width").get<int64_t>());
+    const auto noise = lt::draw_image_noise(m.transformer_config.in_channels, geo, 1,
+                                            uint64_t(reference().at("seed").get<int>()), at::kCPU);
+    const auto sigmas = s.contains("sigmas") ? ddo::model::sigmas_from(s.at("sigmas").get<std::vector<double>>())
+                                             : ddo::model::default_sigmas(s.at("steps").get<int>());
+    const auto schedule = lt::ltx2_schedule(m.scheduler_config, sigmas, geo.tokens());
+    lt::ImageDenoiseSettings ds;
+    ds.guidance = g;
+    Outputs o;
+    o.latents = lt::image_denoise(m.transformer_config, dit, text, geo, noise, schedule, ds);
+    lt::VideoVaeDecoder decoder(m.vae_config, vae);
+    o.image = lt::image_of(decoder.decode(lt::image_latents_for_decode(o.latents, geo, m.vae, m.vae_config)));
+    return o;
+}
+
+void compare(const std::string & name, const std::string & label) {
+    const auto o = run_image(name);
+    const auto want = TensorFile::open_file(kDir / ("image_" + name + ".safetensors"));
+    expect_close(label + ": latents", o.latents, want.read("latents"), 1e-4);
+    expect_close(label + ": image", o.image, want.read("image"), 1.0 / 255);
+}
+
+}  // namespace
+
+TEST_F(Ltx2ImageParity, ComposedReferenceEqualsOriginalImplementation) {
+    const auto & c = reference().at("original_check");
+    std::cout << "[ parity    ] " << c.at("what").get<std::string>() << ": max abs error "
+              << c.at("max_abs_error").get<double>() << " (tolerance 0), " << c.at("keys").get<int>()
+              << " tensors shared\n";
+    EXPECT_EQ(c.at("max_abs_error").get<double>(), 0.0);
+}
+
+TEST_F(Ltx2ImageParity, Distilled) { compare("distilled", "LTX-2.3 image distilled (8 distilled sigmas)"); }
+
+TEST_F(Ltx2ImageParity, BaseCfgRescale) { compare("base", "LTX-2.3 image base (4 steps, CFG 3, rescale 0.7)"); }
+
+TEST_F(Ltx2ImageParity, BasePag) { compare("base_pag", "LTX-2.3 image base + PAG 0.2 on block 1"); }
+
+TEST_F(Ltx2ImageParity, TransformerSpecsMatchTheCheckpoint) {
+    // The state dict the reference saved is exactly the specs (no audio key, nothing missing).
+    const auto m = lt::ImageModel::open(kDir / "checkpoint");
+    const auto specs = lt::image_transformer_specs(m.transformer_config);
+    EXPECT_EQ(specs.size(), m.transformer.names().size());
+    for (const auto & [name, shape] : specs) EXPECT_EQ(name.find("audio"), std::string::npos) << name;
+}
