@@ -145,8 +145,23 @@ void summarize(const json & r) {
     for (const auto & a : adjustments)
         std::cout << "adjusted " << text(a["key"]) << ": requested " << a["requested"].dump() << ", ran "
                   << a["effective"].dump() << " (" << text(a["reason"]) << ")\n";
-    for (const auto & o : outputs)
+    for (const auto & o : outputs) {
         std::cout << "output: " << text(o["path"]) << "  sha256 " << text(o["sha256"]).substr(0, 16) << "\n";
+        // What the file holds (media outputs: codecs, frames, duration), one level deep.
+        std::string facts;
+        const json f = o.value("facts", json::object());
+        for (const auto & [k, v] : f.items()) {
+            if (v.is_object()) {
+                std::string inner;
+                for (const auto & [k2, v2] : v.items())
+                    if (!v2.is_structured()) inner += (inner.empty() ? "" : " ") + k2 + " " + text(v2);
+                facts += (facts.empty() ? "" : ", ") + k + " {" + inner + "}";
+            } else if (!v.is_null()) {
+                facts += (facts.empty() ? "" : ", ") + k + " " + text(v);
+            }
+        }
+        if (!facts.empty()) std::cout << "  holds: " << facts << "\n";
+    }
     std::cout << "\n";
 
     std::cout << "PHASES (host wall clock; CUDA-event time separate; nested phases are not summed)\n";

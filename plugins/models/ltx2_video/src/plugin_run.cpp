@@ -326,8 +326,14 @@ void run_ltx2_video(model::ModelRun & run) {
             run.begin_phase("encode");
             text::Gemma3Callbacks tcb;
             tcb.check_interrupted = [&](int layer) { run.check_interrupted("at text encoder layer " + std::to_string(layer)); };
-            tcb.on_layer = [&](int layer, int total) { run.step(layer, total); };
             const bool negative = passes.cfg || (encode_only && w.negative_prompt);
+            // One progress count over both prompts' layers (encode_prompt encodes the negative prompt second).
+            int done_before = 0, last = 0;
+            tcb.on_layer = [&](int layer, int total) {
+                if (layer <= last) done_before += total;
+                last = layer;
+                run.step(done_before + layer, total * (negative ? 2 : 1));
+            };
             std::optional<std::vector<std::string>> neg;
             if (w.negative_prompt) neg = std::vector<std::string>{*w.negative_prompt};
             const auto enc = encoder->encode_prompt(*te, {*w.prompt}, neg, negative, 1, max_sequence_length, w.dtype,
