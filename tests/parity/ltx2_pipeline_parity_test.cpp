@@ -3,14 +3,15 @@
 // LTX-2.0 checkpoint (dynamic shift, shift_terminal) and of a fully guided run (CFG, STG, modality isolation,
 // rescale, the distilled sigma list, use_cross_timestep, the BWE vocoder) on a tiny LTX-2.3 checkpoint; then the
 // decoded frames and waveform; and the DiT on the engine's resident, dynamic and disk routes (the linear allocator
-// plugin, CPU transport) giving bitwise the latents of the in-test resident source. Tolerances (fp32): latents and
-// waveform 1e-4 max abs, frames 1/255; routes: bitwise.
+// plugin, CPU transport) giving bitwise the same latents. Tolerances (fp32): latents and waveform 1e-4 max abs,
+// frames 1/255; routes: bitwise among themselves.
 #include <gtest/gtest.h>
 
 #include <ATen/ATen.h>
 
 #include <fstream>
 #include <iostream>
+#include <optional>
 
 #include <nlohmann/json.hpp>
 
@@ -164,7 +165,12 @@ TEST_F(Ltx2PipelineParity, DitRoutesGiveBitwiseEqualLatents) {
     const ddo_allocator_vtable * linear = registry.load("linear", "allocator").allocator;
     ASSERT_NE(linear, nullptr);
     const auto k = case_of("23");  // every pass kind (CFG batch, STG, isolation) streams the blocks
-    const auto want = run_pipeline(k);
+    // Note [Mapped residents]: on the host every engine route presents a tensor at its file alignment (mod 64), as
+    // diffusers' from_pretrained does; the in-test ResidentWeights' aligned copies may differ from them in the last
+    // bits (single-row products round by alignment), so the routes are compared with each other bitwise and with
+    // diffusers' outputs within the tolerance.
+    const auto ref = TensorFile::open_file(kDir / "pipeline_23.safetensors");
+    std::optional<Outputs> want;
     const auto tc = lt::TransformerConfig::from_file(k.ckpt / "transformer" / "config.json");
     const auto groups = lt::transformer_groups(tc);
     const auto tf = TensorFile::open_component(k.ckpt / "transformer");
@@ -194,13 +200,19 @@ TEST_F(Ltx2PipelineParity, DitRoutesGiveBitwiseEqualLatents) {
         const auto got = run_pipeline(k, &ew);
         EXPECT_EQ(cw->finish(), 0u) << r.name << ": outstanding owners at the end of the phase";
         EXPECT_EQ(cw->route(), r.name);
-        EXPECT_TRUE(at::equal(got.video_latents, want.video_latents))
-            << r.name << ": video latents differ by up to "
-            << (got.video_latents - want.video_latents).abs().max().item<double>();
-        EXPECT_TRUE(at::equal(got.audio_latents, want.audio_latents)) << r.name << ": audio latents differ";
-        EXPECT_TRUE(at::equal(got.audio, want.audio)) << r.name << ": waveform differs";
+        compare(std::string("LTX-2.3 guided, transformer on ") + r.name, got, ref);
+        if (!want) {
+            want = got;
+        } else {
+            EXPECT_TRUE(at::equal(got.video_latents, want->video_latents))
+                << r.name << ": video latents differ from the resident route's by up to "
+                << (got.video_latents - want->video_latents).abs().max().item<double>();
+            EXPECT_TRUE(at::equal(got.audio_latents, want->audio_latents)) << r.name << ": audio latents differ";
+            EXPECT_TRUE(at::equal(got.audio, want->audio)) << r.name << ": waveform differs";
+        }
         if (r.route != ddo::Route::resident) EXPECT_GT(cw->bytes_streamed(), 0u) << r.name;
-        std::cout << "[ routes    ] transformer on " << r.name << ": latents bitwise equal, " << cw->bytes_streamed()
+        std::cout << "[ routes    ] transformer on " << r.name << ": latents bitwise equal to the resident route's, "
+                  << cw->bytes_streamed()
                   << " bytes streamed\n";
     }
 }

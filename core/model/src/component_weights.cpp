@@ -128,7 +128,11 @@ std::unique_ptr<ComponentWeights> ComponentWeights::open(const std::filesystem::
         }
         decls.push_back(std::move(d));
     }
-    m.layout = std::make_unique<en::ModelLayout>(en::ModelLayout::build(decls, *m.store, gran));
+    // Note [Mapped residents]: on the host every route presents a tensor at its file alignment (mod 64), as the
+    // in-place residents and diffusers' from_pretrained do, so that routes agree bitwise; device copies stay
+    // 256-aligned.
+    const auto align = plan.placement.cuda ? en::Alignment::slot : en::Alignment::file;
+    m.layout = std::make_unique<en::ModelLayout>(en::ModelLayout::build(decls, *m.store, gran, align));
     std::map<std::string, std::size_t> decl_index;
     for (std::size_t d = 0; d < decls.size(); ++d) decl_index.emplace(decls[d].name, d);
     std::vector<std::vector<std::size_t>> groups_of_decl(decls.size());

@@ -16,10 +16,6 @@ namespace ddo::engine {
 
 namespace {
 using Clock = std::chrono::steady_clock;
-// Note [Mapped residents]: a tensor is viewed in place only at an address aligned as ATen's allocator aligns a copy
-// (64 bytes): single-row products (BLAS gemv) round differently on other alignments, so an unaligned view would
-// not be bitwise the copy.
-constexpr std::uintptr_t kMappedTensorAlignment = 64;
 constexpr std::uint64_t kLinkProbeBytes = 64ull << 20;  // one copy of each kind: long enough to hide latency, cheap
 double seconds_since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
 
@@ -83,9 +79,8 @@ struct Engine::Impl {
             std::uint64_t bytes = 0;
             for (const auto & t : layout.group(g).tensors) {
                 const void * a = layout.source().mapped(*t.info);
-                // Note [Mapped residents]: in place only at the alignment a copy would have (kernels' rounding
-                // depends on it); otherwise the group is copied like any other.
-                if (!a || reinterpret_cast<std::uintptr_t>(a) % kMappedTensorAlignment != 0) {
+                const auto align = std::max<std::uint64_t>(1, store::dtype_size(t.info->dtype));
+                if (!a || reinterpret_cast<std::uintptr_t>(a) % align != 0) {
                     addrs.clear();
                     break;
                 }

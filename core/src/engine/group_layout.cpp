@@ -1,4 +1,5 @@
 #include "ddo/engine/group_layout.hpp"
+#include "ddo/store/dtype.hpp"
 
 #include <algorithm>
 
@@ -12,7 +13,8 @@ const TensorSlice * GroupLayout::find(std::string_view tensor) const noexcept {
     return nullptr;
 }
 
-ModelLayout ModelLayout::build(const std::vector<GroupDecl> & decls, const store::TensorSource & source, Granularity g) {
+ModelLayout ModelLayout::build(const std::vector<GroupDecl> & decls, const store::TensorSource & source, Granularity g,
+                               Alignment a) {
     ModelLayout m;
     m.granularity_ = g;
     m.source_ = &source;
@@ -33,8 +35,12 @@ ModelLayout ModelLayout::build(const std::vector<GroupDecl> & decls, const store
             if (!info)
                 throw RuntimeError("execution group '" + d.name + "' names tensor '" + t + "', which is not in " +
                                    source.describe() + "; the model plugin and the checkpoint disagree");
-            gl.tensors.push_back(TensorSlice{info, off, info->nbytes});
-            off += (info->nbytes + kGroupAlignment - 1) / kGroupAlignment * kGroupAlignment;
+            // A file offset off its dtype's alignment keeps the slot's (a view must be dtype-aligned).
+            const std::uint64_t r = info->file_offset % kFileAlignment;
+            const bool keep = a == Alignment::file && r % std::max<std::uint64_t>(1, store::dtype_size(info->dtype)) == 0;
+            const std::uint64_t at = off + (keep ? r : 0);
+            gl.tensors.push_back(TensorSlice{info, at, info->nbytes});
+            off = (at + info->nbytes + kGroupAlignment - 1) / kGroupAlignment * kGroupAlignment;
             m.by_tensor_[t] = gl.index;
         }
         gl.bytes = std::max<std::uint64_t>(off, kGroupAlignment);

@@ -1,5 +1,7 @@
 // The contiguous layout of each execution group: its tensors packed at 256-byte aligned offsets, so
-// one copy of `bytes` moves the whole group (host staging -> slot).
+// one copy of `bytes` moves the whole group (host staging -> slot). With Alignment::file (host placements) each
+// tensor starts at 256k + (its file offset mod 64) instead: a copy then sits at the alignment the file mapping (and
+// diffusers' from_pretrained, which computes on the mapping) gives it (Note [Mapped residents]).
 #pragma once
 
 #include <cstdint>
@@ -15,10 +17,14 @@
 namespace ddo::engine {
 
 inline constexpr std::uint64_t kGroupAlignment = 256;
+// Alignment::file keeps each tensor's file offset mod kFileAlignment.
+inline constexpr std::uint64_t kFileAlignment = 64;
+enum class Alignment { slot, file };
 
 struct TensorSlice {
     const store::TensorInfo * info = nullptr;  // borrowed from the TensorSource (outlives the layout)
-    std::uint64_t offset = 0;                  // from the start of the group payload, 256-aligned
+    std::uint64_t offset = 0;                  // from the start of the group payload: 256-aligned (+ the file's
+                                               // offset mod 64 with Alignment::file)
     std::uint64_t nbytes = 0;
     const std::string & name() const { return info->name; }
 };
@@ -38,7 +44,7 @@ public:
     // Resolves every tensor through source (throws RuntimeError naming a missing tensor and the
     // source) and lays each group out. Groups are split per `g` first (split_groups).
     static ModelLayout build(const std::vector<GroupDecl> & decls, const store::TensorSource & source,
-                             Granularity g = Granularity::block);
+                             Granularity g = Granularity::block, Alignment a = Alignment::slot);
 
     const std::vector<GroupLayout> & groups() const noexcept { return groups_; }
     const GroupLayout & group(std::size_t i) const { return groups_.at(i); }

@@ -253,9 +253,9 @@ void run_ltx2_video(model::ModelRun & run) {
         // LTX2Pipeline encodes negative_prompt ("" by default) with Gemma-3 here; without it there is no
         // unconditional branch to guide against.
         run.adjust("workload.guidance_scale", ds.video.cfg, 1.0,
-                   "the prompt embeddings carry no negative_prompt_embeds and this plugin cannot encode the negative "
-                   "prompt (no Gemma-3 text encoder yet): classifier-free guidance is off; put negative_prompt_embeds "
-                   "in the file to guide");
+                   "the prompt embeddings carry no negative_prompt_embeds, so there is no unconditional branch "
+                   "(LTX2Pipeline would encode the negative prompt \"\"): classifier-free guidance is off; run from "
+                   "-p, or write the file with ddo-host encode -n '' to guide");
         if (ds.audio.cfg != 1.0)
             run.adjust("plugin.ltx2_video.audio_guidance_scale", ds.audio.cfg, 1.0, "as workload.guidance_scale");
         ds.video.cfg = ds.audio.cfg = 1.0;
