@@ -68,6 +68,7 @@ CUDA_ROOT="${CUDA_ROOT:-/usr/local/cuda}"
 args=(-S "$ROOT" -B "$BUILD" -G Ninja
   -DCMAKE_BUILD_TYPE=RelWithDebInfo
   -DDDO_BUILD_TESTS=ON
+  -DDDO_WITH_MEDIA=OFF  # FFmpeg is not carried (prepare-carry.sh): no libddo_media / ltx2_video on the device
   -DPKG_CONFIG_EXECUTABLE="$PKGCONF"
   "-DCMAKE_C_FLAGS=-isystem $CARRY/usr/include/x86_64-linux-gnu"
   "-DCMAKE_CXX_FLAGS=-isystem $CARRY/usr/include/x86_64-linux-gnu")

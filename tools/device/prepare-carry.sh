@@ -22,7 +22,10 @@ die() { printf 'prepare-carry: error: %s\n' "$*" >&2; exit 1; }
 # Dev packages copied whole (headers, cmake configs, .pc, static/shared libs) and the runtime
 # packages holding the shared libraries they link to.
 WHOLE=(libtomlplusplus-dev libspdlog-dev libfmt-dev nlohmann-json3-dev libcli11-dev libxxhash-dev
-       libssl-dev libpng-dev zlib1g-dev libgtest-dev libgmock-dev libpcre2-dev libutf8proc-dev)
+       libssl-dev libpng-dev zlib1g-dev libgtest-dev libgmock-dev libpcre2-dev libutf8proc-dev
+       libsentencepiece-dev)
+# Not carried: Debian's FFmpeg (libddo_media, the ltx2_video plugin): its runtime pulls 132 libraries, ~160 MiB
+# (Note [FFmpeg on the GPU machine] in docs/architecture.md); the device build configures DDO_WITH_MEDIA=OFF.
 BOOST_DEV=libboost1.74-dev
 
 [ -f "$BUILD/build.ninja" ] || die "$BUILD is not a Ninja build; run 'tools/ddo build' (or pass a build dir) first"
