@@ -111,7 +111,7 @@ Outputs run_pipeline(const Case & k, lt::Weights * dit_source = nullptr) {
     std::vector<float> sigmas;
     if (s.contains("sigmas")) sigmas = ddo::model::sigmas_from(s.at("sigmas").get<std::vector<double>>());
     else sigmas = ddo::model::default_sigmas(s.at("num_inference_steps").get<int>());
-    const auto schedule = lt::ltx2_schedule(m.scheduler_config, sigmas, g.video_tokens());
+    const auto schedule = lt::ltx2_schedule(m.scheduler_config, m.scheduler_json, sigmas, g.video_tokens());
 
     lt::DenoiseSettings ds;
     ds.video = {num(s, "guidance_scale"), num(s, "stg_scale"), num(s, "modality_scale"), num(s, "guidance_rescale")};
@@ -149,6 +149,26 @@ void compare(const std::string & label, const Outputs & o, const TensorFile & wa
 }
 
 }  // namespace
+
+TEST_F(Ltx2PipelineParity, Schedules) {
+    // set_timesteps as LTX2Pipeline calls it: the dev scheduler (dynamic exponential shift, shift_terminal 0.1) and
+    // the distilled one (no shift), on the default grid and the distilled lists. Tolerance 1e-6 (float32 arrays).
+    const auto want = TensorFile::open_file(kDir / "schedule.safetensors");
+    int i = 0;
+    for (const auto & c : reference().at("schedules")) {
+        const auto cfg = ddo::model::FlowMatchConfig::from_json(c.at("config"), "reference.json");
+        const auto grid = c.at("sigmas").is_null() ? ddo::model::default_sigmas(c.at("steps").get<int>())
+                                                   : ddo::model::sigmas_from(c.at("sigmas").get<std::vector<double>>());
+        EXPECT_NEAR(lt::ltx2_mu(c.at("config"), c.at("video_tokens").get<int64_t>()), c.at("mu").get<double>(), 1e-12);
+        const auto s = lt::ltx2_schedule(cfg, c.at("config"), grid, c.at("video_tokens").get<int64_t>());
+        const auto name = c.at("name").get<std::string>() + " case " + std::to_string(i);
+        expect_close(name + ": sigmas", at::tensor(s.sigmas), want.read("case" + std::to_string(i) + ".sigmas"), 1e-6);
+        expect_close(name + ": timesteps", at::tensor(s.timesteps), want.read("case" + std::to_string(i) + ".timesteps"),
+                     1e-6 * 1000);
+        ++i;
+    }
+    EXPECT_EQ(i, 6);
+}
 
 TEST_F(Ltx2PipelineParity, Plain20) {
     compare("LTX-2.0 plain (2 steps, dynamic shift)", run_pipeline(case_of("20")),

@@ -25,6 +25,11 @@ states as prompt embeddings; LTX2Pipeline accepts them as prompt_embeds):
   pipeline_23.safetensors        case "guided": the distilled sigma list (8 steps), CFG 3 / STG 1 on block 1 /
                                  modality 3 / rescale 0.7 (audio 7 / 1 / 3 / 0.7), use_cross_timestep, the same
                                  outputs
+  schedule.safetensors           case<i>.sigmas / case<i>.timesteps: FlowMatchEulerDiscreteScheduler.set_timesteps as
+                                 LTX2Pipeline calls it (retrieve_timesteps with mu = calculate_shift(video tokens,
+                                 1024, 4096, 0.95, 2.05)) for the real LTX-2 dev scheduler config and the distilled
+                                 checkpoints' (no shift), on the default grid and on DISTILLED_SIGMA_VALUES /
+                                 STAGE_2_DISTILLED_SIGMA_VALUES (settings in reference.json "schedules")
   reference.json                 reference name and version, torch version, seed, the cases' settings
 
 Initial noise is the pipeline's own draw (torch.Generator().manual_seed(seed) on the CPU: video latents first,
@@ -47,7 +52,8 @@ from diffusers import (
     LTX2VideoTransformer3DModel,
 )
 from diffusers.pipelines.ltx2 import LTX2TextConnectors
-from diffusers.pipelines.ltx2.utils import DISTILLED_SIGMA_VALUES
+from diffusers.pipelines.ltx2.pipeline_ltx2 import calculate_shift, retrieve_timesteps
+from diffusers.pipelines.ltx2.utils import DISTILLED_SIGMA_VALUES, STAGE_2_DISTILLED_SIGMA_VALUES
 from diffusers.pipelines.ltx2.vocoder import LTX2Vocoder, LTX2VocoderWithBWE
 
 SEED = 0
@@ -193,6 +199,28 @@ def run(pipe, embeds, settings, with_negative):
     return out
 
 
+def schedules():
+    """set_timesteps as LTX2Pipeline.__call__ runs it, for (scheduler config, steps or sigmas, video tokens)."""
+    cases, tensors = [], {}
+    grids = [("dev", LTX2_SCHEDULER, 30, None, 16 * 24 * 16), ("dev", LTX2_SCHEDULER, 8, None, 4096 + 512),
+             ("dev", LTX2_SCHEDULER, None, DISTILLED_SIGMA_VALUES, 768),
+             ("distilled", {}, None, DISTILLED_SIGMA_VALUES, 16 * 24 * 16),
+             ("distilled", {}, None, STAGE_2_DISTILLED_SIGMA_VALUES, 16 * 48 * 32), ("distilled", {}, 4, None, 100)]
+    for i, (name, cfg, steps, sigmas, tokens) in enumerate(grids):
+        sched = FlowMatchEulerDiscreteScheduler(**cfg)
+        n = steps if sigmas is None else len(sigmas)
+        grid = __import__("numpy").linspace(1.0, 1 / n, n) if sigmas is None else sigmas
+        c = sched.config
+        mu = calculate_shift(tokens, c.get("base_image_seq_len", 1024), c.get("max_image_seq_len", 4096),
+                             c.get("base_shift", 0.95), c.get("max_shift", 2.05))
+        ts, _ = retrieve_timesteps(sched, n, "cpu", None, sigmas=grid, mu=mu)
+        tensors[f"case{i}.sigmas"] = sched.sigmas.float().contiguous()
+        tensors[f"case{i}.timesteps"] = ts.float().contiguous()
+        cases.append({"config": dict(sched.config), "name": name, "steps": steps,
+                      "sigmas": None if sigmas is None else list(sigmas), "video_tokens": tokens, "mu": mu})
+    return cases, tensors
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("out_dir")
@@ -200,6 +228,8 @@ def main():
     out.mkdir(parents=True, exist_ok=True)
     torch.use_deterministic_algorithms(True)
 
+    sched_cases, sched_tensors = schedules()
+    save_file(sched_tensors, out / "schedule.safetensors")
     embeds = prompt_embeds()
     save_file({k: v.contiguous() for k, v in embeds.items()}, out / "prompt_embeds.safetensors")
     cases = {}
@@ -213,7 +243,7 @@ def main():
                        "shapes": {k: list(v.shape) for k, v in tensors.items()}}
 
     ref = {"reference": "diffusers", "reference_version": diffusers.__version__, "torch_version": torch.__version__,
-           "seed": SEED, "cases": cases}
+           "seed": SEED, "cases": cases, "schedules": sched_cases}
     (out / "reference.json").write_text(json.dumps(ref, indent=1))
 
 

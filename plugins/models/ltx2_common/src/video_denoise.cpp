@@ -26,6 +26,11 @@ model::FlowMatchSchedule ltx2_schedule(const model::FlowMatchConfig & c, std::ve
     return model::make_schedule(c, std::move(sigmas), ltx2_mu(j, video_tokens));
 }
 
+model::FlowMatchSchedule ltx2_schedule(const model::FlowMatchConfig & c, const nlohmann::json & scheduler_json,
+                                       std::vector<float> sigmas, int64_t video_tokens) {
+    return model::make_schedule(c, std::move(sigmas), ltx2_mu(scheduler_json, video_tokens));
+}
+
 namespace {
 
 // One transformer pass with the pipeline's arguments.

@@ -24,6 +24,10 @@ namespace ddo::ltx2 {
 // calculate_shift(video tokens, base_image_seq_len 1024, max 4096, base_shift 0.95, max_shift 2.05) taken from the
 // scheduler config with those defaults (LTX2Pipeline reads them with .get(key, default)).
 model::FlowMatchSchedule ltx2_schedule(const model::FlowMatchConfig & c, std::vector<float> sigmas, int64_t video_tokens);
+// The same with mu from scheduler_config.json as LTX2Pipeline reads it (.get(key, LTX default) for a missing key,
+// where FlowMatchConfig would take the scheduler class's defaults).
+model::FlowMatchSchedule ltx2_schedule(const model::FlowMatchConfig & c, const nlohmann::json & scheduler_json,
+                                       std::vector<float> sigmas, int64_t video_tokens);
 // calculate_shift with LTX2Pipeline's fallbacks for keys scheduler_config.json does not set.
 double ltx2_mu(const nlohmann::json & scheduler_config, int64_t video_tokens);
 

@@ -266,7 +266,7 @@ void run_ltx2_video(model::ModelRun & run) {
     if (w.sigmas && w.steps_set && w.steps != int(w.sigmas->size()))
         run.adjust("workload.steps", w.steps, int(w.sigmas->size()),
                    "workload.sigmas sets the grid; its length is the number of steps (LTX2Pipeline sigmas=)");
-    const auto schedule = ltx2_schedule(m.scheduler_config, sigmas, geo.video_tokens());
+    const auto schedule = ltx2_schedule(m.scheduler_config, m.scheduler_json, sigmas, geo.video_tokens());
     const double mu = ltx2_mu(m.scheduler_json, geo.video_tokens());
 
     std::vector<std::filesystem::path> outputs;
