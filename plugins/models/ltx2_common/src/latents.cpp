@@ -4,7 +4,7 @@
 
 #include <cmath>
 
-#include "ddo/error.hpp"
+#include "audio_vae_decoder.hpp"
 
 namespace ddo::ltx2 {
 
@@ -28,7 +28,7 @@ Noise draw_noise(const LatentRatios & r, const LatentGeometry & g, int64_t batch
     const auto f32 = at::TensorOptions().dtype(at::kFloat);
     auto video = at::randn({batch, r.video_channels, g.latent_frames, g.latent_height, g.latent_width}, gen, f32);
     auto audio = at::randn({batch, r.audio_channels, g.audio_frames, g.latent_mel_bins}, gen, f32);
-    return {pack_video(video).to(device), pack_audio(audio).to(device)};
+    return {pack_video(video).to(device), pack_audio_latents(audio).to(device)};
 }
 
 at::Tensor pack_video(const at::Tensor & x) {
@@ -39,22 +39,6 @@ at::Tensor pack_video(const at::Tensor & x) {
 at::Tensor unpack_video(const at::Tensor & x, const LatentGeometry & g) {
     const int64_t B = x.size(0);
     return x.reshape({B, g.latent_frames, g.latent_height, g.latent_width, -1}).permute({0, 4, 1, 2, 3}).contiguous();
-}
-
-at::Tensor pack_audio(const at::Tensor & x) { return x.transpose(1, 2).flatten(2, 3).contiguous(); }
-
-at::Tensor unpack_audio(const at::Tensor & x, int64_t latent_mel_bins) {
-    return x.unflatten(2, {-1, latent_mel_bins}).transpose(1, 2).contiguous();
-}
-
-at::Tensor denormalize_video(const at::Tensor & x, const at::Tensor & mean, const at::Tensor & std_, double scaling) {
-    const auto m = mean.view({1, -1, 1, 1, 1}).to(x.device(), x.scalar_type());
-    const auto s = std_.view({1, -1, 1, 1, 1}).to(x.device(), x.scalar_type());
-    return x * s / scaling + m;
-}
-
-at::Tensor denormalize_audio(const at::Tensor & packed, const at::Tensor & mean, const at::Tensor & std_) {
-    return packed * std_.to(packed.device(), packed.scalar_type()) + mean.to(packed.device(), packed.scalar_type());
 }
 
 }  // namespace ddo::ltx2

@@ -1,7 +1,7 @@
-// The LTX2Pipeline's latent bookkeeping (models.md §5.12 steps 3, 7, 8; diffusers pipeline_ltx2.py): the latent
+// The LTX2Pipeline's latent bookkeeping (models.md §5.12 steps 3, 7; diffusers pipeline_ltx2.py): the latent
 // geometry of a request, the seeded noise in the reference's draw order (one CPU generator: video first, then
-// audio), packing the video latents [B, C, F', H', W'] into tokens [B, F'H'W', C] (patch 1) and the audio latents
-// [B, C, L, M] into [B, L, C*M], and the inverse with the de-normalisations the pipeline applies before decoding.
+// audio), and packing the video latents [B, C, F', H', W'] into tokens [B, F'H'W', C] (patch 1) and back. The
+// audio packing and both de-normalisations belong to their VAEs (audio_vae_decoder.hpp, video_vae_decoder.hpp).
 #pragma once
 
 #include <cstdint>
@@ -39,12 +39,5 @@ Noise draw_noise(const LatentRatios & r, const LatentGeometry & g, int64_t batch
 
 at::Tensor pack_video(const at::Tensor & x);                                   // [B,C,F,H,W] -> [B,FHW,C]
 at::Tensor unpack_video(const at::Tensor & x, const LatentGeometry & g);       // [B,FHW,C] -> [B,C,F,H,W]
-at::Tensor pack_audio(const at::Tensor & x);                                   // [B,C,L,M] -> [B,L,C*M]
-at::Tensor unpack_audio(const at::Tensor & x, int64_t latent_mel_bins);        // [B,L,C*M] -> [B,C,L,M]
-
-// _denormalize_latents: x * std / scaling_factor + mean over channels of [B, C, F, H, W].
-at::Tensor denormalize_video(const at::Tensor & x, const at::Tensor & mean, const at::Tensor & std_, double scaling);
-// _denormalize_audio_latents on the packed [B, L, C*M] features (mean/std of size C*M).
-at::Tensor denormalize_audio(const at::Tensor & packed, const at::Tensor & mean, const at::Tensor & std_);
 
 }  // namespace ddo::ltx2
