@@ -11,6 +11,7 @@
 // text encoder. Prompt enhancement (LTX2Pipeline's enable_prompt_enhancement / system_prompt, off by default: a
 // generate() run of the text encoder or the prompt_enhancer) is not part of this path; the plugin refuses those
 // settings.
+// Note [LTX-2 num_videos_per_prompt row order] in docs/architecture.md.
 #pragma once
 
 #include <cstdint>

@@ -3,6 +3,7 @@
 // rope, audio_rope, cross_attn_rope, cross_attn_audio_rope) and LTX2RotaryPosEmbed1d (pipelines/ltx2/connectors.py),
 // plus their application to projected queries / keys (apply_interleaved_rotary_emb, apply_split_rotary_emb).
 // Coordinates and tables are fp32 on the coordinates' device; the frequency base is float64 when double_precision.
+// Note [LTX-2 cross-modal RoPE heads] in docs/architecture.md.
 #pragma once
 
 #include <cstdint>

@@ -5,6 +5,7 @@
 // finish() applies the output norms and projections. Reference: diffusers 0.42.1
 // models/transformers/transformer_ltx2.py (LTX2VideoTransformer3DModel.forward, LTX2VideoTransformerBlock.forward,
 // LTX2AdaLayerNormSingle). Math runs in the weights' dtype on their device; RoPE in fp32.
+// Note [LTX-2 block scopes], Note [LTX-2 STG semantics], Note [Exact fp32 parity] in docs/architecture.md.
 #pragma once
 
 #include <cstdint>

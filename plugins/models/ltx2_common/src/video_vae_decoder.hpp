@@ -5,6 +5,7 @@
 // Every weight is read through ltx2::Weights inside a Scope of the leaf module that owns it, so the same code
 // runs resident (ResidentWeights) and leaf by leaf on the engine (EngineWeights over video_vae_leaf_groups).
 // diffusers models/autoencoders/autoencoder_kl_ltx2.py is the reference.
+// Note [LTX2 video VAE reference quirks] in docs/architecture.md.
 #pragma once
 
 #include <functional>

@@ -6,6 +6,7 @@
 // on. Tiles and windows are decoded one at a time and blended into the output as they come (in the reference's
 // order, so the in-place blends read the same neighbours), so the peak activation memory is one tile / window.
 // diffusers models/autoencoders/autoencoder_kl_ltx2.py is the reference.
+// Note [Video VAE strategies] in docs/architecture.md.
 #pragma once
 
 #include <cstdint>

@@ -6,6 +6,7 @@
 //
 // Weights are read through ltx2::Weights inside the scopes named by vocoder_groups(); the Kaiser-sinc filters of
 // the anti-aliased activations are persistent buffers of the checkpoint and are read from it like the weights.
+// Note [diffusers vocoder quirks reproduced], Note [LTX-2 audio buffers] in docs/architecture.md.
 #pragma once
 
 #include <string>

@@ -4,6 +4,7 @@
 // The class is the config's "_class_name" (written by save_pretrained; diffusers' from_pretrained and the
 // pipeline's model_index.json entry ["ltx2", "<class>"] pick the class by the same name). Missing keys take the
 // defaults of that class's __init__; values the C++ code does not implement are refused with UsageError.
+// Note [LTX-2 vocoder class detection] in docs/architecture.md.
 #pragma once
 
 #include <cstdint>

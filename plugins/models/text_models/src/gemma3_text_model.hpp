@@ -12,6 +12,7 @@
 // masking_utils ones: a query at i sees key j when j <= i, the key is not padding and, on sliding layers,
 // j > i - sliding_window. A query that sees no key (a left-padded row) gets attention output 0, as the reference's
 // SDPA gives; padded rows are defined but meaningless.
+// Note [Gemma-3 masks and padded rows], Note [Gemma-3 hidden states] in docs/architecture.md.
 #pragma once
 
 #include <cstdint>

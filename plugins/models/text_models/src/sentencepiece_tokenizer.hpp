@@ -22,6 +22,7 @@
 //                          truncation_side (only "right" is implemented).
 // Input text that is not valid UTF-8 is refused (ddo::UsageError with the byte offset). encode() is const and keeps
 // no mutable state: one tokenizer may be used from several threads.
+// Note [Which Gemma tokenizer file ddo reads] in docs/architecture.md.
 #pragma once
 
 #include <cstddef>

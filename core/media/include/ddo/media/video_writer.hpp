@@ -3,6 +3,7 @@
 // duration, muxed by libavformat with +faststart (the index first: playable while it downloads). Written to a temp
 // file beside the target, fsynced, hashed, renamed. Reference: diffusers' LTX-2 encode_video
 // (diffusers/utils/export_utils.py: libx264 yuv420p, AAC at the audio's sample rate) and FFmpeg 5.1 doc/examples/mux.c.
+// Note [Colour], Note [MP4 timing], Note [x264 AVX-512] in docs/architecture.md.
 #pragma once
 
 #include <cstdint>
