@@ -3,7 +3,10 @@
 // the original implementation's LTX2ImageTransformer2DModel bitwise on shared weights and records the check, which
 // the first test asserts). From the same prompt embeddings and seeded noise: the denoised latents and the image of
 // a distilled run (8 distilled sigmas, no guidance), a base run (4 steps, CFG 3, rescale 0.7) and a base run with
-// PAG 0.2 on block 1 (batch [neg; pos; pos]). Tolerances (fp32): latents 1e-4 max abs, image 1/255 (pixel-equal).
+// PAG 0.2 on block 1 (batch [neg; pos; pos]), and the base run on checkpoint_text from the embeddings diffusers'
+// _get_gemma_prompt_embeds made of a prompt (the connectors of a 4-layer Gemma-3). Tolerances (fp32): latents 1e-4
+// max abs, image 1/255 (pixel-equal). The DiT read through the offload engine on the resident, dynamic (one block
+// streamed) and disk routes gives bitwise the latents of the plain resident source (tolerance 0).
 #include <gtest/gtest.h>
 
 #include <ATen/ATen.h>
@@ -13,7 +16,9 @@
 
 #include <nlohmann/json.hpp>
 
+#include "ddo/model/component_weights.hpp"
 #include "ddo/model/tensor_file.hpp"
+#include "ddo/plugin/plugin_registry.hpp"
 #include "image_connectors.hpp"
 #include "image_pipeline.hpp"
 #include "image_transformer.hpp"
@@ -64,10 +69,14 @@ struct Outputs {
     at::Tensor latents, image;
 };
 
+// The case's checkpoint and prompt embeddings: the "text" case's are checkpoint_text and what diffusers encoded.
+fs::path checkpoint_of(const std::string & name) { return kDir / (name == "text" ? "checkpoint_text" : "checkpoint"); }
+
+// `dit_source` (borrowed): where the DiT's weights come from; nullptr: resident fp32 on the CPU.
 Outputs run_image(const std::string & name, lt::Weights * dit_source = nullptr) {
     const auto & k = reference().at("cases").at(name);
     const auto & s = k.at("settings");
-    auto m = lt::ImageModel::open(kDir / "checkpoint");
+    auto m = lt::ImageModel::open(checkpoint_of(name));
     lt::ResidentWeights resident(m.transformer, at::kFloat, at::kCPU), conn(m.connectors, at::kFloat, at::kCPU),
         vae(m.vae, at::kFloat, at::kCPU);
     lt::Weights & dit = dit_source ? *dit_source : resident;
@@ -77,7 +86,7 @@ Outputs run_image(const std::string & name, lt::Weights * dit_source = nullptr) 
     g.rescale = s.at("guidance_rescale").get<double>();
     g.pag = s.at("pag_scale").get<double>();
     g.pag_blocks = s.at("pag_blocks").get<std::vector<int64_t>>();
-    const auto pe = TensorFile::open_file(kDir / "prompt_embeds.safetensors");
+    const auto pe = TensorFile::open_file(kDir / (name == "text" ? "image_text.safetensors" : "prompt_embeds.safetensors"));
     const auto [embeds, mask] = lt::image_text_batch(g, pe.read("prompt_embeds"), pe.read("prompt_attention_mask"),
                                                      pe.read("negative_prompt_embeds"),
                                                      pe.read("negative_prompt_attention_mask"));
@@ -88,7 +97,7 @@ Outputs run_image(const std::string & name, lt::Weights * dit_source = nullptr) 
                                             uint64_t(reference().at("seed").get<int>()), at::kCPU);
     const auto sigmas = s.contains("sigmas") ? ddo::model::sigmas_from(s.at("sigmas").get<std::vector<double>>())
                                              : ddo::model::default_sigmas(s.at("steps").get<int>());
-    const auto schedule = lt::ltx2_schedule(m.scheduler_config, sigmas, geo.tokens());
+    const auto schedule = lt::ltx2_schedule(m.scheduler_config, m.scheduler_json, sigmas, geo.tokens());
     lt::ImageDenoiseSettings ds;
     ds.guidance = g;
     Outputs o;
@@ -120,6 +129,57 @@ TEST_F(Ltx2ImageParity, Distilled) { compare("distilled", "LTX-2.3 image distill
 TEST_F(Ltx2ImageParity, BaseCfgRescale) { compare("base", "LTX-2.3 image base (4 steps, CFG 3, rescale 0.7)"); }
 
 TEST_F(Ltx2ImageParity, BasePag) { compare("base_pag", "LTX-2.3 image base + PAG 0.2 on block 1"); }
+
+TEST_F(Ltx2ImageParity, FromPromptEmbeddingsOfText) {
+    compare("text", "LTX-2.3 image base from the embeddings of a prompt (4-layer Gemma-3)");
+}
+
+TEST_F(Ltx2ImageParity, DitRoutesGiveBitwiseEqualLatents) {
+    static auto registry = ddo::PluginRegistry::discover({fs::path(LTX2_IMAGE_PLUGIN_DIR)});
+    const ddo_allocator_vtable * linear = registry.load("linear", "allocator").allocator;
+    ASSERT_NE(linear, nullptr);
+    const std::string name = "base_pag";  // CFG and PAG: every pass kind streams the blocks
+    const auto want = run_image(name);
+    const auto ckpt = checkpoint_of(name) / "transformer";
+    const auto tc = lt::image_transformer_config_from_file(ckpt / "config.json");
+    const auto groups = lt::image_transformer_groups(tc);
+    const auto tf = TensorFile::open_component(ckpt);
+    uint64_t resident_bytes = 0;  // the globals and block 0: block 1 streams on the dynamic route
+    for (const auto & g : groups)
+        if (g.name != "transformer_blocks.1")
+            for (const auto & n : g.tensors) resident_bytes += tf.nbytes_of(n);
+    struct Route {
+        ddo::Route route;
+        double resident_gb;
+        const char * name;
+    };
+    for (const Route & r : {Route{ddo::Route::resident, 0, "resident"},
+                            Route{ddo::Route::dynamic, double(resident_bytes + 1024) / 1073741824.0, "dynamic"},
+                            Route{ddo::Route::disk, 0, "disk"}}) {
+        ddo::model::ComponentPlan plan;  // what ModelRun::plan makes from a preset (CPU placement)
+        plan.component = "transformer";
+        plan.route = r.route;
+        plan.capacities.resident_budget_gb = r.resident_gb;
+        plan.capacities.staging_slots = 2;
+        plan.capacities.prefetch_depth = 1;
+        plan.capacities.ram_headroom_gb = 0;
+        plan.allocator = linear;
+        plan.allocator_name = "linear";
+        auto cw = ddo::model::ComponentWeights::open(ckpt, groups, plan, at::kFloat);
+        lt::EngineWeights ew(*cw, groups, at::kFloat, at::kCPU);
+        const auto got = run_image(name, &ew);
+        EXPECT_EQ(cw->finish(), 0u) << r.name << ": outstanding owners at the end of the phase";
+        EXPECT_EQ(cw->route(), r.name);
+        EXPECT_TRUE(at::equal(got.latents, want.latents))
+            << r.name << ": latents differ by up to " << (got.latents - want.latents).abs().max().item<double>();
+        EXPECT_TRUE(at::equal(got.image, want.image)) << r.name << ": image differs";
+        if (r.route != ddo::Route::resident) {
+            EXPECT_GT(cw->bytes_streamed(), 0u) << r.name;
+        }
+        std::cout << "[ routes    ] transformer on " << r.name << ": latents and image bitwise equal, "
+                  << cw->bytes_streamed() << " bytes streamed\n";
+    }
+}
 
 TEST_F(Ltx2ImageParity, TransformerSpecsMatchTheCheckpoint) {
     // The state dict the reference saved is exactly the specs (no audio key, nothing missing).

@@ -34,18 +34,32 @@ Files written:
                                  (per-modality projection, 8 registers, gated), vae/ (tiny AutoencoderKLLTX2Video,
                                  x2 spatial, random latent statistics), scheduler/ (dynamic exponential shift,
                                  shift_terminal 0.1: mu matters)
+  checkpoint_text/               the same image checkpoint saved whole WITH its text encoder: transformer/, vae/,
+                                 scheduler/ as checkpoint/, connectors/ built for the text tower (text_proj_in_factor
+                                 = 4 layers + 1), text_encoder/ (the tiny random fp32 Gemma3ForConditionalGeneration
+                                 of ltx2_text_fixtures.py, save_pretrained), tokenizer/ (its GemmaTokenizer,
+                                 save_pretrained, plus tokenizer.model), model_index.json naming both
   prompt_embeds.safetensors      prompt_embeds / prompt_attention_mask (left padded) and negative_*: [1, L, C*F]
   image_<case>.safetensors       latents (denoised, packed [1, h*w, C]) and image [3, H, W] in [0, 1] (output "pt")
                                  for the cases: "distilled" (DISTILLED_SIGMA_VALUES, 8 steps, no guidance),
                                  "base" (4 linspace steps, CFG 3, rescale 0.7), "base_pag" (the same + PAG 0.2 on
                                  block 1)
+  image_text.safetensors         the same from the prompt TEXT_PROMPT on checkpoint_text ("text": 4 linspace steps,
+                                 CFG 3, rescale 0.7, the default negative prompt "", max_sequence_length SEQ): the
+                                 prompt encoded by diffusers' own LTX2Pipeline._get_gemma_prompt_embeds (the
+                                 original's _get_gemma_prompt_embeds is the same function: strip, left padding,
+                                 pad = eos, max_length, add_special_tokens, all hidden states stacked), with the text
+                                 encoder and tokenizer loaded back with from_pretrained; also prompt_embeds /
+                                 negative_prompt_embeds and their masks as encoded
   reference.json                 reference name and version, torch version, seed, cases, original_check
 """
 
 import argparse
 import json
 import math
+import sys
 from pathlib import Path
+from types import SimpleNamespace
 
 import numpy as np
 import torch
@@ -71,8 +85,14 @@ from diffusers.pipelines.ltx2.connectors import (
     per_layer_masked_mean_norm,
     per_token_rms_norm,
 )
-from diffusers.pipelines.ltx2.pipeline_ltx2 import calculate_shift, rescale_noise_cfg
+from diffusers.pipelines.ltx2.pipeline_ltx2 import LTX2Pipeline, calculate_shift, rescale_noise_cfg
 from diffusers.pipelines.ltx2.utils import DISTILLED_SIGMA_VALUES
+from transformers import AutoTokenizer, Gemma3ForConditionalGeneration
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import gemma3_fixtures  # noqa: E402
+import ltx2_text_fixtures  # noqa: E402
+import tiny_gemma_tokenizer  # noqa: E402
 
 SEED = 43
 CAPTION = 32      # caption channels of the (absent) text encoder
@@ -80,6 +100,7 @@ TEXT_LAYERS = 2   # its layers: CAPTION * (TEXT_LAYERS + 1) features per token
 SEQ = 16          # max_sequence_length
 PAD = 5           # left padding of the positive prompt
 HEIGHT, WIDTH = 32, 24
+TEXT_PROMPT = "a robot dancing in the rain"
 
 LTX2_SCHEDULER = dict(
     num_train_timesteps=1000, shift=1.0, use_dynamic_shifting=True, base_shift=0.95, max_shift=2.05,
@@ -402,17 +423,21 @@ def check_against_original(tr, conn, embeds):
 
 
 # ------------------------------------------------------------------------------------------------------ components
+def image_connectors(text_layers):
+    torch.manual_seed(0)
+    return LTX2ImageTextConnectors(
+        caption_channels=CAPTION, text_proj_in_factor=text_layers + 1, video_connector_num_attention_heads=2,
+        video_connector_attention_head_dim=8, video_connector_num_layers=1, video_connector_num_learnable_registers=8,
+        video_gated_attn=True, connector_rope_base_seq_len=32, rope_type="split", per_modality_projections=True,
+        video_hidden_dim=16, proj_bias=True).eval()
+
+
 def components():
     torch.manual_seed(0)
     tr = LTX2ImageTransformer2DModel(
         in_channels=4, out_channels=4, num_attention_heads=2, attention_head_dim=8, cross_attention_dim=16,
         num_layers=2, gated_attn=True, cross_attn_mod=True, rope_type="split", rope_double_precision=True)
-    torch.manual_seed(0)
-    conn = LTX2ImageTextConnectors(
-        caption_channels=CAPTION, text_proj_in_factor=TEXT_LAYERS + 1, video_connector_num_attention_heads=2,
-        video_connector_attention_head_dim=8, video_connector_num_layers=1, video_connector_num_learnable_registers=8,
-        video_gated_attn=True, connector_rope_base_seq_len=32, rope_type="split", per_modality_projections=True,
-        video_hidden_dim=16, proj_bias=True)
+    conn = image_connectors(TEXT_LAYERS)
     torch.manual_seed(0)
     vae = AutoencoderKLLTX2Video(
         in_channels=3, out_channels=3, latent_channels=4, block_out_channels=(8,), decoder_block_out_channels=(8,),
@@ -442,6 +467,44 @@ def prompt_embeds():
             "negative_prompt_embeds": neg, "negative_prompt_attention_mask": neg_mask}
 
 
+def model_index(text):
+    index = {"_class_name": "LTX2ImagePipeline", "_diffusers_version": diffusers.__version__,
+             "transformer": ["diffusers", "LTX2ImageTransformer2DModel"],
+             "connectors": ["diffusers", "LTX2ImageTextConnectors"], "vae": ["diffusers", "AutoencoderKLLTX2Video"],
+             "scheduler": ["diffusers", "FlowMatchEulerDiscreteScheduler"]}
+    if text:
+        index["text_encoder"] = ["transformers", "Gemma3ForConditionalGeneration"]
+        index["tokenizer"] = ["transformers", "GemmaTokenizer"]
+    return json.dumps(index, indent=1)
+
+
+def save_text_checkpoint(ck, tr, vae, sched):
+    """checkpoint_text/: the image checkpoint with ltx2_text_fixtures' tiny Gemma-3 and tokenizer, saved whole."""
+    assert CAPTION == gemma3_fixtures.TEXT_CONFIG["hidden_size"]
+    conn = image_connectors(gemma3_fixtures.TEXT_CONFIG["num_hidden_layers"])
+    model_bytes = tiny_gemma_tokenizer.train()
+    tr.save_pretrained(ck / "transformer")
+    conn.save_pretrained(ck / "connectors")
+    vae.save_pretrained(ck / "vae")
+    sched.save_pretrained(ck / "scheduler")
+    ltx2_text_fixtures.text_encoder().save_pretrained(ck / "text_encoder")
+    tiny_gemma_tokenizer.transformers_tokenizer(model_bytes).save_pretrained(ck / "tokenizer")
+    (ck / "tokenizer" / "tokenizer.model").write_bytes(model_bytes)
+    (ck / "model_index.json").write_text(model_index(True))
+    return conn
+
+
+def encode_text(ck, prompt, negative):
+    """LTX2Pipeline._get_gemma_prompt_embeds (diffusers' own) on the text encoder and tokenizer loaded back."""
+    pipe = SimpleNamespace(tokenizer=AutoTokenizer.from_pretrained(ck / "tokenizer"),
+                           text_encoder=Gemma3ForConditionalGeneration.from_pretrained(ck / "text_encoder").eval())
+    kw = dict(num_videos_per_prompt=1, max_sequence_length=SEQ, device=torch.device("cpu"), dtype=torch.float32)
+    pe, pm = LTX2Pipeline._get_gemma_prompt_embeds(pipe, prompt, **kw)
+    ne, nm = LTX2Pipeline._get_gemma_prompt_embeds(pipe, [negative], **kw)
+    return {"prompt_embeds": pe, "prompt_attention_mask": pm,
+            "negative_prompt_embeds": ne, "negative_prompt_attention_mask": nm}
+
+
 CASES = {
     "distilled": dict(sigmas=list(DISTILLED_SIGMA_VALUES), guidance_scale=1.0, guidance_rescale=0.7, pag_scale=0.0,
                       pag_blocks=[]),
@@ -465,11 +528,8 @@ def main():
     conn.save_pretrained(ck / "connectors")
     vae.save_pretrained(ck / "vae")
     sched.save_pretrained(ck / "scheduler")
-    (ck / "model_index.json").write_text(json.dumps({
-        "_class_name": "LTX2ImagePipeline", "_diffusers_version": diffusers.__version__,
-        "transformer": ["diffusers", "LTX2ImageTransformer2DModel"],
-        "connectors": ["diffusers", "LTX2ImageTextConnectors"], "vae": ["diffusers", "AutoencoderKLLTX2Video"],
-        "scheduler": ["diffusers", "FlowMatchEulerDiscreteScheduler"]}, indent=1))
+    (ck / "model_index.json").write_text(model_index(False))
+    conn_text = save_text_checkpoint(out / "checkpoint_text", tr, vae, sched)
 
     with torch.no_grad():
         original = check_against_original(tr, conn, embeds)
@@ -480,6 +540,17 @@ def main():
             save_file({"latents": latents.contiguous(), "image": image.contiguous()}, out / f"image_{name}.safetensors")
             cases[name] = {"settings": s, "height": HEIGHT, "width": WIDTH, "shapes": {
                 "latents": list(latents.shape), "image": list(image.shape)}}
+        # From text: the prompt and the default negative prompt "" encoded, then the base case's pipeline.
+        s = dict(CASES["base"], prompt=TEXT_PROMPT, negative_prompt="", max_sequence_length=SEQ)
+        text_embeds = encode_text(out / "checkpoint_text", TEXT_PROMPT, "")
+        latents, image = compose_image(tr, conn_text, vae, FlowMatchEulerDiscreteScheduler(**LTX2_SCHEDULER),
+                                       text_embeds, s, SEED)
+        save_file(dict({k: v.contiguous() for k, v in text_embeds.items()}, latents=latents.contiguous(),
+                       image=image.contiguous()), out / "image_text.safetensors")
+        cases["text"] = {"settings": s, "height": HEIGHT, "width": WIDTH,
+                         "token_counts": text_embeds["prompt_attention_mask"].sum(-1).tolist(),
+                         "negative_token_counts": text_embeds["negative_prompt_attention_mask"].sum(-1).tolist(),
+                         "shapes": {"latents": list(latents.shape), "image": list(image.shape)}}
 
     ref = {"reference": "diffusers (composed LTX-2 image variant)", "reference_version": diffusers.__version__,
            "torch_version": torch.__version__, "seed": SEED, "cases": cases, "original_check": original}

@@ -20,12 +20,6 @@ double ltx2_mu(const nlohmann::json & j, int64_t video_tokens) {
     return double(video_tokens) * m + b;
 }
 
-model::FlowMatchSchedule ltx2_schedule(const model::FlowMatchConfig & c, std::vector<float> sigmas, int64_t video_tokens) {
-    nlohmann::json j = {{"base_image_seq_len", c.base_image_seq_len}, {"max_image_seq_len", c.max_image_seq_len},
-                        {"base_shift", c.base_shift}, {"max_shift", c.max_shift}};
-    return model::make_schedule(c, std::move(sigmas), ltx2_mu(j, video_tokens));
-}
-
 model::FlowMatchSchedule ltx2_schedule(const model::FlowMatchConfig & c, const nlohmann::json & scheduler_json,
                                        std::vector<float> sigmas, int64_t video_tokens) {
     return model::make_schedule(c, std::move(sigmas), ltx2_mu(scheduler_json, video_tokens));

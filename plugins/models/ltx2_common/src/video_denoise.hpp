@@ -20,16 +20,14 @@
 
 namespace ddo::ltx2 {
 
-// The pipeline's sigmas: workload.sigmas (the call's sigmas=) or linspace(1, 1/steps, steps), shifted with mu =
-// calculate_shift(video tokens, base_image_seq_len 1024, max 4096, base_shift 0.95, max_shift 2.05) taken from the
-// scheduler config with those defaults (LTX2Pipeline reads them with .get(key, default)).
-model::FlowMatchSchedule ltx2_schedule(const model::FlowMatchConfig & c, std::vector<float> sigmas, int64_t video_tokens);
-// The same with mu from scheduler_config.json as LTX2Pipeline reads it (.get(key, LTX default) for a missing key,
-// where FlowMatchConfig would take the scheduler class's defaults).
+// mu = calculate_shift(video tokens, base_image_seq_len, max_image_seq_len, base_shift, max_shift) read from
+// scheduler_config.json as LTX2Pipeline reads them: .get(key, 1024 | 4096 | 0.95 | 2.05) for a missing key (where
+// FlowMatchConfig would take the scheduler class's defaults).
+double ltx2_mu(const nlohmann::json & scheduler_config, int64_t video_tokens);
+// The pipeline's sigmas (workload.sigmas, the call's sigmas=, or linspace(1, 1/steps, steps)) through set_timesteps
+// with that mu. UsageError when the shifted schedule is not finite.
 model::FlowMatchSchedule ltx2_schedule(const model::FlowMatchConfig & c, const nlohmann::json & scheduler_json,
                                        std::vector<float> sigmas, int64_t video_tokens);
-// calculate_shift with LTX2Pipeline's fallbacks for keys scheduler_config.json does not set.
-double ltx2_mu(const nlohmann::json & scheduler_config, int64_t video_tokens);
 
 struct DenoiseSettings {
     GuidanceScales video, audio;

@@ -1,14 +1,18 @@
 // The ltx2_image run (reference: the composed image pipeline of tools/reference/ltx2_image_fixtures.py, following
-// DEVAIEXP/ltx2-image-diffusers modular_blocks_ltx2_image.py): prompt embeddings -> image connectors -> denoise on
-// the audio-less DiT -> LTX-2.3 video VAE (frame 0) -> PNG.
+// DEVAIEXP/ltx2-image-diffusers modular_blocks_ltx2_image.py): the prompt (Gemma-3 on the engine, as
+// LTX2ImageTextEncoderStep: LTX2Pipeline's _get_gemma_prompt_embeds, max_sequence_length 1024, negative prompt ""
+// under guidance) or prompt embeddings -> image connectors -> denoise on the audio-less DiT -> LTX-2.3 video VAE
+// (frame 0) -> PNG; `ddo-host encode` stops after the text encoder and writes the embeddings.
 #include "plugin_run.hpp"
 
 #include <ATen/ATen.h>
 
 #include "ddo/error.hpp"
+#include "ddo/model/tensor_output.hpp"
 #include "image_connectors.hpp"
 #include "image_pipeline.hpp"
 #include "image_transformer.hpp"
+#include "prompt_encoder.hpp"
 #include "video_denoise.hpp"
 #include "video_vae_choice.hpp"
 #include "video_vae_decoder.hpp"
@@ -97,21 +101,57 @@ void run_ltx2_image(model::ModelRun & run) {
     run.check_class("connectors/config.json", {"LTX2ImageTextConnectors"});
     run.check_class("vae/config.json", {"AutoencoderKLLTX2Video"});
     run.refuse_if_set("workload.frames", "ltx2_image makes one image (one latent frame); use ltx2_video for clips");
-    if (w.prompt || w.negative_prompt)
-        throw UsageError(std::string(kPlugin) + ": workload.prompt / workload.negative_prompt (-p / -n) need the Gemma-3 "
-                         "text encoder, which this plugin does not run yet; give --prompt-embeds FILE (the stacked "
-                         "Gemma-3 hidden states, with negative_prompt_embeds for guidance)");
+    run.refuse_if_set("workload.fps", "ltx2_image makes one image (its time coordinates are one frame at 24 fps); "
+                                      "use ltx2_video for clips");
+    // Where the prompt comes from: text (the checkpoint's Gemma-3 encodes it) or a --prompt-embeds file.
+    const bool from_text = w.prompt.has_value();
+    const bool encode_only = run.encode_only();
+    if (encode_only && !from_text)
+        throw UsageError("ddo-host encode: give the prompt with -p/--prompt (and -n/--negative-prompt for guidance)");
+    if (from_text && !run.prompt_embeds().empty())
+        throw UsageError(std::string(kPlugin) + ": both workload.prompt (-p) and --prompt-embeds were given; the "
+                         "embeddings would replace the prompt. Pass one of them");
+    if (!from_text && w.negative_prompt)
+        throw UsageError(std::string(kPlugin) + ": workload.negative_prompt (-n) without workload.prompt (-p): with "
+                         "--prompt-embeds put negative_prompt_embeds in that file, or give -p too");
+    if (encode_only)
+        for (const char * k : {"workload.width", "workload.height", "workload.steps", "workload.sigmas"})
+            run.refuse_if_set(k, "ddo-host encode only encodes the prompt; give it to the run that uses the embeddings");
+    // LTX2ImageTextEncoderStep's max_sequence_length default.
+    const int64_t max_sequence_length = run.option<int64_t>("max_sequence_length", 1024);
+    if (max_sequence_length < 1)
+        throw UsageError("plugin.ltx2_image.max_sequence_length must be >= 1 (the image pipeline's default is 1024)");
     if (w.num_images != 1)
         throw UsageError(std::string(kPlugin) + ": workload.num_images = " + std::to_string(w.num_images) +
                          ": one image per run is implemented; run again with another seed");
-    if (run.prompt_embeds().empty() && !run.dry_run())
-        throw UsageError(std::string(kPlugin) + ": no prompt: give --prompt-embeds FILE (the stacked Gemma-3 hidden states)");
+    if (!from_text && run.prompt_embeds().empty() && !run.dry_run())
+        throw UsageError(std::string(kPlugin) + ": no prompt: give -p/--prompt TEXT (the checkpoint's Gemma-3 text "
+                         "encoder encodes it) or --prompt-embeds FILE (the stacked Gemma-3 hidden states; ddo-host "
+                         "encode writes one)");
     if (!run.latents_file().empty())
         throw UsageError(std::string(kPlugin) + ": --latents is not implemented; the noise is drawn from workload.seed");
 
+    if (from_text) run.check_class("text_encoder/config.json", {"Gemma3ForConditionalGeneration"});
+
     run.begin_phase("load");
-    run.record_checkpoint({"transformer", "connectors", "vae", "scheduler"});
+    std::vector<std::string> components{"transformer", "connectors", "vae", "scheduler"};
+    if (from_text) components.insert(components.begin(), {"text_encoder", "tokenizer"});
+    run.record_checkpoint(components);
     auto m = ImageModel::open(run.model_dir());
+    std::optional<Ltx2PromptEncoder> encoder;
+    if (from_text) {
+        encoder = Ltx2PromptEncoder::open(run.model_dir());
+        const int64_t want = m.connectors_config.caption_channels * m.connectors_config.text_proj_in_factor;
+        if (encoder->features() != want)
+            throw RuntimeError((run.model_dir() / "text_encoder" / "config.json").string() + ": hidden_size " +
+                               std::to_string(encoder->config().hidden_size) + " x (" +
+                               std::to_string(encoder->config().num_layers) + " layers + 1) = " +
+                               std::to_string(encoder->features()) + " features, but the connectors read " +
+                               std::to_string(want) + "; the text encoder belongs to another checkpoint");
+        for (const auto & f : encoder->tokenizer_files()) run.record_input("tokenizer/" + f.filename().string(), f);
+        run.add_checkpoint_facts({{"text_encoder_layers", encoder->config().num_layers},
+                                  {"text_features", encoder->features()}});
+    }
     const auto & tc = m.transformer_config;
     uint64_t block_bytes = 0;
     for (const auto & [name, shape] : image_block_specs(tc, 0)) block_bytes += m.transformer.nbytes_of(name);
@@ -147,22 +187,31 @@ void run_ltx2_image(model::ModelRun & run) {
         run.record_input("prompt_embeds", run.prompt_embeds());
         embeds = load_prompt_embeds(run.prompt_embeds(), m.connectors_config);
         if (g.cfg > 1.0 && !embeds.neg_embeds) {
+            // LTX2ImageTextEncoderStep would encode negative_prompt ("") here; a run from embeddings does not load
+            // the text encoder, so there is no unconditional branch to guide against.
             run.adjust("workload.guidance_scale", g.cfg, 1.0,
-                       "the prompt embeddings carry no negative_prompt_embeds and this plugin cannot encode the negative "
-                       "prompt (no Gemma-3 text encoder yet): classifier-free guidance is off; put negative_prompt_embeds "
-                       "in the file to guide");
+                       "the prompt embeddings carry no negative_prompt_embeds (a run from --prompt-embeds does not load "
+                       "the text encoder): classifier-free guidance is off; put negative_prompt_embeds in the file "
+                       "(ddo-host encode -n '' writes them) or give -p to guide");
             g.cfg = 1.0;
         }
     }
+    if (from_text && g.cfg <= 1.0 && w.negative_prompt)
+        run.adjust("workload.negative_prompt", *w.negative_prompt, "unused",
+                   "guidance_scale <= 1: no classifier-free guidance, as in LTX2ImageTextEncoderStep");
 
     std::vector<float> sigmas = w.sigmas ? model::sigmas_from(*w.sigmas) : model::default_sigmas(w.steps);
     if (w.sigmas && w.steps_set && w.steps != int(w.sigmas->size()))
         run.adjust("workload.steps", w.steps, int(w.sigmas->size()),
                    "workload.sigmas sets the grid; its length is the number of steps");
-    const auto schedule = ltx2_schedule(m.scheduler_config, sigmas, geo.tokens());
+    // mu as the reference reads it from scheduler_config.json (.get(key, LTX default)); `ddo-host encode` samples
+    // nothing and needs no schedule.
+    const auto schedule = encode_only ? model::FlowMatchSchedule{}
+                                      : ltx2_schedule(m.scheduler_config, m.scheduler_json, sigmas, geo.tokens());
     const double mu = ltx2_mu(m.scheduler_json, geo.tokens());
 
-    run.plan_images(1);
+    if (encode_only) run.plan_tensor_file();
+    else if (from_text || !run.prompt_embeds().empty()) run.plan_images(1);
     const auto conn_plan = run.plan("connectors");
     const auto dit_plan = run.plan("transformer");
     const auto vae_plan = run.plan("vae");
@@ -184,18 +233,70 @@ void run_ltx2_image(model::ModelRun & run) {
                          {"vae_decision", {{"requested", vae_choice.requested}, {"reason", vae_choice.reason},
                                            {"auto", vae_choice.facts},
                                            {"tiling", {{"tile", vae_choice.tiling.tile_sample_min_width},
-                                                       {"stride", vae_choice.tiling.tile_sample_stride_width}}}}}});
+                                                       {"stride", vae_choice.tiling.tile_sample_stride_width}}}}},
+                         {"prompt", from_text ? nlohmann::json(*w.prompt) : nlohmann::json(nullptr)},
+                         {"negative_prompt", from_text && g.cfg > 1.0 ? nlohmann::json(w.negative_prompt.value_or(""))
+                                                                      : nlohmann::json(nullptr)},
+                         {"prompt_embeddings", from_text ? "encoded by the text encoder (Gemma-3)"
+                                               : run.prompt_embeds().empty() ? "none (dry run)" : "supplied"},
+                         {"max_sequence_length", max_sequence_length}});
 
+    // Text: Gemma-3 on the engine (its layers are execution groups of component text_encoder), unloaded before the
+    // connectors run; its stacked hidden states are what --prompt-embeds would have supplied.
+    if (from_text) {
+        auto te = run.open_weights(run.plan("text_encoder"), encoder->text_encoder_dir(), encoder->groups(), w.dtype);
+        if (run.dry_run()) {
+            (void)encoder->tokenizer().encode(strip_prompt(*w.prompt));  // the prompt tokenizes
+            run.unload(std::move(te));
+            if (encode_only) {
+                run.log(2, "dry run: checkpoint, tokenizer and text encoder validated; nothing computed");
+                return;
+            }
+        } else {
+            run.begin_phase("encode");
+            text::Gemma3Callbacks tcb;
+            tcb.check_interrupted = [&](int layer) { run.check_interrupted("at text encoder layer " + std::to_string(layer)); };
+            tcb.on_layer = [&](int layer, int total) { run.step(layer, total); };
+            const bool negative = g.cfg > 1.0 || (encode_only && w.negative_prompt);
+            std::optional<std::vector<std::string>> neg;
+            if (w.negative_prompt) neg = std::vector<std::string>{*w.negative_prompt};
+            const auto enc = encoder->encode_prompt(*te, {*w.prompt}, neg, negative, 1, max_sequence_length, w.dtype,
+                                                    device, tcb);
+            run.unload(std::move(te));
+            run.add_checkpoint_facts({{"prompt_tokens", enc.positive.token_counts}});
+            embeds.embeds = enc.positive.embeds;
+            embeds.mask = enc.positive.mask;
+            if (enc.negative) {
+                embeds.neg_embeds = enc.negative->embeds;
+                embeds.neg_mask = enc.negative->mask;
+            }
+            if (encode_only) {
+                run.begin_phase("write_output");
+                model::NamedTensors t{{"prompt_embeds", embeds.embeds}, {"prompt_attention_mask", embeds.mask}};
+                if (embeds.neg_embeds) {
+                    t.push_back({"negative_prompt_embeds", *embeds.neg_embeds});
+                    t.push_back({"negative_prompt_attention_mask", *embeds.neg_mask});
+                }
+                run.write_tensors(t, {{"producer", std::string("ddo-host encode (") + kPlugin + ")"},
+                                      {"prompt", *w.prompt}, {"negative_prompt", w.negative_prompt.value_or("")},
+                                      {"max_sequence_length", std::to_string(max_sequence_length)}});
+                return;
+            }
+        }
+    }
+
+    // Connectors (the text path after Gemma-3), unloaded before the DiT's weights are opened.
     auto conn = open_component(run, conn_plan, "connectors", image_connector_groups(m.connectors_config), w.dtype);
     if (run.dry_run()) {
         unload(run, conn);
         auto dit = open_component(run, dit_plan, "transformer", image_transformer_groups(tc), w.dtype);
         unload(run, dit);
-        run.log(2, run.prompt_embeds().empty() ? "dry run: checkpoint validated (no prompt given); nothing computed"
-                                               : "dry run: checkpoint and embeddings validated; nothing computed");
+        run.log(2, from_text ? "dry run: checkpoint, tokenizer, text encoder and prompt validated; nothing computed"
+                   : run.prompt_embeds().empty() ? "dry run: checkpoint validated (no prompt given); nothing computed"
+                                                 : "dry run: checkpoint and embeddings validated; nothing computed");
         return;
     }
-    run.begin_phase("encode");
+    if (run.phase() != "encode") run.begin_phase("encode");  // the text encoder's phase, when it ran
     const auto neg = embeds.neg_embeds.value_or(embeds.embeds);
     const auto neg_mask = embeds.neg_mask.value_or(embeds.mask);
     const auto [text_in, mask_in] = image_text_batch(g, embeds.embeds, embeds.mask, neg, neg_mask);

@@ -1,4 +1,5 @@
-// The ltx2_image run: workload and options -> phases (connectors, denoise, decode, write) on the model kit.
+// The ltx2_image run: workload and options -> phases (load, encode: text encoder + connectors, denoise, decode,
+// write_output) on the model kit; `ddo-host encode` stops after the text encoder.
 #pragma once
 
 #include "ddo/model/model_run.hpp"

@@ -266,7 +266,9 @@ void run_ltx2_video(model::ModelRun & run) {
     if (w.sigmas && w.steps_set && w.steps != int(w.sigmas->size()))
         run.adjust("workload.steps", w.steps, int(w.sigmas->size()),
                    "workload.sigmas sets the grid; its length is the number of steps (LTX2Pipeline sigmas=)");
-    const auto schedule = ltx2_schedule(m.scheduler_config, m.scheduler_json, sigmas, geo.video_tokens());
+    // `ddo-host encode` samples nothing: its (default) geometry needs no schedule.
+    const auto schedule = encode_only ? model::FlowMatchSchedule{}
+                                      : ltx2_schedule(m.scheduler_config, m.scheduler_json, sigmas, geo.video_tokens());
     const double mu = ltx2_mu(m.scheduler_json, geo.video_tokens());
 
     std::vector<std::filesystem::path> outputs;
@@ -287,7 +289,8 @@ void run_ltx2_video(model::ModelRun & run) {
                          {"latent", {{"frames", geo.latent_frames}, {"height", geo.latent_height},
                                      {"width", geo.latent_width}, {"audio_frames", geo.audio_frames},
                                      {"video_tokens", geo.video_tokens()}}},
-                         {"steps", int(sigmas.size())}, {"sigmas", sig}, {"mu", mu},
+                         {"steps", int(sigmas.size())}, {"sigmas", encode_only ? nlohmann::json(nullptr) : sig},
+                         {"mu", mu},
                          {"sigmas_source", w.sigmas ? "workload.sigmas" : "linspace(1, 1/steps, steps)"},
                          {"seed", w.seed}, {"video_guidance", guidance_json(ds.video)},
                          {"audio_guidance", guidance_json(ds.audio)},
@@ -367,7 +370,8 @@ void run_ltx2_video(model::ModelRun & run) {
         unload(run, conn);
         auto dit = open_component(run, dit_plan, "transformer", transformer_groups(tc), w.dtype);
         unload(run, dit);
-        run.log(2, run.prompt_embeds().empty() ? "dry run: checkpoint validated (no prompt given); nothing computed"
+        run.log(2, from_text ? "dry run: checkpoint, tokenizer, text encoder and prompt validated; nothing computed"
+                   : run.prompt_embeds().empty() ? "dry run: checkpoint validated (no prompt given); nothing computed"
                                                : "dry run: checkpoint and embeddings validated; nothing computed");
         return;
     }

@@ -1,0 +1,24 @@
+# ddo-host --plugin ltx2_image on the image fixtures (tools/reference/ltx2_image_fixtures.py): the PNG from -p and
+# from --prompt-embeds against the composed reference, the text encoder streamed and unloaded in phase encode,
+# `ddo-host encode`, DiT route equality, malformed checkpoints (exit 4) and refusals (exit 2); and the real-size
+# structure test: the real LTX-2.3 image DiT block shapes (2 blocks, a sparse zero-filled bf16 checkpoint) through
+# the core offload engine's disk route (CPU transport, the built linear allocator plugin).
+if(TARGET ltx2_image AND TARGET ddo-host AND TARGET ddo_ltx2_image AND DDO_PYTHON)
+  ddo_add_gtest(ltx2_image_test LABELS e2e TIMEOUT 600
+    SOURCES ${CMAKE_CURRENT_LIST_DIR}/ltx2_image_test.cpp
+    LIBS ddo_model PNG::PNG)
+  target_compile_definitions(ltx2_image_test PRIVATE
+    LTX2_IMAGE_FIXTURE_DIR="${CMAKE_BINARY_DIR}/fixtures/ltx2_image"
+    LTX2_PIPELINE_FIXTURE_DIR="${CMAKE_BINARY_DIR}/fixtures/ltx2_pipeline" DDO_HOST_BIN="$<TARGET_FILE:ddo-host>")
+  target_precompile_headers(ltx2_image_test PRIVATE <ATen/ATen.h>)
+  add_dependencies(ltx2_image_test ddo-host ltx2_image linear vmm ddo_manifest_main ltx2_image_fixtures
+    ltx2_pipeline_fixtures)
+endif()
+if(TARGET ddo_ltx2_image)
+  ddo_add_gtest(ltx2_image_structure_test LABELS e2e TIMEOUT 900
+    SOURCES ${CMAKE_CURRENT_LIST_DIR}/ltx2_image_structure_test.cpp
+    LIBS ddo_ltx2_image)
+  target_compile_definitions(ltx2_image_structure_test PRIVATE LTX2_PLUGIN_DIR="${CMAKE_BINARY_DIR}/lib/ddo/plugins")
+  target_precompile_headers(ltx2_image_structure_test PRIVATE <ATen/ATen.h>)
+  add_dependencies(ltx2_image_structure_test linear)
+endif()
