@@ -47,7 +47,10 @@ std::string guided_args(const fs::path & ckpt, const std::string & extra = "") {
 
 TEST(Ltx2VideoHost, WritesMp4AndWavEqualToDiffusers) {
     std::string sha_mp4, sha_wav;
-    const auto r = run_ddo_host("ltx2_guided", guided_args(kFixtures / "checkpoint_23", "--preset low_ram_safe.toml"),
+    // low_ram_safe with the tiny DiT's resident set capped at about one block: the others stream every pass, as the
+    // real model's do under this preset.
+    const auto r = run_ddo_host("ltx2_guided", guided_args(kFixtures / "checkpoint_23", "--preset low_ram_safe.toml "
+                                                           "--set components.transformer.resident_budget_gb=0.00004"),
                                 [&](const fs::path & dir) {
         ASSERT_TRUE(fs::exists(dir / "video.mp4"));
         ASSERT_TRUE(fs::exists(dir / "audio.wav"));
@@ -107,7 +110,7 @@ TEST(Ltx2VideoHost, WritesMp4AndWavEqualToDiffusers) {
         EXPECT_EQ(k.at("unloaded_in_phase"), phase) << c;
         EXPECT_EQ(k.at("engine").at("counters").at("outstanding_owners"), 0) << c;
     }
-    // low_ram_safe streams the DiT's blocks (group_leaf): bytes streamed in the report, per step too.
+    // The streamed blocks: bytes in the report.
     EXPECT_GT(rep.at("counters").at("transformer").at("bytes_streamed").get<uint64_t>(), 0u);
     int denoise_steps = 0;
     for (const auto & st : rep.at("steps")) denoise_steps += st.at("phase") == "denoise";

@@ -8,7 +8,6 @@
 #include <ATen/ATen.h>
 
 #include "ddo/error.hpp"
-#include "ddo/model/tensor_output.hpp"
 #include "image_connectors.hpp"
 #include "image_pipeline.hpp"
 #include "image_transformer.hpp"
@@ -17,6 +16,7 @@
 #include "video_vae_choice.hpp"
 #include "video_vae_decoder.hpp"
 #include "video_vae_tiling.hpp"
+#include "run_stages.hpp"
 #include "weights.hpp"
 
 namespace ddo::ltx2 {
@@ -27,70 +27,7 @@ constexpr const char * kPlugin = "ltx2_image";
 // The modular block's defaults (544 x 960) and the distilled runner's 8 steps, guidance 1.
 constexpr model::WorkloadDefaults kDefaults{.width = 960, .height = 544, .steps = 8, .seed = 0};
 
-struct PromptEmbeds {
-    at::Tensor embeds, mask;
-    std::optional<at::Tensor> neg_embeds, neg_mask;
-};
 
-// The --prompt-embeds file: prompt_embeds / prompt_attention_mask (+ negative_*), the stacked Gemma-3 hidden states
-// as _get_gemma_prompt_embeds returns them ([B, L, C*F] or [B, L, C, F]).
-PromptEmbeds load_prompt_embeds(const std::filesystem::path & path, const ConnectorsConfig & c) {
-    const auto f = model::TensorFile::open_file(path);
-    const int64_t features = c.caption_channels * c.text_proj_in_factor;
-    auto embeds_of = [&](const char * name) {
-        auto t = f.read(name).to(at::kFloat);
-        if (t.dim() == 4) t = t.flatten(2, 3);
-        if (t.dim() != 3 || t.size(0) != 1 || t.size(2) != features)
-            throw UsageError(path.string() + ": tensor '" + name + "' has shape " + model::shape_str(t.sizes()) +
-                             ", expected [1, tokens, " + std::to_string(features) + "] (the connectors' caption_channels " +
-                             std::to_string(c.caption_channels) + " x text_proj_in_factor " +
-                             std::to_string(c.text_proj_in_factor) + "; one prompt): embeddings of another text encoder?");
-        return t;
-    };
-    auto mask_of = [&](const char * name, const at::Tensor & e) {
-        if (!f.contains(name)) return at::ones({e.size(0), e.size(1)}, at::kLong);
-        auto m = f.read(name).to(at::kLong);
-        if (m.sizes() != at::IntArrayRef({e.size(0), e.size(1)}))
-            throw UsageError(path.string() + ": tensor '" + name + "' has shape " + model::shape_str(m.sizes()) +
-                             ", expected " + model::shape_str({e.size(0), e.size(1)}) + " (one flag per token)");
-        return m;
-    };
-    if (!f.contains("prompt_embeds"))
-        throw UsageError(path.string() + ": no tensor 'prompt_embeds' (the stacked Gemma-3 hidden states, [1, tokens, "
-                         "caption_channels x layers])");
-    PromptEmbeds e;
-    e.embeds = embeds_of("prompt_embeds");
-    e.mask = mask_of("prompt_attention_mask", e.embeds);
-    if (f.contains("negative_prompt_embeds")) {
-        e.neg_embeds = embeds_of("negative_prompt_embeds");
-        e.neg_mask = mask_of("negative_prompt_attention_mask", *e.neg_embeds);
-        if (e.neg_embeds->sizes() != e.embeds.sizes())
-            throw UsageError(path.string() + ": negative_prompt_embeds " + model::shape_str(e.neg_embeds->sizes()) +
-                             " and prompt_embeds " + model::shape_str(e.embeds.sizes()) +
-                             " differ; both are padded to max_sequence_length");
-    }
-    return e;
-}
-
-struct Component {
-    std::vector<model::GroupSpec> groups;
-    std::unique_ptr<model::ComponentWeights> weights;
-    std::unique_ptr<EngineWeights> view;
-};
-
-Component open_component(model::ModelRun & run, const model::ComponentPlan & plan, const std::string & folder,
-                         std::vector<model::GroupSpec> groups, at::ScalarType dtype) {
-    Component c;
-    c.groups = std::move(groups);
-    c.weights = run.open_weights(plan, run.model_dir() / folder, c.groups, dtype);
-    c.view = std::make_unique<EngineWeights>(*c.weights, c.groups, dtype, plan.placement.device());
-    return c;
-}
-
-void unload(model::ModelRun & run, Component & c) {
-    c.view.reset();
-    run.unload(std::move(c.weights));
-}
 
 }  // namespace
 
@@ -139,19 +76,7 @@ void run_ltx2_image(model::ModelRun & run) {
     run.record_checkpoint(components);
     auto m = ImageModel::open(run.model_dir());
     std::optional<Ltx2PromptEncoder> encoder;
-    if (from_text) {
-        encoder = Ltx2PromptEncoder::open(run.model_dir());
-        const int64_t want = m.connectors_config.caption_channels * m.connectors_config.text_proj_in_factor;
-        if (encoder->features() != want)
-            throw RuntimeError((run.model_dir() / "text_encoder" / "config.json").string() + ": hidden_size " +
-                               std::to_string(encoder->config().hidden_size) + " x (" +
-                               std::to_string(encoder->config().num_layers) + " layers + 1) = " +
-                               std::to_string(encoder->features()) + " features, but the connectors read " +
-                               std::to_string(want) + "; the text encoder belongs to another checkpoint");
-        for (const auto & f : encoder->tokenizer_files()) run.record_input("tokenizer/" + f.filename().string(), f);
-        run.add_checkpoint_facts({{"text_encoder_layers", encoder->config().num_layers},
-                                  {"text_features", encoder->features()}});
-    }
+    if (from_text) encoder = open_prompt_encoder(run, m.connectors_config);
     const auto & tc = m.transformer_config;
     uint64_t block_bytes = 0;
     for (const auto & [name, shape] : image_block_specs(tc, 0)) block_bytes += m.transformer.nbytes_of(name);
@@ -244,52 +169,17 @@ void run_ltx2_image(model::ModelRun & run) {
     // Text: Gemma-3 on the engine (its layers are execution groups of component text_encoder), unloaded before the
     // connectors run; its stacked hidden states are what --prompt-embeds would have supplied.
     if (from_text) {
-        auto te = run.open_weights(run.plan("text_encoder"), encoder->text_encoder_dir(), encoder->groups(), w.dtype);
-        if (run.dry_run()) {
-            (void)encoder->tokenizer().encode(strip_prompt(*w.prompt));  // the prompt tokenizes
-            run.unload(std::move(te));
-            if (encode_only) {
-                run.log(2, "dry run: checkpoint, tokenizer and text encoder validated; nothing computed");
-                return;
-            }
-        } else {
-            run.begin_phase("encode");
-            text::Gemma3Callbacks tcb;
-            tcb.check_interrupted = [&](int layer) { run.check_interrupted("at text encoder layer " + std::to_string(layer)); };
-            tcb.on_layer = [&](int layer, int total) { run.step(layer, total); };
-            const bool negative = g.cfg > 1.0 || (encode_only && w.negative_prompt);
-            std::optional<std::vector<std::string>> neg;
-            if (w.negative_prompt) neg = std::vector<std::string>{*w.negative_prompt};
-            const auto enc = encoder->encode_prompt(*te, {*w.prompt}, neg, negative, 1, max_sequence_length, w.dtype,
-                                                    device, tcb);
-            run.unload(std::move(te));
-            run.add_checkpoint_facts({{"prompt_tokens", enc.positive.token_counts}});
-            embeds.embeds = enc.positive.embeds;
-            embeds.mask = enc.positive.mask;
-            if (enc.negative) {
-                embeds.neg_embeds = enc.negative->embeds;
-                embeds.neg_mask = enc.negative->mask;
-            }
-            if (encode_only) {
-                run.begin_phase("write_output");
-                model::NamedTensors t{{"prompt_embeds", embeds.embeds}, {"prompt_attention_mask", embeds.mask}};
-                if (embeds.neg_embeds) {
-                    t.push_back({"negative_prompt_embeds", *embeds.neg_embeds});
-                    t.push_back({"negative_prompt_attention_mask", *embeds.neg_mask});
-                }
-                run.write_tensors(t, {{"producer", std::string("ddo-host encode (") + kPlugin + ")"},
-                                      {"prompt", *w.prompt}, {"negative_prompt", w.negative_prompt.value_or("")},
-                                      {"max_sequence_length", std::to_string(max_sequence_length)}});
-                return;
-            }
-        }
+        const auto text = run_text_stage(run, *encoder, {kPlugin, *w.prompt, w.negative_prompt, g.cfg > 1.0, encode_only,
+                                                         max_sequence_length, w.dtype, device});
+        if (!text) return;  // ddo-host encode: written (or validated in a dry run)
+        embeds = *text;
     }
 
     // Connectors (the text path after Gemma-3), unloaded before the DiT's weights are opened.
-    auto conn = open_component(run, conn_plan, "connectors", image_connector_groups(m.connectors_config), w.dtype);
+    auto conn = open_engine_component(run, conn_plan, "connectors", image_connector_groups(m.connectors_config), w.dtype);
     if (run.dry_run()) {
         unload(run, conn);
-        auto dit = open_component(run, dit_plan, "transformer", image_transformer_groups(tc), w.dtype);
+        auto dit = open_engine_component(run, dit_plan, "transformer", image_transformer_groups(tc), w.dtype);
         unload(run, dit);
         run.log(2, from_text ? "dry run: checkpoint, tokenizer, text encoder and prompt validated; nothing computed"
                    : run.prompt_embeds().empty() ? "dry run: checkpoint validated (no prompt given); nothing computed"
@@ -303,7 +193,7 @@ void run_ltx2_image(model::ModelRun & run) {
     const auto text = image_connectors_forward(m.connectors_config, *conn.view, text_in.to(device, w.dtype), mask_in.to(device));
     unload(run, conn);
 
-    auto dit = open_component(run, dit_plan, "transformer", image_transformer_groups(tc), w.dtype);
+    auto dit = open_engine_component(run, dit_plan, "transformer", image_transformer_groups(tc), w.dtype);
     run.begin_phase("denoise");
     ImageDenoiseSettings ds;
     ds.guidance = g;
@@ -318,7 +208,7 @@ void run_ltx2_image(model::ModelRun & run) {
     run.begin_phase("decode");
     model::ComponentPlan vae_run_plan = vae_plan;
     if (vae_choice.strategy == VideoVaeStrategy::leaf_offload) vae_run_plan.route = engine::Route::dynamic;
-    auto vae = open_component(run, vae_run_plan, "vae", video_vae_leaf_groups(m.vae_config), w.dtype);
+    auto vae = open_engine_component(run, vae_run_plan, "vae", video_vae_leaf_groups(m.vae_config), w.dtype);
     at::Tensor image;
     {
         if (m.vae_config.timestep_conditioning)

@@ -1,0 +1,120 @@
+#include "run_stages.hpp"
+
+#include "ddo/error.hpp"
+#include "ddo/model/tensor_output.hpp"
+
+namespace ddo::ltx2 {
+
+PromptEmbeds load_prompt_embeds(const std::filesystem::path & path, const ConnectorsConfig & c) {
+    const auto f = model::TensorFile::open_file(path);
+    const int64_t features = c.caption_channels * c.text_proj_in_factor;
+    auto embeds_of = [&](const char * name) {
+        auto t = f.read(name).to(at::kFloat);
+        if (t.dim() == 4) t = t.flatten(2, 3);
+        if (t.dim() != 3 || t.size(0) != 1 || t.size(2) != features)
+            throw UsageError(path.string() + ": tensor '" + name + "' has shape " + model::shape_str(t.sizes()) +
+                             ", expected [1, tokens, " + std::to_string(features) + "] (one prompt; the connectors' "
+                             "caption_channels " + std::to_string(c.caption_channels) + " x text_proj_in_factor " +
+                             std::to_string(c.text_proj_in_factor) + "): embeddings of another text encoder?");
+        return t;
+    };
+    auto mask_of = [&](const char * name, const at::Tensor & e) {
+        if (!f.contains(name)) return at::ones({e.size(0), e.size(1)}, at::kLong);
+        auto m = f.read(name).to(at::kLong);
+        if (m.sizes() != at::IntArrayRef({e.size(0), e.size(1)}))
+            throw UsageError(path.string() + ": tensor '" + name + "' has shape " + model::shape_str(m.sizes()) +
+                             ", expected " + model::shape_str({e.size(0), e.size(1)}) + " (one flag per token)");
+        return m;
+    };
+    if (!f.contains("prompt_embeds"))
+        throw UsageError(path.string() + ": no tensor 'prompt_embeds' (LTX2Pipeline's prompt_embeds: the stacked "
+                         "Gemma-3 hidden states, [1, tokens, caption_channels x layers]); ddo-host encode writes one");
+    PromptEmbeds e;
+    e.embeds = embeds_of("prompt_embeds");
+    e.mask = mask_of("prompt_attention_mask", e.embeds);
+    if (f.contains("negative_prompt_embeds")) {
+        e.neg_embeds = embeds_of("negative_prompt_embeds");
+        e.neg_mask = mask_of("negative_prompt_attention_mask", *e.neg_embeds);
+        if (e.neg_embeds->sizes() != e.embeds.sizes())
+            throw UsageError(path.string() + ": negative_prompt_embeds " + model::shape_str(e.neg_embeds->sizes()) +
+                             " and prompt_embeds " + model::shape_str(e.embeds.sizes()) +
+                             " differ; both are padded to max_sequence_length");
+    }
+    return e;
+}
+
+EngineComponent open_engine_component(model::ModelRun & run, const model::ComponentPlan & plan,
+                                      const std::string & folder, std::vector<model::GroupSpec> groups,
+                                      at::ScalarType dtype) {
+    EngineComponent c;
+    c.groups = std::move(groups);
+    c.weights = run.open_weights(plan, run.model_dir() / folder, c.groups, dtype);
+    c.view = std::make_unique<EngineWeights>(*c.weights, c.groups, dtype, plan.placement.device());
+    return c;
+}
+
+void unload(model::ModelRun & run, EngineComponent & c) {
+    c.view.reset();
+    run.unload(std::move(c.weights));
+}
+
+Ltx2PromptEncoder open_prompt_encoder(model::ModelRun & run, const ConnectorsConfig & c) {
+    auto encoder = Ltx2PromptEncoder::open(run.model_dir());
+    const int64_t want = c.caption_channels * c.text_proj_in_factor;
+    if (encoder.features() != want)
+        throw RuntimeError((run.model_dir() / "text_encoder" / "config.json").string() + ": hidden_size " +
+                           std::to_string(encoder.config().hidden_size) + " x (" +
+                           std::to_string(encoder.config().num_layers) + " layers + 1) = " +
+                           std::to_string(encoder.features()) + " features, but the connectors read " +
+                           std::to_string(want) + "; the text encoder belongs to another checkpoint");
+    for (const auto & f : encoder.tokenizer_files()) run.record_input("tokenizer/" + f.filename().string(), f);
+    run.add_checkpoint_facts({{"text_encoder_layers", encoder.config().num_layers}, {"text_features", encoder.features()}});
+    return encoder;
+}
+
+std::optional<PromptEmbeds> run_text_stage(model::ModelRun & run, const Ltx2PromptEncoder & encoder,
+                                           const TextRequest & r) {
+    auto te = run.open_weights(run.plan("text_encoder"), encoder.text_encoder_dir(), encoder.groups(), r.dtype);
+    if (run.dry_run()) {
+        (void)encoder.tokenizer().encode(strip_prompt(r.prompt));  // the prompt tokenizes
+        run.unload(std::move(te));
+        if (!r.encode_only) return PromptEmbeds{};
+        run.log(2, "dry run: checkpoint, tokenizer and text encoder validated; nothing computed");
+        return std::nullopt;
+    }
+    run.begin_phase("encode");
+    const bool negative = r.guidance || (r.encode_only && r.negative);
+    text::Gemma3Callbacks cb;
+    cb.check_interrupted = [&](int layer) { run.check_interrupted("at text encoder layer " + std::to_string(layer)); };
+    // One progress count over both prompts' layers (encode_prompt encodes the negative prompt second).
+    int done_before = 0, last = 0;
+    cb.on_layer = [&](int layer, int total) {
+        if (layer <= last) done_before += total;
+        last = layer;
+        run.step(done_before + layer, total * (negative ? 2 : 1));
+    };
+    std::optional<std::vector<std::string>> neg;
+    if (r.negative) neg = std::vector<std::string>{*r.negative};
+    const auto enc = encoder.encode_prompt(*te, {r.prompt}, neg, negative, 1, r.max_sequence_length, r.dtype,
+                                           r.device, cb);
+    run.unload(std::move(te));  // out of memory before the connectors: owners checked zero
+    run.add_checkpoint_facts({{"prompt_tokens", enc.positive.token_counts}});
+    PromptEmbeds e{enc.positive.embeds, enc.positive.mask, std::nullopt, std::nullopt};
+    if (enc.negative) {
+        e.neg_embeds = enc.negative->embeds;
+        e.neg_mask = enc.negative->mask;
+    }
+    if (!r.encode_only) return e;
+    run.begin_phase("write_output");
+    model::NamedTensors t{{"prompt_embeds", e.embeds}, {"prompt_attention_mask", e.mask}};
+    if (e.neg_embeds) {
+        t.push_back({"negative_prompt_embeds", *e.neg_embeds});
+        t.push_back({"negative_prompt_attention_mask", *e.neg_mask});
+    }
+    run.write_tensors(t, {{"producer", "ddo-host encode (" + r.plugin + ")"}, {"prompt", r.prompt},
+                          {"negative_prompt", r.negative.value_or("")},
+                          {"max_sequence_length", std::to_string(r.max_sequence_length)}});
+    return std::nullopt;
+}
+
+}  // namespace ddo::ltx2
