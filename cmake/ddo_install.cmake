@@ -1,6 +1,7 @@
 # `cmake --install` lays out a relocatable tree (docs/architecture.md, "Writing a model plugin"):
 #   bin/ddo-host                      the host (DT_RPATH $ORIGIN/../lib + LibTorch: Note [Plugin dependencies])
 #   lib/libddo_{core,torch,model}.so  the core libraries (RPATH $ORIGIN + LibTorch)
+#   lib/libddo_media.so               the MP4/WAV writers the video plugins link (when DDO_WITH_MEDIA)
 #   lib/ddo/plugins/                  the built plugins + their artifacts.toml (plugins carry no RPATH, so the
 #                                     installed bytes are the built bytes and the build's manifest holds)
 #   include/ddo/                      the C ABI, the C++ core API, the model kit, build_info.h (fingerprint)
@@ -28,6 +29,11 @@ install(TARGETS ${_ddo_exported} EXPORT ddoTargets
   LIBRARY DESTINATION ${DDO_INSTALL_LIBDIR}
   INCLUDES DESTINATION ${DDO_INSTALL_INCLUDEDIR})
 install(EXPORT ddoTargets NAMESPACE ddo:: DESTINATION ${DDO_INSTALL_CMAKEDIR})
+# Not part of the SDK (no header is installed): the installed ltx2_video plugin resolves it through ddo-host's
+# RPATH like libddo_model.
+if(TARGET ddo_media)
+  install(TARGETS ddo_media LIBRARY DESTINATION ${DDO_INSTALL_LIBDIR})
+endif()
 
 install(DIRECTORY ${CMAKE_SOURCE_DIR}/core/include/ddo DESTINATION ${DDO_INSTALL_INCLUDEDIR})
 if(TARGET ddo_model)

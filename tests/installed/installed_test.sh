@@ -44,6 +44,9 @@ install)
            lib/cmake/ddo/ddoConfig.cmake; do
     [ -e "$PREFIX/$f" ] || fail "$PREFIX/$f is missing"
   done
+  if [ -e "$PREFIX/lib/ddo/plugins/libddo_model_ltx2_video.so" ] && [ ! -e "$PREFIX/lib/libddo_media.so.0" ]; then
+    fail "the ltx2_video plugin is installed without the lib/libddo_media.so.0 it links"
+  fi
   for so in "$PREFIX/lib/ddo/plugins/"*.so; do
     if readelf -d "$so" | grep -q 'R.*PATH'; then fail "$so has an RPATH/RUNPATH (Note [Plugin dependencies])"; fi
   done
