@@ -284,7 +284,8 @@ TEST(Ltx2Structure, RealLtx23ConfigTwoBlocksThroughEngineDiskRoute) {
         const uint64_t b = planned[g].at("bytes").get<uint64_t>();
         const uint64_t p = stored_bytes(f, groups[g]);
         EXPECT_GE(b, p) << groups[g].name;
-        EXPECT_LT(b, p + groups[g].tensors.size() * 256) << groups[g].name;
+        // Padding per tensor: the 256-byte slot layout + its file alignment mod 64 (host placements).
+        EXPECT_LE(b, p + groups[g].tensors.size() * (256 + 64)) << groups[g].name;
         group_bytes.push_back(b);
     }
     const uint64_t expected = 2 * group_bytes[0] + 2 * group_bytes[1] + group_bytes[2];

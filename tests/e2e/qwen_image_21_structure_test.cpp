@@ -119,7 +119,7 @@ TEST(Qi21Structure, RealConfigTwoBlocksThroughEngineDiskRoute) {
     }
     const uint64_t tensors = qi::block_tensor_specs(parsed, 0).size() + qi::block_tensor_specs(parsed, 1).size();
     EXPECT_GE(group_bytes, 2 * payload);
-    EXPECT_LT(group_bytes, 2 * payload + tensors * 256);
+    EXPECT_LE(group_bytes, 2 * payload + tensors * (256 + 64));  // slot padding + the file alignment mod 64
     EXPECT_EQ(disk->bytes_streamed(), group_bytes);
     EXPECT_EQ(engine.at("counters").at("bytes_moved").at("file").get<uint64_t>(), group_bytes) << engine.dump();
     EXPECT_EQ(engine.at("counters").at("outstanding_owners"), 0);

@@ -1,5 +1,6 @@
 #include "video_denoise.hpp"
 
+#include <cmath>
 #include <string>
 
 #include "ddo/error.hpp"
@@ -54,9 +55,14 @@ std::pair<at::Tensor, at::Tensor> pass(const TransformerConfig & c, Weights & di
 }
 
 [[noreturn]] void throw_not_finite(int step, int total, float sigma) {
-    throw RuntimeError("ltx2: the latents stopped being finite at denoising step " + std::to_string(step + 1) + " of " +
-                       std::to_string(total) + " (sigma " + std::to_string(sigma) +
-                       "); in bf16/fp16 this is an overflow (try workload.precision=fp32), otherwise a broken checkpoint");
+    const std::string where = "ltx2: the latents stopped being finite at denoising step " + std::to_string(step + 1) +
+                              " of " + std::to_string(total) + " (sigma " + std::to_string(sigma) + ")";
+    if (!std::isfinite(sigma))
+        throw RuntimeError(where + ": the sampling schedule itself is not finite (the dynamic shift's exp(mu) "
+                           "overflows for this many latent tokens, or shift_terminal with one step divides by zero, as "
+                           "in the reference); use a smaller size or more steps");
+    throw RuntimeError(where + "; in bf16/fp16 this is an overflow (try workload.precision=fp32), otherwise a broken "
+                       "checkpoint");
 }
 
 }  // namespace

@@ -25,7 +25,9 @@ namespace ddo::ltx2 {
 // FlowMatchConfig would take the scheduler class's defaults).
 double ltx2_mu(const nlohmann::json & scheduler_config, int64_t video_tokens);
 // The pipeline's sigmas (workload.sigmas, the call's sigmas=, or linspace(1, 1/steps, steps)) through set_timesteps
-// with that mu. UsageError when the shifted schedule is not finite.
+// with that mu. A schedule that is not finite (exp(mu) overflows for a huge latent grid; shift_terminal with one
+// step divides by zero, as in the reference) is not refused here: denoise names the step where latents stop being
+// finite and the likely cause.
 model::FlowMatchSchedule ltx2_schedule(const model::FlowMatchConfig & c, const nlohmann::json & scheduler_json,
                                        std::vector<float> sigmas, int64_t video_tokens);
 
