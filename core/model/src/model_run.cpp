@@ -111,6 +111,19 @@ Workload ModelRun::workload(const WorkloadDefaults & d) {
     return w;
 }
 
+bool ModelRun::prompt_from_text(const Workload & w) const {
+    const bool from_text = w.prompt.has_value();
+    if (encode_only() && !from_text)
+        throw UsageError("ddo-host encode: give the prompt with -p/--prompt (and -n/--negative-prompt for guidance)");
+    if (from_text && !prompt_embeds().empty())
+        throw UsageError(plugin_ + ": both workload.prompt (-p) and --prompt-embeds were given; the embeddings would "
+                         "replace the prompt. Pass one of them");
+    if (!from_text && w.negative_prompt)
+        throw UsageError(plugin_ + ": workload.negative_prompt (-n) without workload.prompt (-p): with "
+                         "--prompt-embeds put negative_prompt_embeds in that file, or give -p too");
+    return from_text;
+}
+
 void ModelRun::refuse_if_set(const std::string & key, const std::string & why) const {
     if (!ctx_.settings->has(key)) return;
     const auto & rv = ctx_.settings->at(key);

@@ -41,16 +41,8 @@ void run_ltx2_image(model::ModelRun & run) {
     run.refuse_if_set("workload.fps", "ltx2_image makes one image (its time coordinates are one frame at 24 fps); "
                                       "use ltx2_video for clips");
     // Where the prompt comes from: text (the checkpoint's Gemma-3 encodes it) or a --prompt-embeds file.
-    const bool from_text = w.prompt.has_value();
+    const bool from_text = run.prompt_from_text(w);
     const bool encode_only = run.encode_only();
-    if (encode_only && !from_text)
-        throw UsageError("ddo-host encode: give the prompt with -p/--prompt (and -n/--negative-prompt for guidance)");
-    if (from_text && !run.prompt_embeds().empty())
-        throw UsageError(std::string(kPlugin) + ": both workload.prompt (-p) and --prompt-embeds were given; the "
-                         "embeddings would replace the prompt. Pass one of them");
-    if (!from_text && w.negative_prompt)
-        throw UsageError(std::string(kPlugin) + ": workload.negative_prompt (-n) without workload.prompt (-p): with "
-                         "--prompt-embeds put negative_prompt_embeds in that file, or give -p too");
     if (encode_only)
         for (const char * k : {"workload.width", "workload.height", "workload.steps", "workload.sigmas"})
             run.refuse_if_set(k, "ddo-host encode only encodes the prompt; give it to the run that uses the embeddings");

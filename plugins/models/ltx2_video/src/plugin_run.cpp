@@ -69,16 +69,8 @@ void run_ltx2_video(model::ModelRun & run) {
     run.check_class("connectors/config.json", {"LTX2TextConnectors"});
     run.check_class("vocoder/config.json", {"LTX2Vocoder", "LTX2VocoderWithBWE"});
     // Where the prompt comes from: text (the checkpoint's Gemma-3 encodes it) or a --prompt-embeds file.
-    const bool from_text = w.prompt.has_value();
+    const bool from_text = run.prompt_from_text(w);
     const bool encode_only = run.encode_only();
-    if (encode_only && !from_text)
-        throw UsageError("ddo-host encode: give the prompt with -p/--prompt (and -n/--negative-prompt for guidance)");
-    if (from_text && !run.prompt_embeds().empty())
-        throw UsageError(std::string(kPlugin) + ": both workload.prompt (-p) and --prompt-embeds were given; the "
-                         "embeddings would replace the prompt. Pass one of them");
-    if (!from_text && w.negative_prompt)
-        throw UsageError(std::string(kPlugin) + ": workload.negative_prompt (-n) without workload.prompt (-p): with "
-                         "--prompt-embeds put negative_prompt_embeds in that file, or give -p too");
     if (encode_only)
         for (const char * k : {"workload.width", "workload.height", "workload.frames", "workload.fps", "workload.steps",
                                "workload.sigmas"})

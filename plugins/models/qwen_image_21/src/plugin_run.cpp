@@ -61,16 +61,8 @@ void run_qwen_image_21(model::ModelRun & run) {
     run.refuse_if_set("vae.temporal_frames", "the Qwen-Image 2.1 VAE decodes one frame (temporal windows are for video)");
 
     // Where the prompt comes from: text (the Qwen3-VL encoder runs here) or a --prompt-embeds file.
-    const bool from_text = w.prompt.has_value();
+    const bool from_text = run.prompt_from_text(w);
     const bool encode_only = run.encode_only();
-    if (encode_only && !from_text)
-        throw UsageError("ddo-host encode: give the prompt with -p/--prompt (and -n/--negative-prompt for guidance)");
-    if (from_text && !run.prompt_embeds().empty())
-        throw UsageError("qwen_image_21: both workload.prompt (-p) and --prompt-embeds were given; the embeddings "
-                         "would replace the prompt. Pass one of them");
-    if (!from_text && w.negative_prompt)
-        throw UsageError("qwen_image_21: workload.negative_prompt (-n) without workload.prompt (-p): with "
-                         "--prompt-embeds put negative_prompt_embeds in that file, or give -p too");
     if (!from_text && run.prompt_embeds().empty() && !run.dry_run())
         throw UsageError("qwen_image_21: no prompt: give -p/--prompt TEXT (the checkpoint's Qwen3-VL text encoder "
                          "encodes it) or --prompt-embeds FILE (ddo-host encode writes one)");

@@ -116,6 +116,10 @@ public:
         }
     }
     Workload workload(const WorkloadDefaults & defaults);
+    // Where the prompt comes from, checked: true for text (workload.prompt, -p), false for a --prompt-embeds file
+    // (or none: a dry run). UsageError for `ddo-host encode` without -p, for -p together with --prompt-embeds, and
+    // for -n without -p (a file carries its own negative_prompt_embeds).
+    bool prompt_from_text(const Workload & w) const;
     // A common key this model cannot honour (workload.frames for an image model): UsageError (exit 2) naming the
     // key, its source and `why` when any layer set it; a default value passes.
     void refuse_if_set(const std::string & key, const std::string & why) const;
