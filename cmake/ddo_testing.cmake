@@ -4,6 +4,20 @@
 find_package(GTest REQUIRED)
 include(GoogleTest)
 
+# ddo_label_depends(<label> [<target>...]): the aggregate target ddo_tests_<label> builds every executable of that
+# label's tests, the main plugin manifest (the tests load plugins through it) and the targets named here (what a test
+# runs besides its own executable). `cmake --build B --target ddo_tests_unit` builds one layer without the others;
+# tools/ddo sanitize builds only unit, contract and parity that way.
+function(ddo_label_depends label)
+  if(NOT TARGET ddo_tests_${label})
+    add_custom_target(ddo_tests_${label})
+    add_dependencies(ddo_tests_${label} ddo_manifest_main)
+  endif()
+  if(ARGN)
+    add_dependencies(ddo_tests_${label} ${ARGN})
+  endif()
+endfunction()
+
 function(ddo_add_gtest name)
   cmake_parse_arguments(T "" "TIMEOUT" "LABELS;SOURCES;LIBS;ENVIRONMENT" ${ARGN})
   if(NOT T_TIMEOUT)
@@ -16,6 +30,9 @@ function(ddo_add_gtest name)
   target_link_libraries(${name} PRIVATE ddo_compile_options GTest::gtest GTest::gtest_main ${T_LIBS})
   target_compile_definitions(${name} PRIVATE
     DDO_SOURCE_DIR="${CMAKE_SOURCE_DIR}" DDO_BINARY_DIR="${CMAKE_BINARY_DIR}")
+  foreach(label IN LISTS T_LABELS)
+    ddo_label_depends(${label} ${name})
+  endforeach()
   gtest_discover_tests(${name}
     DISCOVERY_TIMEOUT 120
     PROPERTIES LABELS "${T_LABELS}" TIMEOUT ${T_TIMEOUT}
@@ -41,6 +58,11 @@ function(ddo_reference_fixtures name)
     COMMENT "${name}: ${F_COMMENT} (${DDO_PYTHON})"
     VERBATIM)
   add_custom_target(${name}_fixtures ALL DEPENDS ${F_DIR}/reference.json)
+  # Every fixture set at once (tools/ddo sanitize builds it when no default build tree's fixtures can be reused).
+  if(NOT TARGET ddo_parity_fixtures)
+    add_custom_target(ddo_parity_fixtures)
+  endif()
+  add_dependencies(ddo_parity_fixtures ${name}_fixtures)
   add_test(NAME ${name}_fixtures_setup
     COMMAND sh -c "test -f '${F_DIR}/reference.json' || '${DDO_PYTHON}' '${F_SCRIPT}' '${F_DIR}'")
   set_tests_properties(${name}_fixtures_setup PROPERTIES LABELS parity FIXTURES_SETUP ${name}_fixtures)

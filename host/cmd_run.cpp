@@ -25,6 +25,7 @@
 #include "ddo/plugin/plugin_search_path.hpp"
 #include "ddo/preset/preset_resolver.hpp"
 #include "ddo/preset/preset_schema.hpp"
+#include "ddo/report/run_journal.hpp"
 #include "ddo/report/run_tracker.hpp"
 #include "ddo/run_context.hpp"
 #include "ddo/util/path_lock.hpp"
@@ -213,7 +214,8 @@ int run_once(const RunArgs & a, const HostOptions & options, const std::vector<s
     tracker.set_admission(platform::LinuxAdmission().observe().to_json());
     // A second signal ends the process at once: the report is written first, from the watcher thread.
     set_second_signal_flush([&tracker, report_path](int signo) {
-        tracker.mark_interrupted(std::string("interrupted by a second ") + signal_name(signo) + ": ended at once");
+        tracker.mark_interrupted(std::string("interrupted by a second ") + signal_name(signo) + ": ended at once",
+                                 128 + signo);
         tracker.write(report_path);
     });
     struct ClearFlush {
@@ -229,6 +231,13 @@ int run_once(const RunArgs & a, const HostOptions & options, const std::vector<s
         try {
             check_report_path(a, report_path);
             report_lock = PathLock::acquire(report_path, "report");
+            // A journal beside the report is what a run that died (SIGKILL, the OOM killer) left: its only record.
+            const fs::path journal = RunJournal::path_for(report_path);
+            if (fs::exists(journal) && !a.overwrite)
+                throw UsageError("run journal " + journal.string() + " is there: an earlier run on this report did not "
+                                 "finish. Read it with `ddo-host report summarize " + report_path.string() +
+                                 "`, then remove it or pass --overwrite");
+            tracker.start_journal(journal);
         } catch (const UsageError &) {
             // A report that cannot be written where asked (or must not overwrite an existing one) goes to a temp file.
             report_writable = false;
@@ -338,10 +347,10 @@ int run_once(const RunArgs & a, const HostOptions & options, const std::vector<s
             auto run_phase = tracker.phase(a.dry_run ? "plugin_run (dry run)" : "plugin_run");
             st = plugin.model->run(ctx.to_c());
         }
-        if (st == DDO_STATUS_INTERRUPTED || (g_interrupted.load() && st != DDO_STATUS_OK))
-            throw Error(ExitCode::interrupted, interrupted_by() + " during the run");
-        // The plugin's own words (host->set_error) name the file/tensor and the next step.
+        // The plugin's own words (host->set_error) name the file/tensor and the next step (or where it stopped).
         const std::string detail = plugin.host ? plugin.host->last_error() : std::string();
+        if (st == DDO_STATUS_INTERRUPTED || (g_interrupted.load() && st != DDO_STATUS_OK))
+            throw Error(ExitCode::interrupted, interrupted_by() + " during the run" + (detail.empty() ? "" : ": " + detail));
         const std::string said = detail.empty() ? " (the plugin gave no message; see the log above)" : ": " + detail;
         if (st == DDO_STATUS_INVALID_ARGUMENT || st == DDO_STATUS_UNSUPPORTED)
             throw UsageError("plugin '" + rec.name + "' refused the run (" + status_name(st) + ")" + said +
@@ -353,7 +362,7 @@ int run_once(const RunArgs & a, const HostOptions & options, const std::vector<s
     } catch (const Error & e) {
         code = e.code() == ExitCode::interrupted ? interrupted_code() : static_cast<int>(e.code());
         if (e.code() == ExitCode::interrupted)
-            tracker.mark_interrupted(e.what());
+            tracker.mark_interrupted(e.what(), code);
         else
             tracker.mark_failed(code, e.what(), e.code() == ExitCode::usage          ? "usage"
                                                 : e.code() == ExitCode::verification ? "verification"

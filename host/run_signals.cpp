@@ -1,6 +1,7 @@
 #include "run_signals.hpp"
 
 #include <fcntl.h>
+#include <pthread.h>
 #include <unistd.h>
 
 #include <csignal>
@@ -54,7 +55,18 @@ void install_run_signals() {
         struct sigaction sa {};
         sa.sa_handler = on_signal;
         sigemptyset(&sa.sa_mask);
-        for (int s : {SIGINT, SIGTERM, SIGHUP}) ::sigaction(s, &sa, nullptr);
+        sigset_t ours;
+        sigemptyset(&ours);
+        for (int s : {SIGINT, SIGTERM, SIGHUP}) {
+            // An ignored SIGHUP (nohup) or SIGINT (a background job of a non-interactive shell) stays ignored, as
+            // the parent asked; SIGTERM is always handled.
+            struct sigaction old {};
+            if (s != SIGTERM && ::sigaction(s, nullptr, &old) == 0 && old.sa_handler == SIG_IGN) continue;
+            ::sigaction(s, &sa, nullptr);
+            sigaddset(&ours, s);
+        }
+        // A mask inherited blocked would hold the signals until the run ended: the ones handled are unblocked.
+        ::pthread_sigmask(SIG_UNBLOCK, &ours, nullptr);
         if (g_pipe[0] >= 0) std::thread(watch).detach();
     });
 }

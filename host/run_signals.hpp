@@ -2,6 +2,8 @@
 // run to stop (RunContext::interrupted; the plugin checks it between steps and tiles) and the run ends with its
 // report (status interrupted, exit 128 + signal: 130, 143, 129); a second one ends the process at once, after the
 // registered flush has written the report. `timeout`, systemd and a closed terminal send SIGTERM / SIGHUP.
+// A SIGHUP or SIGINT the parent set to be ignored (nohup; a background job) stays ignored; the handled ones are
+// unblocked if the parent left them blocked.
 #pragma once
 
 #include <atomic>

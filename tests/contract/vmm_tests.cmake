@@ -9,6 +9,7 @@ add_dependencies(vmm_contract_tests vmm)
 # The seed's gate as the probe prints it (exit 0 only when every check passed).
 add_test(NAME vmm_probe_gate_host COMMAND ddo-vmm-probe --backend host)
 set_tests_properties(vmm_probe_gate_host PROPERTIES LABELS contract TIMEOUT 120)
+ddo_label_depends(contract ddo-vmm-probe)
 
 # Host staging routes on the host backend (mlock); the CUDA instance is in tests/cuda/vmm_tests.cmake.
 ddo_add_gtest(host_staging_contract_tests LABELS contract

@@ -246,13 +246,24 @@ std::string long_run() {
            "' --prompt-embeds '" + (kFixtures / "prompt_embeds.safetensors").string() + "' --steps 400 --width 256 --height 256 ";
 }
 
-// ddo-host in the background, its stdout and stderr to `log`.
-pid_t spawn_host(const std::string & args, const fs::path & log) {
+// ddo-host in the background, its stdout and stderr to `log`. The child gets default SIGINT/SIGHUP dispositions
+// (ddo-host keeps a signal its parent ignores, and a test runner may have been started with them ignored).
+// `pending`: a signal raised while blocked before exec, so that it is delivered the moment ddo-host unblocks it.
+pid_t spawn_host(const std::string & args, const fs::path & log, int pending = 0) {
     const pid_t pid = ::fork();
     if (pid == 0) {
         const int fd = ::open(log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
         ::dup2(fd, 1);
         ::dup2(fd, 2);
+        ::signal(SIGINT, SIG_DFL);
+        ::signal(SIGHUP, SIG_DFL);
+        if (pending) {
+            sigset_t set;
+            sigemptyset(&set);
+            sigaddset(&set, pending);
+            ::sigprocmask(SIG_BLOCK, &set, nullptr);
+            ::raise(pending);
+        }
         ::execl("/bin/sh", "sh", "-c", (std::string("exec '") + DDO_HOST_BIN + "' " + args).c_str(), (char *)nullptr);
         ::_exit(127);
     }
@@ -305,9 +316,123 @@ TEST(Qi21Cli, SigtermAndSighupMidDenoiseLeaveAnInterruptedReport) {
         EXPECT_GT(r.at("counters").at("transformer").at("engine").at("counters").at("bytes_moved").at("file").get<double>(), 0)
             << name;
         EXPECT_FALSE(fs::exists(t.path / "image.png")) << name;
-        for (const auto & f : fs::directory_iterator(t.path))
+        fs::remove(t.path / "log");
+        for (const auto & f : fs::directory_iterator(t.path)) {
             EXPECT_EQ(f.path().filename().string().find(".tmp"), std::string::npos) << f.path();
+            EXPECT_EQ(f.path().filename().string().find(".journal"), std::string::npos) << f.path();
+        }
     }
+}
+
+namespace {
+
+// No temp file, no lock and no journal is left in `dir` (what an ended run leaves is its report, and outputs).
+void expect_nothing_left(const fs::path & dir, const std::string & name) {
+    for (const auto & f : fs::directory_iterator(dir)) {
+        const std::string n = f.path().filename().string();
+        EXPECT_EQ(n.find(".tmp"), std::string::npos) << f.path() << " (" << name << ")";
+        EXPECT_EQ(n.find("ddo-lock"), std::string::npos) << f.path() << " (" << name << ")";
+        EXPECT_EQ(n.find(".journal"), std::string::npos) << f.path() << " (" << name << ")";
+    }
+}
+
+const std::tuple<int, int, const char *> kSignals[] = {{SIGTERM, 143, "SIGTERM"}, {SIGHUP, 129, "SIGHUP"}, {SIGINT, 130, "SIGINT"}};
+
+}  // namespace
+
+// A signal at setup (here: pending when ddo-host starts, delivered as soon as its handlers are in) ends the run
+// before the plugin computes anything, with a complete report.
+TEST(Qi21Cli, SignalsAtSetupLeaveAnInterruptedReport) {
+    for (const auto & [sig, code, name] : kSignals) {
+        TempDir t;
+        const fs::path report = t.path / "r.json";
+        const pid_t pid = spawn_host(long_run() + "--output '" + t.path.string() + "' --report '" + report.string() + "'",
+                                     t.path.parent_path() / (t.path.filename().string() + ".log"), sig);
+        int st = 0;
+        ::waitpid(pid, &st, 0);
+        fs::remove(t.path.parent_path() / (t.path.filename().string() + ".log"));
+        EXPECT_EQ(WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st), code) << name;
+        ASSERT_TRUE(fs::exists(report)) << name;
+        const json r = json::parse(std::ifstream(report));
+        EXPECT_EQ(r.at("status"), "interrupted") << name;
+        EXPECT_EQ(r.at("exit_code"), code) << name;
+        const std::string msg = r.at("error").at("message");
+        EXPECT_NE(msg.find(name), std::string::npos) << msg;
+        EXPECT_NE(msg.find("before the run started"), std::string::npos) << msg;
+        EXPECT_TRUE(r.at("steps").empty()) << name;
+        EXPECT_FALSE(fs::exists(t.path / "image.png")) << name;
+        expect_nothing_left(t.path, name);
+    }
+}
+
+// Mid-decode (a tiled decode of 256 tiles): the decode stops at the next decoder stage or tile, the report is complete (the
+// transformer's counters are those of the denoise that ran), and no image or temp file is left.
+TEST(Qi21Cli, SignalsMidDecodeLeaveAnInterruptedReport) {
+    for (const auto & [sig, code, name] : kSignals) {
+        TempDir t;
+        const fs::path report = t.path / "r.json";
+        const int rc = signal_run(base() + "--width 1024 --height 1024 --set vae.strategy=tiled --set vae.tile_size=64 "
+                                  "--set vae.tile_overlap=0 --set components.transformer.route=disk --output '" +
+                                      t.path.string() + "' --report '" + report.string() + "'",
+                                  t.path / "log", "decode 2/256", {sig});
+        fs::remove(t.path / "log");
+        EXPECT_EQ(rc, code) << name;
+        ASSERT_TRUE(fs::exists(report)) << name;
+        const json r = json::parse(std::ifstream(report));
+        EXPECT_EQ(r.at("status"), "interrupted") << name;
+        const std::string msg = r.at("error").at("message");
+        // Within a tile (between the decoder's stages) or between tiles: "… while decoding (after decoder.mid_block)".
+        EXPECT_NE(msg.find("while decoding"), std::string::npos) << msg;
+        EXPECT_EQ(r.at("exit_code"), code) << name;
+        EXPECT_NE(msg.find(name), std::string::npos) << msg;
+        EXPECT_GT(r.at("counters").at("transformer").at("engine").at("counters").at("bytes_moved").at("file").get<double>(), 0)
+            << name;
+        bool decode_open = false;
+        for (const auto & p : r.at("phases"))
+            if (p.at("name") == "decode") decode_open = true;
+        EXPECT_TRUE(decode_open) << "the report names the decode phase it stopped in";
+        EXPECT_FALSE(fs::exists(t.path / "image.png")) << name;
+        expect_nothing_left(t.path, name);
+    }
+}
+
+// SIGKILL (or the OOM killer) leaves no report: the run journal beside it holds the run's last known state, which
+// `report summarize` reads and says so; the next run on that report is refused until --overwrite, which replaces it.
+TEST(Qi21Cli, ASigkilledRunLeavesAJournalThatReportSummarizeReads) {
+    TempDir t;
+    const fs::path report = t.path / "r.json";
+    const std::string out = "--output '" + t.path.string() + "' --report '" + report.string() + "'";
+    const int rc = signal_run(long_run() + "--set components.transformer.route=disk " + out, t.path / "log",
+                              "denoise 3/400", {SIGKILL});
+    EXPECT_EQ(rc, 128 + SIGKILL);
+    EXPECT_FALSE(fs::exists(report));
+    const fs::path journal = t.path / "r.json.journal";
+    ASSERT_TRUE(fs::exists(journal));
+    {
+        std::ifstream in(journal);
+        std::string first;
+        std::getline(in, first);
+        EXPECT_EQ(json::parse(first).at("event"), "start");
+    }
+    std::string log;
+    EXPECT_EQ(host("report summarize '" + report.string() + "'", &log), 0) << log;
+    EXPECT_NE(log.find("no report at"), std::string::npos) << log;
+    EXPECT_NE(log.find("gone without a report"), std::string::npos) << log;
+    EXPECT_NE(log.find("denoise"), std::string::npos) << log;
+    EXPECT_NE(log.find("open since"), std::string::npos) << log;
+    EXPECT_NE(log.find("step(s), last"), std::string::npos) << log;
+    EXPECT_NE(log.find("STREAMED"), std::string::npos) << log;
+    EXPECT_NE(log.find("transformer: "), std::string::npos) << log << " (bytes streamed by the denoise steps)";
+    // The journal is the only record of that run: kept until asked.
+    EXPECT_EQ(host(base() + "--width 64 --height 64 " + out, &log), 2) << log;
+    EXPECT_NE(log.find("r.json.journal is there"), std::string::npos) << log;
+    EXPECT_TRUE(fs::exists(journal));
+    EXPECT_EQ(host(base() + "--width 64 --height 64 --overwrite " + out, &log), 0) << log;
+    EXPECT_FALSE(fs::exists(journal)) << "a written report supersedes the journal";
+    const json r = json::parse(std::ifstream(report));
+    EXPECT_EQ(r.at("status"), "completed");
+    EXPECT_GT(r.at("journal").at("records").get<int>(), 3);
+    EXPECT_EQ(r.at("journal").at("kept"), false);
 }
 
 // A second signal does not wait for the step to end: the report is written and the process exits at once.

@@ -179,3 +179,60 @@ TEST_F(Qi21Placement, ABrokenVaeTensorFailsAtLoadNotAfterDenoising) {
     EXPECT_NE(msg.find("decoder.conv_in.weight"), std::string::npos) << msg;
     EXPECT_NE(msg.find(st.string()), std::string::npos) << msg;
 }
+
+namespace {
+
+// A faked /proc and /sys (DDO_ADMISSION_ROOT, docs/validation.md) whose memory cgroup v2 is over its limit: usage
+// 600 MiB against memory.max 512 MiB, so the host memory the CPU transport plans on is 0.
+fs::path fake_cgroup_tree(const fs::path & root) {
+    auto write = [&](const std::string & rel, const std::string & text) {
+        fs::create_directories((root / rel).parent_path());
+        std::ofstream(root / rel) << text;
+    };
+    write("proc/sys/vm/overcommit_memory", "0\n");
+    write("proc/meminfo", "MemTotal:       33554432 kB\nMemAvailable:   16777216 kB\nCommitLimit:    33554432 kB\n"
+                          "Committed_AS:   2097152 kB\n");
+    write("proc/self/status", "Name:\tddo-host\nVmSize:\t  102400 kB\nVmLck:\t       0 kB\n");
+    write("proc/self/cgroup", "0::/ddo.slice/run\n");
+    write("sys/fs/cgroup/cgroup.controllers", "cpu io memory pids\n");
+    write("sys/fs/cgroup/ddo.slice/memory.max", "max\n");
+    write("sys/fs/cgroup/ddo.slice/memory.current", "629145600\n");
+    write("sys/fs/cgroup/ddo.slice/run/memory.max", "536870912\n");
+    write("sys/fs/cgroup/ddo.slice/run/memory.current", "629145600\n");
+    return root;
+}
+
+}  // namespace
+
+// Issue 16: the planner and admission observe the process's own memory cgroup. Under a limit below what the model
+// needs the run fails before any step with exit 4 (the environment's limit, not the preset's), and the report's
+// error names the cgroup, its limit and usage.
+TEST_F(Qi21Placement, ACgroupLimitBelowTheModelsNeedsFailsWithExit4NamingIt) {
+    const fs::path tree = fake_cgroup_tree(fs::temp_directory_path() / ("ddo_fake_cgroup_" + std::to_string(::getpid())));
+    const fs::path dir = fs::temp_directory_path() / ("ddo_cgroup_run_" + std::to_string(::getpid()));
+    fs::remove_all(dir);
+    fs::create_directories(dir);
+    const std::string cmd = "DDO_ADMISSION_ROOT='" + tree.string() + "' '" + DDO_HOST_BIN +
+                            "' --plugin qwen_image --preset low_ram_safe.toml --model '" + (kFixtures / "checkpoint").string() +
+                            "' --prompt-embeds '" + (kFixtures / "prompt_embeds.safetensors").string() +
+                            "' --steps 2 --width 64 --height 64 --output '" + dir.string() + "' > '" + (dir / "log").string() +
+                            "' 2>&1";
+    const int st = std::system(cmd.c_str());
+    std::ifstream lin(dir / "log");
+    const std::string log((std::istreambuf_iterator<char>(lin)), {});
+    EXPECT_EQ(WIFEXITED(st) ? WEXITSTATUS(st) : -1, 4) << log;
+    ASSERT_TRUE(fs::exists(dir / "ddo_report.json")) << log;
+    const auto r = nlohmann::json::parse(std::ifstream(dir / "ddo_report.json"));
+    EXPECT_EQ(r.at("status"), "failed");
+    const std::string msg = r.at("error").at("message");
+    EXPECT_NE(msg.find("memory cgroup v2 " + (tree / "sys/fs/cgroup/ddo.slice/run").string() + " limit 512.0 MiB - usage 600.0 MiB"),
+              std::string::npos) << msg;
+    EXPECT_NE(msg.find("a larger memory cgroup limit"), std::string::npos) << msg;
+    EXPECT_TRUE(r.at("steps").empty()) << "refused before any step";
+    EXPECT_FALSE(fs::exists(dir / "image.png"));
+    // The admission record says which tree it read.
+    EXPECT_NE(r.at("admission").at("cgroup").at("memory_max").dump().find(tree.string()), std::string::npos)
+        << r.at("admission").dump();
+    fs::remove_all(dir);
+    fs::remove_all(tree);
+}

@@ -64,6 +64,12 @@ TEST(ArtifactManifest, RefusesAnotherSchemaVersionWithItsLocation) {
     EXPECT_NE(msg.find("schema_version must be 1, found 2"), std::string::npos) << msg;
 }
 
+TEST(ArtifactManifest, RefusesBytesThatAreNotUtf8BeforeParsing) {
+    TempDir tmp;
+    const std::string e = error_of(write(tmp, std::string("schema_version = 1\n# \xff\xfe\n") + kGoodEntry));
+    EXPECT_NE(e.find("artifacts.toml:2:3: not UTF-8"), std::string::npos) << e;
+}
+
 TEST(ArtifactManifest, RefusesUnknownKeys) {
     TempDir tmp;
     const std::string msg = error_of(write(tmp, std::string("schema_version = 1\n") + kGoodEntry + "signed_by = \"x\"\n"));

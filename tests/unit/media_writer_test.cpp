@@ -246,7 +246,7 @@ TEST_F(MediaWriter, NtscFrameRateIsStoredAsItsFraction) {
     const WrittenVideo w = write_mp4(dir_ / "v.mp4", VideoSpec{16, 16, 24000.0 / 1001}, rgb.data(), 3, nullptr);
     EXPECT_EQ(w.fps_num, 24000);
     EXPECT_EQ(w.fps_den, 1001);
-    const StreamInfo & v = probe_media(dir_ / "v.mp4").streams.at(0);
+    const StreamInfo v = probe_media(dir_ / "v.mp4").streams.at(0);  // a copy: the probe is a temporary
     EXPECT_EQ(v.fps_num, 24000);
     EXPECT_EQ(v.fps_den, 1001);
     EXPECT_EQ(v.packets, 3);

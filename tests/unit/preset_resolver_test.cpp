@@ -205,6 +205,28 @@ TEST_F(PresetTest, ErrorNonFinitePluginOptionNamesFileLineCol) {
     EXPECT_NE(e.problem().find("plugin.vmm.granularity"), std::string::npos) << e.what();
 }
 
+// Issue 16: bytes that are not UTF-8 never reach toml++ (3.3 has undefined behaviour on "\xcd\x9a"): exit 2 naming
+// file:line:col; the same for a --set value.
+TEST_F(PresetTest, ErrorInvalidUtf8NamesFileLineColBeforeTomlSeesIt) {
+    auto p = write("bytes.toml", "schema_version = 1\n[capacities]\n# caf\xcd\x9a\xff\n");
+    auto e = error_of(request(p.string()));
+    EXPECT_EQ(e.line(), 3) << e.what();
+    EXPECT_EQ(e.column(), 7) << e.what();
+    EXPECT_NE(e.problem().find("not UTF-8"), std::string::npos) << e.what();
+    // The 2-byte file of issue 16 is valid UTF-8 (U+035A): toml++'s own syntax error, located.
+    auto two = write("two.toml", "\xcd\x9a");
+    auto e2 = error_of(request(two.string()));
+    EXPECT_EQ(e2.line(), 1) << e2.what();
+    EXPECT_NE(e2.problem().find("TOML syntax error"), std::string::npos) << e2.what();
+    auto ctl = write("ctl.toml", "[\x01");
+    auto ec = error_of(request(ctl.string()));
+    EXPECT_EQ(ec.line(), 1) << ec.what();
+    auto rq = request("");
+    rq.sets = {"workload.prompt=\"a \xc3\x28\""};
+    auto es = error_of(rq);
+    EXPECT_NE(std::string(es.what()).find("not valid UTF-8"), std::string::npos) << es.what();
+}
+
 TEST_F(PresetTest, ErrorUnknownKeyWithSuggestion) {
     auto p = write("bad.toml", "schema_version = 1\n[capacities]\nstagin_slots = 2\n");
     auto e = error_of(request(p.string()));

@@ -365,4 +365,29 @@ TEST_F(HostTest, DryRunReportFieldsMatchMetricsCatalog) {
     expect_catalog_matches(j, true);
 }
 
+TEST_F(HostTest, ReportSummarizeAndDiffReadFieldsOfAnyTypeOrMissing) {
+    // Found by tests/fuzz/report_reader_fuzz: a report whose fields are missing or of another type (an older, partial
+    // or edited report) printed "internal error" (exit 4: nlohmann type_error) or read a missing key through the const
+    // operator[] (undefined). Every such field now prints "null" or is skipped.
+    const auto path = dir_ / "odd.json";
+    const nlohmann::json r = nlohmann::json::parse(R"({
+        "schema_version": 1, "status": "completed", "error": {"kind": "x"},
+        "phases": [5, {"name": "denoise"}, {"name": "decode", "depth": -1, "memory": 3}, {"depth": 99999999999}],
+        "steps": {"first": {"phase": "denoise"}}, "adjustments": [1, {"key": "steps"}], "outputs": [7, {"facts": 1}],
+        "memory": {"rss": {}, "uss": 5}, "routes": {"vae": 3, "transformer": {}},
+        "counters": {"transformer": {"engine": {"plan": 1, "counters": [], "host_staging": {"limits": 2, "pinned": 3}}},
+                     "vae": {"engine": {"plan": {"groups": [1, {"residency": 2}]}}}},
+        "workload": 4})");
+    std::ofstream(path) << r.dump();
+    const auto s = run(kHost.string() + " report summarize " + path.string());
+    EXPECT_EQ(s.code, 0) << s.out;
+    EXPECT_NE(s.out.find("exit_code: null  error: null"), std::string::npos) << s.out;
+    EXPECT_NE(s.out.find("plan null: 0 groups"), std::string::npos) << s.out;
+    EXPECT_NE(s.out.find("plan null: 2 groups (0 resident"), std::string::npos) << s.out;
+    EXPECT_EQ(s.out.find("internal error"), std::string::npos) << s.out;
+    const auto d = run(kHost.string() + " report diff " + path.string() + " " + path.string());
+    EXPECT_EQ(d.code, 0) << d.out;
+    EXPECT_NE(d.out.find("matched comparison: workload and identity fields are equal"), std::string::npos) << d.out;
+}
+
 }  // namespace

@@ -9,6 +9,7 @@
 #include <thread>
 
 #include "ddo/error.hpp"
+#include "ddo/report/run_journal.hpp"
 #include "ddo/report/run_tracker.hpp"
 
 namespace fs = std::filesystem;
@@ -236,6 +237,55 @@ TEST_F(RunTrackerTest, InterruptedRun) {
     auto r = t.to_json();
     EXPECT_EQ(r["status"], "interrupted");
     EXPECT_EQ(r["exit_code"], 130);
+}
+
+// Note [Run journal]: every phase boundary, step, counters update and the end is a synced line; a snapshot written
+// while running keeps the journal, the final report removes it; a torn last line is dropped when read.
+TEST_F(RunTrackerTest, JournalRecordsTheRunUntilTheFinalReportSupersedesIt) {
+    auto o = no_sources();
+    o.report_path = dir_ / "r.json";
+    RunTracker t(o);
+    const fs::path jp = RunJournal::path_for(o.report_path);
+    EXPECT_EQ(jp, dir_ / "r.json.journal");
+    t.start_journal(jp);
+    {
+        auto run = t.phase("plugin_run");
+        auto d = t.phase("denoise");
+        t.step("denoise", 0, 0.5, std::nullopt, {{"engine", {{"transformer", {{"bytes_streamed", 4096}}}}}});
+        t.set_counters("transformer", {{"uploads", 2}});
+    }
+    t.write();  // a snapshot of a running run: the journal stays
+    EXPECT_TRUE(fs::exists(jp));
+    auto j = read_journal(jp);
+    ASSERT_GE(j.records.size(), 7u);
+    EXPECT_EQ(j.records.front().at("event"), "start");
+    EXPECT_EQ(j.records.front().at("pid"), ::getpid());
+    std::vector<std::string> events;
+    for (const auto & r : j.records) events.push_back(r.at("event"));
+    EXPECT_EQ(events, (std::vector<std::string>{"start", "phase_begin", "phase_begin", "step", "counters", "phase_end", "phase_end"}));
+    EXPECT_EQ(j.records[3].at("extra").at("engine").at("transformer").at("bytes_streamed"), 4096);
+    EXPECT_TRUE(j.records[3].contains("t"));
+    // A torn last line (the process died mid-write) is dropped and counted.
+    std::ofstream(jp, std::ios::app) << "{\"event\": \"st";
+    j = read_journal(jp);
+    EXPECT_EQ(j.torn, 1u);
+    EXPECT_EQ(j.records.size(), 7u);
+    t.mark_interrupted("interrupted by SIGTERM");
+    const json r = t.to_json();
+    EXPECT_EQ(r.at("journal").at("path"), jp.string());
+    EXPECT_EQ(r.at("journal").at("kept"), false);
+    t.write();
+    EXPECT_FALSE(fs::exists(jp)) << "the final report supersedes the journal";
+    // Not a journal: refused naming the file.
+    std::ofstream(dir_ / "x.journal") << "{\"event\": \"phase_begin\"}\n";
+    EXPECT_THROW(read_journal(dir_ / "x.journal"), UsageError);
+}
+
+TEST_F(RunTrackerTest, NoJournalIsNullWithAReason) {
+    RunTracker t(no_sources());
+    const json r = t.to_json();
+    EXPECT_TRUE(r.at("journal").is_null());
+    EXPECT_FALSE(r.at("journal_reason").get<std::string>().empty());
 }
 
 TEST_F(RunTrackerTest, AtomicWriteReplacesAndLeavesNoTemp) {

@@ -154,6 +154,7 @@ std::unique_ptr<ComponentWeights> ComponentWeights::open(const std::filesystem::
     } else {
         m.transport = en::make_cpu_transport();
         caps.device_free = caps.device_total = caps.usable_host_ram();  // host memory stands in for the device
+        caps.device_source = "host memory, the CPU transport's device: " + caps.describe_host_ram();
     }
     en::EngineOptions eo;
     eo.device = d.is_cuda() ? plan.placement.index : 0;

@@ -5,6 +5,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "ddo/util/format_bytes.hpp"
+
 namespace ddo::engine {
 
 Capacities Capacities::observe_host(const platform::AdmissionRoots & roots) {
@@ -33,6 +35,18 @@ std::optional<std::uint64_t> Capacities::usable_host_ram() const {
     if (mem_available && cg) return std::min(*mem_available, *cg);
     if (mem_available) return mem_available;
     return cg;
+}
+
+std::string Capacities::describe_host_ram() const {
+    std::string cg;
+    if (cgroup_limit_unknown) cg = cgroup_reason;
+    else if (cgroup_limit)
+        cg = "memory cgroup " + cgroup_version + " " + cgroup_path + " limit " + format_mib(*cgroup_limit) + " - usage " +
+             (cgroup_usage ? format_mib(*cgroup_usage) : std::string("unknown"));
+    const std::string avail = mem_available ? "MemAvailable " + format_mib(*mem_available) : "MemAvailable unknown";
+    const auto usable = usable_host_ram();
+    return "usable host RAM " + (usable ? format_mib(*usable) : std::string("unknown")) + " = " +
+           (cg.empty() ? avail + " (no memory cgroup limit)" : "min(" + avail + ", " + cg + ")");
 }
 
 nlohmann::json Capacities::to_json() const {

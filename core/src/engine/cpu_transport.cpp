@@ -122,6 +122,7 @@ public:
         Capacities c = Capacities::observe_host();
         c.device_free = c.usable_host_ram();
         c.device_total = c.mem_available;
+        c.device_source = "host memory, the CPU transport's device: " + c.describe_host_ram();
         return c;
     }
 

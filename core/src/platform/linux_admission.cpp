@@ -1,6 +1,8 @@
 // Linux admission (see ddo/platform/linux_admission.hpp and Note [Linux admission]).
 #include "ddo/platform/linux_admission.hpp"
 
+#include <cstdlib>
+
 #include <sys/resource.h>
 
 #include <algorithm>
@@ -265,6 +267,15 @@ nlohmann::json LinuxObservations::to_json() const {
 
 nlohmann::json AdmissionDecision::to_json() const {
     return {{"admitted", admitted}, {"reason", reason}, {"checks", checks}};
+}
+
+AdmissionRoots AdmissionRoots::of_process() {
+    AdmissionRoots r;
+    if (const char * dir = std::getenv("DDO_ADMISSION_ROOT"); dir && *dir) {
+        r.proc = fs::path(dir) / "proc";
+        r.sys = fs::path(dir) / "sys";
+    }
+    return r;
 }
 
 LinuxAdmission::LinuxAdmission(AdmissionRoots roots, RlimitReader rlimits)

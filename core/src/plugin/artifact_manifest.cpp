@@ -4,11 +4,16 @@
 
 #include <algorithm>
 #include <array>
+#include <cerrno>
+#include <cstring>
+#include <fstream>
+#include <iterator>
 #include <sstream>
 #include <string_view>
 
 #include "ddo/error.hpp"
 #include "ddo/util/atomic_write.hpp"
+#include "ddo/util/utf8_text.hpp"
 
 namespace ddo {
 
@@ -48,16 +53,8 @@ bool is_lower_hex(std::string_view s) {
     return std::all_of(s.begin(), s.end(), [](char c) { return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f'); });
 }
 
-}  // namespace
-
-ArtifactManifest read_artifact_manifest(const fs::path & manifest_file) {
-    toml::table root;
-    try {
-        root = toml::parse_file(manifest_file.string());
-    } catch (const toml::parse_error & e) {
-        refuse(manifest_file, e.source(), "not valid TOML: " + std::string(e.description()));
-    }
-
+// The checks of read_artifact_manifest on a parsed document.
+ArtifactManifest validate_manifest(const toml::table & root, const fs::path & manifest_file) {
     ArtifactManifest manifest;
     manifest.file = manifest_file;
     const fs::path dir = manifest_file.parent_path();
@@ -124,6 +121,32 @@ ArtifactManifest read_artifact_manifest(const fs::path & manifest_file) {
         manifest.artifacts.push_back(std::move(entry));
     }
     return manifest;
+}
+
+}  // namespace
+
+ArtifactManifest read_artifact_manifest(const fs::path & manifest_file) {
+    std::ifstream in(manifest_file, std::ios::binary);
+    if (!in)
+        throw VerificationError("artifact manifest " + manifest_file.string() + ": cannot open it (" + std::strerror(errno) +
+                                "); " + std::string(kNextStep));
+    const std::string text((std::istreambuf_iterator<char>(in)), {});
+    return parse_artifact_manifest(text, manifest_file);
+}
+
+ArtifactManifest parse_artifact_manifest(std::string_view toml_text, const fs::path & manifest_file) {
+    // UTF-8 first: toml++ 3.3 is not safe on every invalid byte sequence (issue 16).
+    if (const auto bad = first_invalid_utf8(toml_text))
+        throw VerificationError("artifact manifest " + manifest_file.string() + ":" + std::to_string(bad->line) + ":" +
+                                std::to_string(bad->column) + ": not UTF-8 (byte " + std::to_string(bad->offset) + "); " +
+                                std::string(kNextStep));
+    toml::table root;
+    try {
+        root = toml::parse(toml_text, manifest_file.string());
+    } catch (const toml::parse_error & e) {
+        refuse(manifest_file, e.source(), "not valid TOML: " + std::string(e.description()));
+    }
+    return validate_manifest(root, manifest_file);
 }
 
 namespace {

@@ -7,11 +7,14 @@
 #include <algorithm>
 #include <tuple>
 #include <charconv>
+#include <fstream>
+#include <iterator>
 #include <cmath>
 #include <set>
 
 #include "ddo/preset/preset_schema.hpp"
 #include "ddo/util/file_digest.hpp"
+#include "ddo/util/utf8_text.hpp"
 
 extern char ** environ;
 
@@ -408,8 +411,18 @@ PresetFile parse_preset_file(const Context & ctx, const fs::path & path) {
     PresetFile pf;
     pf.path = path;
     toml::table tbl;
+    std::string text;
+    {
+        std::ifstream in(path, std::ios::binary);
+        if (!in) fail(Loc{path.string(), 0, 0}, "cannot read the preset file", "check that it exists and is readable");
+        text.assign(std::istreambuf_iterator<char>(in), {});
+    }
+    // UTF-8 first: toml++ 3.3 is not safe on every invalid byte sequence (issue 16).
+    if (const auto bad = first_invalid_utf8(text))
+        fail(Loc{path.string(), bad->line, bad->column}, "not UTF-8 (byte " + std::to_string(bad->offset) + ")",
+             "save the preset as UTF-8");
     try {
-        tbl = toml::parse_file(path.string());
+        tbl = toml::parse(text, path.string());
     } catch (const toml::parse_error & e) {
         const auto & b = e.source().begin;
         fail(Loc{path.string(), static_cast<int>(b.line), static_cast<int>(b.column)},
@@ -601,12 +614,17 @@ ResolvedSettings resolve_settings(const ResolveRequest & rq) {
         if (it == rq.environment.end()) continue;
         const KeyDef * def = find_key(key);
         Loc loc{"environment " + name};
+        if (const auto bad = first_invalid_utf8(it->second))
+            fail(loc, "not valid UTF-8 at byte " + std::to_string(bad->offset), "set it to UTF-8 text");
         values[key] = ResolvedValue{convert_text(it->second, *def, key, loc), Provenance{SettingLayer::environment, name}};
     }
 
     // Layer 3: --set key=value, in order (a later --set of the same key wins).
     for (const auto & s : rq.sets) {
         auto eq = s.find('=');
+        if (const auto bad = first_invalid_utf8(s))  // before anything parses it (toml++ is not safe on such bytes)
+            fail(Loc{"--set " + s.substr(0, std::min(eq, bad->offset))}, "not valid UTF-8 at byte " + std::to_string(bad->offset),
+                 "pass UTF-8 text (check the terminal's or the script's encoding)");
         Loc loc{"--set " + s};
         if (eq == std::string::npos || eq == 0)
             fail(loc, "expected key=value", "e.g. --set capacities.resident_budget_gb=4 (" + std::string(kDocsHint) + ")");

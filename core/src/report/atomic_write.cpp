@@ -57,11 +57,15 @@ void write_text_atomically(const fs::path & path, const std::string & text, cons
         ::unlink(tmpl.c_str());
         fail("rename failed");
     }
-    int dfd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY);
-    if (dfd >= 0) {
-        ::fsync(dfd);
-        ::close(dfd);
-    }
+    // The rename is durable only once the directory is synced. A filesystem that cannot sync directories (EINVAL)
+    // is taken as it is; any other failure is an error: the file is in place but might not survive a crash.
+    const int dfd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (dfd < 0) fail("renamed into place, but its directory could not be opened to sync it");
+    const int rc = ::fsync(dfd);
+    const int err = errno;
+    ::close(dfd);
+    errno = err;
+    if (rc != 0 && err != EINVAL && err != ENOTSUP) fail("renamed into place, but syncing its directory failed");
 }
 
 }  // namespace ddo

@@ -7,11 +7,14 @@
 #include <mutex>
 #include <thread>
 
+#include <unistd.h>
+
 #include "ddo/error.hpp"
 #include "ddo/preset/resolved_settings.hpp"
 #include "ddo/report/environment_info.hpp"
 #include "ddo/util/file_digest.hpp"
 #include "ddo/report/memory_probes.hpp"
+#include "ddo/report/run_journal.hpp"
 #include "ddo/util/build_info.hpp"
 
 namespace ddo {
@@ -143,6 +146,17 @@ struct RunTracker::Impl {
     json adjustments = json::array();
     json environment;
     bool dry_run = false;
+
+    // Note [Run journal]: the crash-safe copy of what happened so far, one synced line per event.
+    RunJournal journal;
+    void journal_locked(json record) {
+        if (!journal.is_open()) return;
+        record["t"] = std::chrono::duration<double>(Clock::now() - start).count();
+        record["rss_bytes"] = ddo::opt(mem.rss.current);
+        record["rss_peak_bytes"] = ddo::opt(mem.rss.peak);
+        record["mem_available_bytes"] = ddo::opt(mem.mem_available.current);
+        journal.append(record);
+    }
 
     MonitorSet mem;
     std::optional<std::int64_t> gpu_baseline;
@@ -339,6 +353,17 @@ void RunTracker::set_sampling(std::chrono::milliseconds interval, double cpu_bud
     m.cv.notify_all();  // the sampler waits on the new interval from now
 }
 
+void RunTracker::start_journal(const fs::path & journal_path) {
+    auto & m = *impl_;
+    std::lock_guard lk(m.mu);
+    m.journal = RunJournal::open(journal_path, {{"pid", ::getpid()},
+                                                {"report", fs::absolute(m.opt.report_path).string()},
+                                                {"started_at", iso_utc(m.start_wall)},
+                                                {"command_line", m.command_line},
+                                                {"dry_run", m.dry_run},
+                                                {"t", std::chrono::duration<double>(Clock::now() - m.start).count()}});
+}
+
 RunTracker::Phase::Phase(Phase && o) noexcept : tracker_(o.tracker_), index_(o.index_) { o.tracker_ = nullptr; }
 RunTracker::Phase::~Phase() { end(); }
 void RunTracker::Phase::end() {
@@ -366,6 +391,8 @@ RunTracker::Phase RunTracker::phase(const std::string & name) {
     std::size_t idx = m.phases.size() - 1;
     m.open.push_back(idx);
     m.sample_locked();
+    m.journal_locked({{"event", "phase_begin"}, {"index", idx}, {"name", name},
+                      {"parent", m.phases[idx].parent ? json(m.phases[*m.phases[idx].parent].name) : json(nullptr)}});
     return Phase(this, idx);
 }
 
@@ -377,6 +404,8 @@ void RunTracker::end_phase(std::size_t index) {
     m.sample_locked();
     p.end = Clock::now();
     m.open.erase(std::remove(m.open.begin(), m.open.end(), index), m.open.end());
+    m.journal_locked({{"event", "phase_end"}, {"index", index}, {"name", p.name},
+                      {"host_wall_s", std::chrono::duration<double>(*p.end - p.start).count()}});
 }
 
 void RunTracker::phase_cuda_ms(std::size_t index, double ms) {
@@ -399,11 +428,14 @@ void RunTracker::step(const std::string & phase, int index, double host_wall_s, 
                             {"cuda_event_ms_reason",
                              cuda_event_ms ? json(nullptr) : json("no completed CUDA-event interval was supplied")},
                             {"extra", extra.is_null() ? json::object() : std::move(extra)}});
+    impl_->journal_locked({{"event", "step"}, {"phase", phase}, {"index", index}, {"host_wall_s", host_wall_s},
+                           {"extra", impl_->steps.back()["extra"]}});
 }
 
 void RunTracker::set_counters(const std::string & component, json counters) {
     std::lock_guard lk(impl_->mu);
     impl_->counters[component] = std::move(counters);
+    impl_->journal_locked({{"event", "counters"}, {"component", component}, {"counters", impl_->counters[component]}});
 }
 
 namespace {
@@ -437,6 +469,7 @@ void RunTracker::set_route_executed(const std::string & component, const std::st
     e["executed_note"] = note.empty() ? json(nullptr) : json(note);
     e["executed_reason"] = nullptr;
     update_match(e);
+    impl_->journal_locked({{"event", "route"}, {"component", component}, {"executed", route}});
 }
 
 void RunTracker::set_workload(json workload) {
@@ -456,6 +489,7 @@ void RunTracker::set_settings(const ResolvedSettings & settings) {
 void RunTracker::set_plugin(json plugin) {
     std::lock_guard lk(impl_->mu);
     impl_->plugin = std::move(plugin);
+    impl_->journal_locked({{"event", "plugin"}, {"plugin", impl_->plugin}});
 }
 
 void RunTracker::add_artifact(const std::string & role, const std::string & name, const fs::path & path,
@@ -492,6 +526,7 @@ void RunTracker::add_output_written(const fs::path & path, const std::string & k
     nlohmann::json o = {{"path", path.string()}, {"kind", kind}, {"bytes", bytes}, {"sha256", sha256},
                         {"sha256_reason", nullptr}};
     if (!facts.is_null()) o["facts"] = std::move(facts);
+    impl_->journal_locked({{"event", "output"}, {"path", o["path"]}, {"bytes", bytes}, {"sha256", sha256}});
     impl_->outputs.push_back(std::move(o));
 }
 
@@ -557,6 +592,7 @@ void finish(RunTracker::Impl & m, RunStatus s, int exit_code, json error) {
     m.error = std::move(error);
     m.finish = Clock::now();
     m.finish_wall = std::chrono::system_clock::now();
+    m.journal_locked({{"event", "end"}, {"status", to_string(s)}, {"exit_code", exit_code}, {"error", m.error}});
 }
 }  // namespace
 
@@ -566,8 +602,9 @@ void RunTracker::mark_failed(int exit_code, const std::string & message, const s
     finish(*impl_, RunStatus::failed, exit_code, {{"kind", kind}, {"message", message}, {"exit_code", exit_code}});
 }
 
-void RunTracker::mark_interrupted(const std::string & message) {
-    finish(*impl_, RunStatus::interrupted, 130, {{"kind", "interrupted"}, {"message", message}, {"exit_code", 130}});
+void RunTracker::mark_interrupted(const std::string & message, int exit_code) {
+    finish(*impl_, RunStatus::interrupted, exit_code,
+           {{"kind", "interrupted"}, {"message", message}, {"exit_code", exit_code}});
 }
 
 RunStatus RunTracker::status() const {
@@ -678,6 +715,17 @@ json RunTracker::to_json() const {
     r["outputs"] = m.outputs;
     r["notes"] = m.notes;
     r["adjustments"] = m.adjustments;
+    if (!m.journal.path().empty())
+        r["journal"] = {{"path", m.journal.path().string()},
+                        {"records", m.journal.records()},
+                        {"error", m.journal.error().empty() ? json(nullptr) : json(m.journal.error())},
+                        {"kept", m.status == RunStatus::running},
+                        {"policy", "appended and synced at every phase boundary, step, counters update and the end; "
+                                   "removed once a final report is written (Note [Run journal])"}};
+    else
+        r["journal"] = nullptr;
+    r["journal_reason"] = m.journal.path().empty() ? json("no run journal was kept (the report path was not claimed)")
+                                                   : json(nullptr);
     return r;
 }
 
@@ -685,6 +733,15 @@ void RunTracker::write(const fs::path & path) const {
     const fs::path & target = path.empty() ? impl_->opt.report_path : path;
     if (target.empty()) throw RuntimeError("RunTracker::write: no report path; pass --report FILE");
     write_json_atomically(target, to_json());
+    // A final report supersedes the journal (Note [Run journal]); a report written elsewhere (its own path was not
+    // writable) does not, and a running one is a snapshot.
+    auto & m = *impl_;
+    std::lock_guard lk(m.mu);
+    std::error_code ec1, ec2;
+    const bool own_path = target == m.opt.report_path ||
+                          fs::weakly_canonical(target, ec1) == fs::weakly_canonical(m.opt.report_path, ec2);
+    if (m.status != RunStatus::running && !m.journal.path().empty() && !m.journal.removed() && own_path)
+        m.journal.remove();
 }
 
 }  // namespace ddo

@@ -25,11 +25,16 @@ struct Capacities {
     std::string cgroup_path;                     // the directory whose limit binds
     std::string cgroup_reason;                   // why the limit or usage is unknown
     std::optional<int> overcommit_mode;          // /proc/sys/vm/overcommit_memory (0, 1, 2)
+    // Where device_free comes from when it is not a device query ("host memory: min(MemAvailable …, cgroup …)" for
+    // the CPU transport): named when the observed capacity cannot hold what a plan needs.
+    std::string device_source;
 
     // Host observations through LinuxAdmission::observe (roots: tests point them at a fake tree); device fields
     // stay nullopt (filled by the caller, e.g. from ATen on CUDA, or set to the host RAM figures for the CPU
     // transport).
-    static Capacities observe_host(const platform::AdmissionRoots & roots = {});
+    static Capacities observe_host(const platform::AdmissionRoots & roots = platform::AdmissionRoots::of_process());
+    // "min(MemAvailable 20.1 GiB, cgroup v1 /a/b limit 512 MiB - usage 500 MiB)": what usable_host_ram() is made of.
+    std::string describe_host_ram() const;
     // Usable host RAM: min(MemAvailable, cgroup limit - usage). nullopt (unknown: the planner refuses host growth)
     // when the cgroup has a limit whose value or usage is unknown, or when neither MemAvailable nor a limit is known.
     std::optional<std::uint64_t> usable_host_ram() const;

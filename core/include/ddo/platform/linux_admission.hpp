@@ -56,6 +56,10 @@ struct LinuxObservations {
 struct AdmissionRoots {
     std::filesystem::path proc = "/proc";
     std::filesystem::path sys = "/sys";
+    // The roots a process observes: /proc and /sys, or <DIR>/proc and <DIR>/sys when DDO_ADMISSION_ROOT=DIR is set
+    // (a faked tree for end-to-end tests of memory limits; docs/validation.md). Every observation's `source` names
+    // the file it read, so a report shows which tree it saw.
+    static AdmissionRoots of_process();
 };
 
 // Soft limit of an RLIMIT_* resource; nullopt means RLIM_INFINITY. Sets *error and returns nullopt
@@ -96,7 +100,7 @@ struct AdmissionDecision {
 
 class LinuxAdmission {
 public:
-    explicit LinuxAdmission(AdmissionRoots roots = {}, RlimitReader rlimits = {});
+    explicit LinuxAdmission(AdmissionRoots roots = AdmissionRoots::of_process(), RlimitReader rlimits = {});
 
     // Reads every observation now; never throws for a missing or unreadable file.
     LinuxObservations observe() const;

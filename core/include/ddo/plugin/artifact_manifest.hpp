@@ -4,6 +4,7 @@
 #pragma once
 
 #include <filesystem>
+#include <string_view>
 #include <vector>
 
 #include "ddo/plugin/plugin_registry.hpp"
@@ -24,6 +25,8 @@ struct ArtifactManifest {
 // 64 hex digits; file is relative and stays inside the manifest's directory.
 // Throws VerificationError naming file:line:column, what was expected and found, and the next step.
 ArtifactManifest read_artifact_manifest(const std::filesystem::path & manifest_file);
+// The same checks on the manifest's text in memory; manifest_file names it (and its directory anchors `file`).
+ArtifactManifest parse_artifact_manifest(std::string_view toml_text, const std::filesystem::path & manifest_file);
 
 // Writes `manifest` to manifest.file atomically (temp file + rename), in the format read_artifact_manifest
 // reads, artifacts in the given order. Throws RuntimeError naming the file when it cannot be written.

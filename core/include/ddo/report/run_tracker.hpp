@@ -55,6 +55,11 @@ public:
     // them from its next wake-up, and the report's `sampler` records them.
     void set_sampling(std::chrono::milliseconds interval, double cpu_budget_fraction);
 
+    // From now on every phase boundary, step, counters update, output and the end are also appended to a run journal
+    // at `journal_path` (ddo/report/run_journal.hpp; it replaces a stale one), which write() removes once a final
+    // report is written. Call it once the report path is claimed. Throws RuntimeError naming the file.
+    void start_journal(const std::filesystem::path & journal_path);
+
     // RAII phase. Opening a phase while another is open on this tracker makes it a child (its
     // parent is recorded; children are never summed into totals). Ends on destruction or end().
     class Phase {
@@ -121,7 +126,8 @@ public:
 
     void mark_completed();
     void mark_failed(int exit_code, const std::string & message, const std::string & kind = "error");
-    void mark_interrupted(const std::string & message = "interrupted by SIGINT");
+    // exit_code: 128 + the signal (130 SIGINT, 143 SIGTERM, 129 SIGHUP).
+    void mark_interrupted(const std::string & message = "interrupted by SIGINT", int exit_code = 130);
     RunStatus status() const;
 
     nlohmann::json to_json() const;

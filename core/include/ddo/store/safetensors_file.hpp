@@ -6,6 +6,7 @@
 //     (computed with overflow checks), and no two tensors overlap;
 //   - "__metadata__", when present, maps strings to strings.
 // Any violation throws ddo::RuntimeError naming the file, the tensor (when there is one) and what to do.
+// The header is validated from its bytes by ddo/store/safetensors_header.hpp (also fuzzed: tests/fuzz).
 #pragma once
 
 #include <cstdint>
@@ -17,13 +18,14 @@
 #include <vector>
 
 #include "ddo/store/read_mode.hpp"
+#include "ddo/store/safetensors_header.hpp"
 #include "ddo/store/tensor_info.hpp"
 
 namespace ddo::store {
 
 class SafetensorsFile {
 public:
-    static constexpr std::uint64_t kMaxHeaderBytes = 100ull << 20;  // 100 MiB, as the reference reader
+    static constexpr std::uint64_t kMaxHeaderBytes = kSafetensorsMaxHeaderBytes;  // 100 MiB, as the reference reader
 
     // Opens and validates. file_index is stored in each TensorInfo (for sharded checkpoints).
     static SafetensorsFile open(const std::filesystem::path & path, std::uint32_t file_index = 0);

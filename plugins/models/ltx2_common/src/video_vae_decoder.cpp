@@ -170,6 +170,7 @@ at::Tensor VideoVaeDecoder::decode(const at::Tensor & z, const at::Tensor & time
     if (temb.defined()) emb = time_embed("decoder.mid_block.time_embedder", temb, batch);
     for (int64_t j = 0; j < c.mid_layers; ++j)
         h = resnet(h, "decoder.mid_block.resnets." + std::to_string(j), c.mid_channels, c.mid_channels, emb);
+    if (stage_check_) stage_check_("decoder.mid_block");
 
     for (std::size_t i = 0; i < c.up_blocks.size(); ++i) {
         const auto & b = c.up_blocks[i];
@@ -180,6 +181,7 @@ at::Tensor VideoVaeDecoder::decode(const at::Tensor & z, const at::Tensor & time
         if (b.upsample) h = upsampler(h, p + ".upsamplers.0", b);
         for (int64_t j = 0; j < b.layers; ++j)
             h = resnet(h, p + ".resnets." + std::to_string(j), b.out_channels, b.out_channels, emb);
+        if (stage_check_) stage_check_(p);
     }
 
     h = rms_norm(h);

@@ -46,6 +46,10 @@ public:
     // timestep, fewer than 2 latent pixels per side with reflect padding).
     at::Tensor decode(const at::Tensor & z, const at::Tensor & timestep = {}) const;
 
+    // Called between the decoder's stages (after the mid block and each up block) with the stage's name; may throw
+    // to stop the decode (interruption), so that a decode in one piece stops within one stage.
+    void set_stage_check(std::function<void(const std::string & stage)> check) { stage_check_ = std::move(check); }
+
 private:
     at::Tensor conv(const at::Tensor & x, const std::string & p, bool causal) const;  // LTX2VideoCausalConv3d
     at::Tensor resnet(const at::Tensor & x, const std::string & p, int64_t in, int64_t out,
@@ -55,6 +59,7 @@ private:
 
     VideoVaeConfig config_;
     Weights & w_;
+    std::function<void(const std::string &)> stage_check_;
 };
 
 }  // namespace ddo::ltx2

@@ -237,6 +237,7 @@ void run_qwen_image_21(model::ModelRun & run) {
             run.check_interrupted("while decoding tile " + std::to_string(done) + " of " + std::to_string(total));
             run.step(done, total);
         });
+        vae.set_stage_check([&](const std::string & stage) { run.check_interrupted("while decoding (after " + stage + ")"); });
         auto image = decode_latents(m, vae, latents, o);
         const bool fell_back = vae_choice.strategy == VaeStrategy::tiled && !vae.last_decode_tiled();
         const std::string executed = fell_back ? "resident" : vae_strategy_name(vae_choice.strategy);

@@ -14,6 +14,7 @@ at::Tensor VaeDecoder::decoder(const at::Tensor & z) const {
     const auto & L = layers_;
     auto x = L.causal_conv(z, "decoder.conv_in", 1);
     x = L.mid_block(x, "decoder.mid_block");
+    if (stage_check_) stage_check_("decoder.mid_block");
     for (size_t i = 0; i < up_blocks_.size(); ++i) {
         const auto & b = up_blocks_[i];
         const std::string p = "decoder.up_blocks." + std::to_string(i);
@@ -41,6 +42,7 @@ at::Tensor VaeDecoder::decoder(const at::Tensor & z) const {
             s = s.slice(2, ft - 1);
             x = x + s;
         }
+        if (stage_check_) stage_check_(p);
     }
     x = at::silu(L.rms_norm(x, "decoder.norm_out"));
     return L.causal_conv(x, "decoder.conv_out", 1);

@@ -34,6 +34,9 @@ public:
     uint64_t uploads() const { return layers_.uploads(); }
     // Called after each tile of a tiled decode (done, total); may throw to stop the decode (interruption).
     void set_tile_progress(std::function<void(int done, int total)> fn) { on_tile_ = std::move(fn); }
+    // Called between the decoder's stages (after the mid block and each up block) with the stage's name; may throw
+    // to stop the decode (interruption), so that a decode in one piece stops within one stage.
+    void set_stage_check(std::function<void(const std::string & stage)> check) { stage_check_ = std::move(check); }
     // Whether the last decode() went through tiles (tiled falls back to one piece when the image fits a tile).
     bool last_decode_tiled() const { return last_tiled_; }
 
@@ -48,6 +51,7 @@ private:
     VaeLayers layers_;
     mutable bool last_tiled_ = false;
     std::function<void(int, int)> on_tile_;
+    std::function<void(const std::string &)> stage_check_;
     std::vector<VaeStage> up_blocks_;
 };
 

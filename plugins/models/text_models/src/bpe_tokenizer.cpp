@@ -14,6 +14,7 @@
 #include <cstdlib>
 #include <fstream>
 #include <functional>
+#include <iterator>
 #include <queue>
 #include <string>
 #include <unordered_map>
@@ -731,10 +732,23 @@ BpeTokenizer BpeTokenizer::from_file(const std::filesystem::path & tokenizer_jso
         throw UsageError(ld.file + ": tokenizer file not found: pass the model's tokenizer.json (Hugging Face "
                          "tokenizers format, e.g. the checkpoint's tokenizer/tokenizer.json)");
     std::ifstream in(tokenizer_json, std::ios::binary);
-    Json j;
+    std::string text;
     try {
         if (!in) throw std::runtime_error("cannot open it");
-        j = Json::parse(in);
+        text.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+        if (in.bad()) throw std::runtime_error("cannot read it");
+    } catch (const std::exception & e) {
+        throw UsageError(ld.file + ": cannot read the tokenizer file as JSON (" + e.what() +
+                         "): pass an intact tokenizer.json (re-download or re-save it with tokenizers)");
+    }
+    return from_json(text, ld.file);
+}
+
+BpeTokenizer BpeTokenizer::from_json(std::string_view tokenizer_json_text, const std::string & source) {
+    const Loader ld{source};
+    Json j;
+    try {
+        j = Json::parse(tokenizer_json_text);
     } catch (const std::exception & e) {
         throw UsageError(ld.file + ": cannot read the tokenizer file as JSON (" + e.what() +
                          "): pass an intact tokenizer.json (re-download or re-save it with tokenizers)");

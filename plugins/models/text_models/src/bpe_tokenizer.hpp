@@ -34,6 +34,7 @@
 #include <filesystem>
 #include <memory>
 #include <optional>
+#include <string>
 #include <string_view>
 #include <vector>
 
@@ -44,6 +45,8 @@ public:
     // Throws ddo::UsageError (ddo/error.hpp) naming the file and the key for anything it does not implement,
     // and for a missing/unreadable/invalid file (naming the file and what to do).
     static BpeTokenizer from_file(const std::filesystem::path & tokenizer_json);
+    // The same from the file's text in memory (from_file reads the file and calls this); `source` names it in errors.
+    static BpeTokenizer from_json(std::string_view tokenizer_json_text, const std::string & source);
     // tokenizers' Tokenizer.encode(text).ids (add_special_tokens = true: the post-processor's tokens, if any).
     std::vector<std::int64_t> encode(std::string_view utf8) const;
     // The id of a vocabulary or added token, exactly as written (e.g. "<|im_start|>").

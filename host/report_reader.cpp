@@ -1,0 +1,357 @@
+// The reading half of `ddo-host report summarize | diff` (host/cmd_report.cpp): run reports (docs/metrics.md) from
+// untrusted JSON, also fuzzed (tests/fuzz/report_reader_fuzz.cpp).
+#include "report_reader.hpp"
+
+#include <cstdio>
+#include <fstream>
+#include <iostream>
+#include <iterator>
+#include <map>
+#include <set>
+
+#include "byte_text.hpp"
+#include "ddo/error.hpp"
+
+namespace ddo::host {
+
+using nlohmann::json;
+
+json parse_report(std::string_view text, const std::string & name) {
+    json j;
+    try {
+        j = json::parse(text);
+    } catch (const json::exception & e) {
+        throw UsageError("report " + name + ": not valid JSON (" + e.what() + "); was the file truncated?");
+    }
+    // A run report is an object with an integer schema_version and a status string (docs/metrics.md, "Run"): any
+    // other JSON is refused rather than summarised as if it were one.
+    const bool report = j.is_object() && j.contains("schema_version") && j["schema_version"].is_number_integer() &&
+                        j.contains("status") && j["status"].is_string() && j.contains("phases") && j["phases"].is_array();
+    if (!report)
+        throw UsageError("report " + name + ": valid JSON, but not a ddo run report (no integer schema_version, status "
+                         "string and phases list); pass the file written by ddo-host --report");
+    return j;
+}
+
+json load_report(const std::string & path) {
+    std::ifstream in(path);
+    if (!in) throw UsageError("report " + path + ": cannot open; pass the JSON written by --report");
+    const std::string text{std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
+    return parse_report(text, path);
+}
+
+namespace {
+
+const json & at_path(const json & j, const std::string & dotted) {
+    static const json null_json;
+    const json * cur = &j;
+    std::size_t pos = 0;
+    while (pos <= dotted.size()) {
+        auto dot = dotted.find('.', pos);
+        auto part = dotted.substr(pos, dot == std::string::npos ? std::string::npos : dot - pos);
+        if (!cur->is_object() || !cur->contains(part)) return null_json;
+        cur = &(*cur)[part];
+        if (dot == std::string::npos) break;
+        pos = dot + 1;
+    }
+    return *cur;
+}
+
+// A report's fields may be missing or of another type (an older, partial or hand-edited report): j[key] when j is an
+// object that holds key, else null. (The const operator[] of nlohmann::json is undefined for a missing key.)
+const json & field(const json & j, std::string_view key) {
+    static const json null_json;
+    if (!j.is_object()) return null_json;
+    const auto it = j.find(key);
+    return it == j.end() ? null_json : *it;
+}
+// field(j, key) when it is an object (an array), else an empty one.
+const json & object_field(const json & j, std::string_view key) {
+    static const json empty = json::object();
+    const json & v = field(j, key);
+    return v.is_object() ? v : empty;
+}
+const json & array_field(const json & j, std::string_view key) {
+    static const json empty = json::array();
+    const json & v = field(j, key);
+    return v.is_array() ? v : empty;
+}
+
+std::string gib(const json & v) {
+    if (!v.is_number()) return "null";
+    char b[32];
+    std::snprintf(b, sizeof b, "%.3f GiB", v.get<double>() / 1073741824.0);
+    return b;
+}
+
+std::string secs(const json & v) {
+    if (!v.is_number()) return "null";
+    char b[32];
+    std::snprintf(b, sizeof b, "%.3f s", v.get<double>());
+    return b;
+}
+
+std::string text(const json & v) {
+    if (v.is_null()) return "null";
+    if (v.is_string()) return v.get<std::string>();
+    return v.dump();
+}
+
+const char * kMonitors[] = {"rss", "uss", "mem_available", "cgroup", "gpu_absolute", "gpu_delta", "torch_allocated",
+                            "torch_reserved"};
+
+std::string bytes(const json & v) { return v.is_number() ? human_bytes(v.get<double>()) : "null"; }
+
+// One staging route: "pinned on: 2/2 ok, 80 KiB" or "registration off (reason): 0 attempts".
+std::string staging_route(const json & hs, const char * route) {
+    const json & c = object_field(hs, route);
+    const json & lim = object_field(hs, "limits");
+    std::string mode;
+    if (std::string(route) == "pinned") {
+        mode = lim.contains("pinned_route") ? text(field(lim, "pinned_route")) : "on";
+        if (mode == "off" && !field(lim, "pinned_route_reason").is_null())
+            mode += " (" + text(field(lim, "pinned_route_reason")) + ")";
+    } else {
+        mode = text(field(lim, "registration"));
+    }
+    return std::string(route) + " " + mode + ": " + text(field(c, "successes")) + "/" + text(field(c, "attempts")) +
+           " ok, " + text(field(c, "refusals")) + " refused, " + text(field(c, "failures")) + " failed, " +
+           bytes(field(c, "bytes_total"));
+}
+
+// Components streamed by the offload engine (counters.<c>.engine): the plan, the bytes moved by source and the
+// host staging routes, in three lines each.
+void streaming(const json & counters) {
+    bool header = false;
+    for (const auto & [c, e] : counters.items()) {
+        if (!field(e, "engine").is_object()) continue;
+        if (!header) std::cout << "\nSTREAMING (offload engine; bytes moved to the compute device, by source)\n";
+        header = true;
+        const json & en = field(e, "engine");
+        const json & plan = object_field(en, "plan");
+        const json & k = object_field(en, "counters");
+        const json & groups = array_field(plan, "groups");
+        std::map<std::string, int> by;
+        for (const auto & g : groups) {
+            const json & residency = field(g, "residency");
+            ++by[residency.is_string() ? residency.get<std::string>() : "?"];
+        }
+        std::printf("  %-16s plan %s: %zu groups (%d resident, %d pinned, %d pageable, %d file), %s slots of %s\n",
+                    c.c_str(), text(field(plan, "route")).c_str(), groups.size(), by["resident"], by["pinned"],
+                    by["pageable"], by["file"], text(field(plan, "slots")).c_str(), bytes(field(plan, "slot_bytes")).c_str());
+        const json & mv = object_field(k, "bytes_moved");
+        std::printf("  %-16s moved resident %s, pinned %s, pageable %s, file %s; %s uploads, %s hits, %s misses, "
+                    "stall %s\n",
+                    "", bytes(field(mv, "resident")).c_str(), bytes(field(mv, "pinned")).c_str(),
+                    bytes(field(mv, "pageable")).c_str(), bytes(field(mv, "file")).c_str(),
+                    text(field(k, "uploads")).c_str(), text(field(k, "hits")).c_str(), text(field(k, "misses")).c_str(),
+                    secs(field(k, "stall_s")).c_str());
+        const json & hs = field(en, "host_staging");
+        if (hs.is_object())
+            std::printf("  %-16s staging (%s) %s; %s\n", "", text(field(hs, "backend")).c_str(),
+                        staging_route(hs, "pinned").c_str(), staging_route(hs, "registration").c_str());
+        else
+            std::printf("  %-16s staging: none (%s)\n", "", text(field(en, "host_staging_reason")).c_str());
+    }
+}
+
+}  // namespace
+
+void summarize_report(const json & r) {
+    std::cout << "status: " << text(field(r, "status")) << "  exit_code: " << text(field(r, "exit_code"));
+    if (!field(r, "error").is_null()) std::cout << "  error: " << text(field(field(r, "error"), "message"));
+    std::cout << "\n";
+    std::cout << "plugin: " << text(at_path(r, "identity.plugin.name")) << "  preset: requested "
+              << text(at_path(r, "identity.preset.requested")) << ", effective " << text(at_path(r, "identity.preset.effective"))
+              << "\n";
+    std::cout << "host: " << text(at_path(r, "identity.host.version")) << " (" << text(at_path(r, "identity.host.git_revision"))
+              << ")  dry_run: " << text(field(r, "dry_run")) << "\n";
+    std::cout << "tracked total (host clock): " << secs(at_path(r, "timing.tracked_total_host_s")) << "\n";
+    // What ran: the workload the plugin recorded (after its decisions), and what it changed from the request.
+    std::string workload;
+    const json wl = r.value("workload", json::object());  // named: items() must not iterate a temporary
+    for (const auto & [k, v] : wl.items())
+        if (!v.is_structured() && !v.is_null()) workload += (workload.empty() ? "" : ", ") + k + " " + text(v);
+    std::cout << "workload: " << (workload.empty() ? "(none recorded)" : workload) << "\n";
+    const json adjustments = r.value("adjustments", json::array()), outputs = r.value("outputs", json::array());
+    for (const auto & a : adjustments)
+        std::cout << "adjusted " << text(field(a, "key")) << ": requested " << field(a, "requested").dump() << ", ran "
+                  << field(a, "effective").dump() << " (" << text(field(a, "reason")) << ")\n";
+    for (const auto & o : outputs) {
+        std::cout << "output: " << text(field(o, "path")) << "  sha256 " << text(field(o, "sha256")).substr(0, 16) << "\n";
+        // What the file holds (media outputs: codecs, frames, duration), one level deep.
+        std::string facts;
+        const json & f = object_field(o, "facts");
+        for (const auto & [k, v] : f.items()) {
+            if (v.is_object()) {
+                std::string inner;
+                for (const auto & [k2, v2] : v.items())
+                    if (!v2.is_structured()) inner += (inner.empty() ? "" : " ") + k2 + " " + text(v2);
+                facts += (facts.empty() ? "" : ", ") + k + " {" + inner + "}";
+            } else if (!v.is_null()) {
+                facts += (facts.empty() ? "" : ", ") + k + " " + text(v);
+            }
+        }
+        if (!facts.empty()) std::cout << "  holds: " << facts << "\n";
+    }
+    std::cout << "\n";
+
+    std::cout << "PHASES (host wall clock; CUDA-event time separate; nested phases are not summed)\n";
+    std::printf("  %-36s %-12s %-12s %-14s %-14s\n", "PHASE", "HOST WALL", "CUDA EVENT", "PEAK RSS", "PEAK GPU ABS");
+    for (const auto & p : r.value("phases", json::array())) {
+        // Two spaces per nesting level (a depth that is not a small non-negative integer indents nothing).
+        const json & depth = field(p, "depth");
+        const std::size_t indent = depth.is_number_unsigned() && depth.get<std::uint64_t>() <= 32 ? depth.get<std::size_t>() : 0;
+        std::string name = std::string(2 * indent, ' ') + text(field(p, "name"));
+        const json & cuda_ms = field(p, "cuda_event_ms");
+        std::string cuda = cuda_ms.is_number() ? text(cuda_ms) + " ms" : "null";
+        std::printf("  %-36s %-12s %-12s %-14s %-14s\n", name.c_str(), secs(field(p, "host_wall_s")).c_str(), cuda.c_str(),
+                    gib(at_path(p, "memory.rss.peak_bytes")).c_str(), gib(at_path(p, "memory.gpu_absolute.peak_bytes")).c_str());
+    }
+    const json & steps = array_field(r, "steps");
+    if (!steps.empty()) {
+        // One row per step (host wall clock; a long run shows its first ten and last five).
+        std::cout << "\nSTEPS (host wall clock)\n";
+        std::printf("  %-28s %-6s %-12s\n", "PHASE", "STEP", "HOST WALL");
+        const std::size_t n = steps.size();
+        for (std::size_t i = 0; i < n; ++i) {
+            if (n > 15 && i == 10) std::printf("  ... %zu more ...\n", n - 15);
+            if (n > 15 && i >= 10 && i < n - 5) continue;
+            const auto & st = steps[i];
+            std::printf("  %-28s %-6s %-12s\n", text(field(st, "phase")).c_str(), text(field(st, "index")).c_str(),
+                        secs(field(st, "host_wall_s")).c_str());
+        }
+    }
+    std::cout << "\nMEMORY (whole run)\n";
+    std::printf("  %-16s %-14s %-10s %-9s %s\n", "MONITOR", "PEAK", "SAMPLES", "COMPLETE", "SCOPE / REASON");
+    for (const char * m : kMonitors) {
+        const json & mon = at_path(r, std::string("memory.") + m);
+        if (!mon.is_object()) {  // an older or partial report: say so instead of failing
+            std::printf("  %-16s %-14s %-10s %-9s %s\n", m, "null", "-", "-", "absent from the report");
+            continue;
+        }
+        std::string why = !field(mon, "reason").is_null() ? text(field(mon, "reason")) : text(field(mon, "scope"));
+        std::printf("  %-16s %-14s %-10s %-9s %s\n", m, gib(field(mon, "peak_bytes")).c_str(),
+                    text(field(mon, "samples")).c_str(), text(field(mon, "complete")).c_str(), why.c_str());
+    }
+    std::cout << "\nROUTES (intended vs executed)\n";
+    const json routes = r.value("routes", json::object());
+    for (const auto & [c, e] : routes.items())
+        std::printf("  %-16s intended %-12s executed %-12s %s\n", c.c_str(), text(field(e, "intended")).c_str(),
+                    text(field(e, "executed")).c_str(),
+                    field(e, "executed").is_null() ? text(field(e, "executed_reason")).c_str() : "");
+    const json counters = r.value("counters", json::object());
+    streaming(counters);
+    // Scalars only: nested objects (the engine's plan and counters, placement) would not fit one screen.
+    std::cout << "\nCOUNTERS (scalars; nested objects are in the report)\n";
+    for (const auto & [c, e] : counters.items())
+        for (const auto & [k, v] : e.items()) {
+            const std::string shown = v.is_structured() ? "(see counters." + c + "." + k + ")" : text(v);
+            std::printf("  %-16s %-32s %s\n", c.c_str(), k.c_str(), shown.c_str());
+        }
+}
+
+namespace {
+
+// Fields that must be equal for two runs to be a matched comparison (seed 003).
+std::vector<std::string> identity_differences(const json & a, const json & b) {
+    std::vector<std::string> diffs;
+    auto cmp = [&](const std::string & path) {
+        if (at_path(a, path) != at_path(b, path)) diffs.push_back(path);
+    };
+    const json wa = a.value("workload", json::object()), wb = b.value("workload", json::object());
+    for (const auto & [k, _] : wa.items()) cmp("workload." + k);
+    for (const auto & [k, _] : wb.items())
+        if (!wa.contains(k)) cmp("workload." + k);
+    // The checkpoint by what it holds (config and header hashes), not where it lies; inputs by their content.
+    const json ia = at_path(a, "identity.checkpoint.inputs"), ib = at_path(b, "identity.checkpoint.inputs");
+    const json roles = ia.is_object() ? ia : json::object();  // named: items() must not iterate a temporary
+    for (const auto & [role, _] : roles.items())
+        if (at_path(ia, role + ".sha256") != at_path(ib, role + ".sha256")) diffs.push_back("identity.checkpoint.inputs." + role + ".sha256");
+    for (const char * p : {"identity.plugin.name", "identity.plugin.version", "identity.plugin.sha256", "identity.checkpoint.identity",
+                           "identity.host.git_revision", "identity.host.build_type", "environment.os", "environment.kernel",
+                           "environment.gpu_name", "environment.driver_version", "environment.cuda_driver_version",
+                           "environment.torch_version", "environment.ram_total_bytes", "dry_run"})
+        cmp(p);
+    return diffs;
+}
+
+}  // namespace
+
+void diff_reports(const json & a, const json & b, const std::string & na, const std::string & nb) {
+    auto diffs = identity_differences(a, b);
+    if (diffs.empty()) {
+        std::cout << "matched comparison: workload and identity fields are equal\n";
+    } else {
+        std::cout << "NOT a matched comparison: these workload/identity fields differ:\n";
+        for (const auto & d : diffs)
+            std::cout << "  " << d << ": " << text(at_path(a, d)) << "  vs  " << text(at_path(b, d)) << "\n";
+    }
+    std::cout << "\n";
+    std::printf("%-40s %-20s %-20s %-12s %s\n", "", na.substr(0, 20).c_str(), nb.substr(0, 20).c_str(), "B - A", "B / A");
+    // Numbers get their delta and ratio (B over A: < 1 is B faster or smaller); text only its two sides.
+    auto row = [](const std::string & k, const std::string & x, const std::string & y, const json & vx = nullptr,
+                  const json & vy = nullptr, double scale = 1, const char * unit = "") {
+        std::string delta = "-", ratio = "-";
+        if (vx.is_number() && vy.is_number()) {
+            const double dx = vx.get<double>(), dy = vy.get<double>();
+            char buf[64];
+            std::snprintf(buf, sizeof buf, "%+.3f%s", (dy - dx) / scale, unit);
+            delta = buf;
+            if (dx != 0) {
+                std::snprintf(buf, sizeof buf, "%.3f", dy / dx);
+                ratio = buf;
+            }
+        }
+        std::printf("%-40s %-20s %-20s %-12s %s\n", k.c_str(), x.c_str(), y.c_str(), delta.c_str(), ratio.c_str());
+    };
+    row("status", text(field(a, "status")), text(field(b, "status")));
+    row("preset (effective)", text(at_path(a, "identity.preset.effective")), text(at_path(b, "identity.preset.effective")));
+    row("tracked total (host)", secs(at_path(a, "timing.tracked_total_host_s")), secs(at_path(b, "timing.tracked_total_host_s")),
+        at_path(a, "timing.tracked_total_host_s"), at_path(b, "timing.tracked_total_host_s"), 1, " s");
+    auto phase_map = [](const json & r) {
+        std::map<std::string, json> m;
+        for (const auto & p : array_field(r, "phases")) m[text(field(p, "name"))] = p;
+        return m;
+    };
+    auto pa = phase_map(a), pb = phase_map(b);
+    std::set<std::string> names;
+    for (auto & [k, _] : pa) names.insert(k);
+    for (auto & [k, _] : pb) names.insert(k);
+    static const json absent;
+    for (const auto & n : names) {
+        const json & wa = pa.count(n) ? field(pa[n], "host_wall_s") : absent;
+        const json & wb = pb.count(n) ? field(pb[n], "host_wall_s") : absent;
+        row("phase " + n + " host wall", pa.count(n) ? secs(wa) : "absent", pb.count(n) ? secs(wb) : "absent", wa, wb, 1, " s");
+        const json & ca = pa.count(n) ? field(pa[n], "cuda_event_ms") : absent;
+        const json & cb = pb.count(n) ? field(pb[n], "cuda_event_ms") : absent;
+        if (!ca.is_null() || !cb.is_null())
+            row("phase " + n + " cuda event ms", pa.count(n) ? text(ca) : "absent", pb.count(n) ? text(cb) : "absent", ca, cb, 1, " ms");
+    }
+    for (const char * m : kMonitors) {
+        const json & x = at_path(a, std::string("memory.") + m + ".peak_bytes");
+        const json & y = at_path(b, std::string("memory.") + m + ".peak_bytes");
+        row(std::string("peak ") + m, gib(x), gib(y), x, y, 1073741824.0, " GiB");
+    }
+    std::set<std::string> streamed;
+    const json ca = a.value("counters", json::object()), cb = b.value("counters", json::object());
+    for (const auto & [c, _] : ca.items()) streamed.insert(c);
+    for (const auto & [c, _] : cb.items()) streamed.insert(c);
+    for (const auto & c : streamed) {
+        const json & x = at_path(a, "counters." + c + ".bytes_streamed");
+        const json & y = at_path(b, "counters." + c + ".bytes_streamed");
+        if (!x.is_null() || !y.is_null()) row("bytes streamed " + c, text(x), text(y), x, y, 1048576.0, " MiB");
+    }
+    const json & oa = array_field(a, "outputs"), & ob = array_field(b, "outputs");
+    for (std::size_t i = 0; i < std::max(oa.size(), ob.size()); ++i) {
+        const std::string ha = i < oa.size() ? text(field(oa[i], "sha256")) : "absent",
+                          hb = i < ob.size() ? text(field(ob[i], "sha256")) : "absent";
+        row("output " + std::to_string(i) + " sha256", ha.substr(0, 16), hb.substr(0, 16));
+        std::printf("%-40s %s\n", "", ha == hb ? "identical files" : "different files (PNG text chunks name the run: compare pixels for images)");
+    }
+    std::set<std::string> comps;
+    for (const auto & c : comps)
+        row("route " + c + " executed", text(at_path(a, "routes." + c + ".executed")), text(at_path(b, "routes." + c + ".executed")));
+}
+
+}  // namespace ddo::host

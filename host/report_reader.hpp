@@ -1,0 +1,24 @@
+// Run reports read back (docs/metrics.md): `ddo-host report summarize | diff` (host/cmd_report.cpp). A report is
+// untrusted input: any JSON text may arrive here, and a field of the wrong type or missing prints "null" (or is
+// skipped) instead of failing. Linked into ddo-host and into the fuzz target tests/fuzz/report_reader_fuzz.cpp.
+#pragma once
+
+#include <string>
+#include <string_view>
+
+#include <nlohmann/json.hpp>
+
+namespace ddo::host {
+
+// A run report from its JSON text; `name` (the file) names it in errors. Throws UsageError for text that is not
+// JSON, and for JSON that is not a run report (no integer schema_version, status string and phases list).
+nlohmann::json parse_report(std::string_view text, const std::string & name);
+// The report file at `path` through parse_report; throws UsageError when it cannot be opened.
+nlohmann::json load_report(const std::string & path);
+
+// Phases, peaks, routes and counters of one report, on stdout.
+void summarize_report(const nlohmann::json & report);
+// Two reports side by side on stdout; says whether they are a matched comparison (na, nb: their names).
+void diff_reports(const nlohmann::json & a, const nlohmann::json & b, const std::string & na, const std::string & nb);
+
+}  // namespace ddo::host
