@@ -559,7 +559,9 @@ EngineCounters Engine::counters() const {
     c.upload_event_s = ts.event_s;
     c.upload_event_reason = ts.event_reason;
     c.failures += ts.failures;
-    if (m.tr.device_is_host()) c.stall_s = m.stall;
+    c.direct_fallbacks = m.layout.source().direct_fallbacks(&c.direct_fallback_reason);
+    if (m.tr.device_is_host() && m.c.hits + m.c.misses == 0) c.stall_reason = "no group was acquired yet: nothing ran";
+    else if (m.tr.device_is_host()) c.stall_s = m.stall;
     else c.stall_reason = "compute waits on upload events on the device and the host never blocks; see upload_event_s";
     if (m.pool) {
         c.quarantines += m.pool->quarantined();

@@ -28,12 +28,17 @@ nlohmann::json EngineCounters::to_json() const {
     j["transport"] = transport;
     j["bytes_moved"] = {{"resident", bytes_resident}, {"pinned", bytes_from_pinned},
                         {"pageable", bytes_from_pageable}, {"file", bytes_from_file}};
+    // read_mode = direct as it ran: reads that fell back to buffered pread, and why (the plan records what was asked).
+    j["direct_fallbacks"] = direct_fallbacks;
+    j["direct_fallback_reason"] = direct_fallbacks ? nlohmann::json(direct_fallback_reason) : nlohmann::json(nullptr);
     j["mapped_bytes"] = mapped_bytes;
     j["mapped_groups"] = mapped_groups;
     j["staging_released_bytes"] = staging_released_bytes;
     j["uploads"] = uploads;
     j["upload_enqueue_s"] = upload_enqueue_s;
-    j["upload_copy_s"] = upload_copy_s;
+    // Never measured is null, not 0 (issue 16): a copy time exists once something was uploaded.
+    if (uploads > 0 || upload_copy_s > 0) j["upload_copy_s"] = upload_copy_s;
+    else { j["upload_copy_s"] = nullptr; j["upload_copy_s_reason"] = "nothing was uploaded"; }
     if (upload_event_s) j["upload_event_s"] = *upload_event_s;
     else { j["upload_event_s"] = nullptr; j["upload_event_s_reason"] = upload_event_reason; }
     if (stall_s) j["stall_s"] = *stall_s;

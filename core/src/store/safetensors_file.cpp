@@ -61,6 +61,8 @@ struct SafetensorsFile::Impl {
     UniqueFd direct_fd;
     bool direct_unsupported = false;
     std::atomic<std::uint64_t> direct_fallbacks{0};
+    std::mutex direct_mu;
+    std::string direct_fallback_reason;  // why O_DIRECT was not used: its open's or its read's errno
 };
 
 SafetensorsFile::SafetensorsFile() : impl_(std::make_unique<Impl>()) {}
@@ -96,7 +98,13 @@ std::uint64_t SafetensorsFile::file_size() const noexcept { return impl_->file_s
 std::uint64_t SafetensorsFile::data_offset() const noexcept { return impl_->data_offset; }
 const std::vector<TensorInfo> & SafetensorsFile::tensors() const noexcept { return impl_->tensors; }
 const std::map<std::string, std::string> & SafetensorsFile::metadata() const noexcept { return impl_->metadata; }
-std::uint64_t SafetensorsFile::direct_fallbacks() const noexcept { return impl_->direct_fallbacks.load(); }
+std::uint64_t SafetensorsFile::direct_fallbacks(std::string * reason) const {
+    if (reason) {
+        std::lock_guard lk(impl_->direct_mu);
+        *reason = impl_->direct_fallback_reason;
+    }
+    return impl_->direct_fallbacks.load();
+}
 
 const TensorInfo * SafetensorsFile::find(std::string_view name) const noexcept {
     for (const auto & t : impl_->tensors)
@@ -145,7 +153,11 @@ void SafetensorsFile::read(std::uint64_t offset, std::uint64_t bytes, void * dst
     if (mode == ReadMode::direct) {
         std::call_once(m.direct_once, [&] {
             m.direct_fd = UniqueFd(::open(m.path.c_str(), O_RDONLY | O_CLOEXEC | O_DIRECT));
-            if (!m.direct_fd) m.direct_unsupported = true;
+            if (!m.direct_fd) {
+                m.direct_unsupported = true;
+                std::lock_guard lk(m.direct_mu);
+                m.direct_fallback_reason = "open with O_DIRECT failed: " + std::string(std::strerror(errno));
+            }
         });
         if (!m.direct_unsupported) {
             thread_local std::unique_ptr<void, AlignedFree> bounce(std::aligned_alloc(kDirectAlign, kBounceBytes));
@@ -160,7 +172,12 @@ void SafetensorsFile::read(std::uint64_t offset, std::uint64_t bytes, void * dst
                 ssize_t n;
                 do { n = ::pread(m.direct_fd.get(), bounce.get(), static_cast<std::size_t>(want), static_cast<off_t>(a0)); }
                 while (n < 0 && errno == EINTR);
-                if (n < 0 && errno == EINVAL) { ok = false; break; }
+                if (n < 0 && errno == EINVAL) {
+                    ok = false;
+                    std::lock_guard lk(m.direct_mu);
+                    m.direct_fallback_reason = "O_DIRECT read refused (EINVAL: the file system does not take aligned direct reads)";
+                    break;
+                }
                 if (n < 0)
                     throw RuntimeError("O_DIRECT read of " + m.path.string() + " at offset " + std::to_string(a0) +
                                        " failed: " + std::strerror(errno));

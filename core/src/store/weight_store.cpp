@@ -147,4 +147,15 @@ const void * WeightStore::mapped(const TensorInfo & info) const {
     return impl_->files[info.file_index].mapped(info);
 }
 
+std::uint64_t WeightStore::direct_fallbacks(std::string * reason) const {
+    std::uint64_t n = 0;
+    for (const auto & f : files()) {
+        std::string why;
+        const std::uint64_t k = f.direct_fallbacks(&why);
+        n += k;
+        if (reason && k > 0 && reason->empty()) *reason = f.path().string() + ": " + why;
+    }
+    return n;
+}
+
 }  // namespace ddo::store

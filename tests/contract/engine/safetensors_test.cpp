@@ -1,5 +1,7 @@
 // Safetensors validation (malformed, truncated, hostile), sharded index, diffusers layout, read modes.
 #include <gtest/gtest.h>
+#include <fcntl.h>
+#include <unistd.h>
 
 #include <cstring>
 #include <fstream>
@@ -131,6 +133,34 @@ TEST(Safetensors, ValidFileAllDtypesAndMetadataAndReadModes) {
         }
     }
     EXPECT_THROW(f.at("nope"), ddo::RuntimeError);
+}
+
+// read_mode direct on a file system without O_DIRECT (tmpfs: /dev/shm refuses the open with EINVAL) falls back to
+// buffered pread with the same bytes, and says how often and why; on one that takes it, nothing falls back.
+TEST(Safetensors, DirectReadsThatFallBackAreCountedWithTheirReason) {
+    const std::vector<unsigned char> bytes(20000, 9);
+    for (const fs::path dir : {fs::path("/dev/shm"), tmpdir()}) {
+        if (!fs::is_directory(dir)) continue;
+        const fs::path p = dir / ("ddo_direct_" + std::to_string(::getpid()) + ".safetensors");
+        ddo::bench::write_safetensors(p, {{"w", "U8", {20000}, bytes}});
+        auto f = SafetensorsFile::open(p);
+        std::vector<unsigned char> got(bytes.size());
+        f.read_tensor(f.at("w"), got.data(), ReadMode::direct);
+        EXPECT_EQ(got, bytes);
+        std::string why;
+        const auto n = f.direct_fallbacks(&why);
+        const int fd = ::open(p.c_str(), O_RDONLY | O_DIRECT);
+        const bool takes_direct = fd >= 0;
+        if (fd >= 0) ::close(fd);
+        if (takes_direct) {
+            EXPECT_EQ(n, 0u) << dir;
+            EXPECT_TRUE(why.empty()) << why;
+        } else {
+            EXPECT_EQ(n, 1u) << dir;
+            EXPECT_NE(why.find("O_DIRECT"), std::string::npos) << why;
+        }
+        fs::remove(p);
+    }
 }
 
 TEST(Safetensors, TruncatedAfterOpenIsAnErrorNotACrash) {

@@ -23,6 +23,8 @@ struct EngineCounters {
     std::uint64_t bytes_from_pinned = 0;       // streamed into slots, per source
     std::uint64_t bytes_from_pageable = 0;
     std::uint64_t bytes_from_file = 0;
+    std::uint64_t direct_fallbacks = 0;        // read_mode direct reads that went through buffered pread
+    std::string direct_fallback_reason;        // why (the O_DIRECT open's or read's errno)
     std::uint64_t uploads = 0;                 // copy jobs submitted (resident + streamed)
     double upload_enqueue_s = 0;               // host time spent submitting copies
     double upload_copy_s = 0;                  // transport worker time copying (CPU: the copy itself)

@@ -47,8 +47,8 @@ public:
     // The tensor's bytes in place, in this file's read-only mapping (made once, kept for the file's life), or null
     // when the file cannot be mapped (*why says so) or shrank. Thread-safe.
     const void * mapped(const TensorInfo & info, std::string * why = nullptr) const;
-    // Number of direct reads that fell back to buffered pread (file system without O_DIRECT).
-    std::uint64_t direct_fallbacks() const noexcept;
+    // Number of direct reads that fell back to buffered pread (file system without O_DIRECT), and (reason) why.
+    std::uint64_t direct_fallbacks(std::string * reason = nullptr) const;
 
     SafetensorsFile(SafetensorsFile &&) noexcept;
     SafetensorsFile & operator=(SafetensorsFile &&) noexcept;

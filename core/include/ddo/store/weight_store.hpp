@@ -35,6 +35,12 @@ public:
         (void)info;
         return nullptr;
     }
+    // Reads asked for with ReadMode::direct that went through buffered pread instead, and (reason) why; 0 for a
+    // source without files.
+    virtual std::uint64_t direct_fallbacks(std::string * reason) const {
+        (void)reason;
+        return 0;
+    }
 };
 
 class WeightStore final : public TensorSource {
@@ -53,6 +59,7 @@ public:
     const TensorInfo * find(std::string_view name) const override;
     const TensorInfo & at(std::string_view name) const;  // throws RuntimeError naming dir and tensor
     void read_tensor(const TensorInfo & info, void * dst, ReadMode mode) const override;
+    std::uint64_t direct_fallbacks(std::string * reason) const override;
     std::string describe() const override;
     const void * mapped(const TensorInfo & info) const override;
 
