@@ -30,6 +30,7 @@
 #include "ddo/run_context.hpp"
 #include "ddo/util/path_lock.hpp"
 #include "ddo/util/status_name.hpp"
+#include "ddo/util/utf8_text.hpp"
 
 namespace ddo::host {
 
@@ -53,14 +54,11 @@ std::uint64_t random_seed() {
     return ((std::uint64_t(rd()) << 32) | rd()) & ((1ull << 53) - 1);  // workload.seed is at most 2^53 - 1
 }
 
-// Command-line text must be UTF-8 (it goes into the report's JSON and into presets' string values): checked by
-// nlohmann::json's own UTF-8 validation, before anything is resolved.
+// Command-line text must be UTF-8 (it goes into the report's JSON and into presets' string values), checked before
+// anything is resolved.
 void require_utf8(const std::string & text, const std::string & what) {
-    try {
-        (void)json(text).dump();
-    } catch (const json::exception &) {
+    if (first_invalid_utf8(text))
         throw UsageError(what + " is not valid UTF-8; pass UTF-8 text (check the terminal's or the script's encoding)");
-    }
 }
 
 void require_utf8(const RunArgs & a) {

@@ -101,8 +101,9 @@ void summarize_journal(const std::filesystem::path & journal, bool report_missin
             << " records). That run did not write its report; the report above is an earlier run's.\n";
     std::string state;
     if (end)
-        state = "ended " + str((*end)["status"]) + " (exit " + str((*end)["exit_code"]) +
-                "), but its report was not written" + ((*end)["error"].is_object() ? ": " + str((*end)["error"]["message"]) : "");
+        state = "ended " + str(end->value("status", json())) + " (exit " + str(end->value("exit_code", json())) +
+                "), but its report was not written" +
+                (end->value("error", json()).is_object() ? ": " + str(end->value("error", json()).value("message", json())) : "");
     else if (process_alive(pid))
         state = "running: pid " + std::to_string(pid) + " is alive (the report is written when it ends)";
     else
@@ -146,7 +147,7 @@ void summarize_journal(const std::filesystem::path & journal, bool report_missin
             out << "  " << c << ": " << human_bytes(v.first) << " over " << v.second << " step(s)\n";
     }
     for (const auto * o : outputs)
-        out << "output: " << str((*o)["path"]) << "  sha256 " << str((*o)["sha256"]).substr(0, 16) << "\n";
+        out << "output: " << str(o->value("path", json())) << "  sha256 " << str(o->value("sha256", json())).substr(0, 16) << "\n";
 }
 
 }  // namespace ddo::host

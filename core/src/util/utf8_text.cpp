@@ -2,13 +2,6 @@
 
 #include <utf8proc.h>
 
-#include <cerrno>
-#include <cstring>
-#include <fstream>
-#include <sstream>
-
-#include "ddo/error.hpp"
-
 namespace ddo {
 
 std::optional<Utf8Position> first_invalid_utf8(std::string_view text) {
@@ -31,18 +24,6 @@ std::optional<Utf8Position> first_invalid_utf8(std::string_view text) {
         i += std::size_t(n);
     }
     return std::nullopt;
-}
-
-std::string read_utf8_file(const std::filesystem::path & file, const std::string & what) {
-    std::ifstream in(file, std::ios::binary);
-    if (!in) throw UsageError(what + " " + file.string() + ": cannot open it (" + std::strerror(errno) + ")");
-    std::ostringstream buf;
-    buf << in.rdbuf();
-    std::string text = buf.str();
-    if (const auto bad = first_invalid_utf8(text))
-        throw UsageError(what + " " + file.string() + ":" + std::to_string(bad->line) + ":" + std::to_string(bad->column) +
-                         ": not UTF-8 (byte " + std::to_string(bad->offset) + "); save the file as UTF-8");
-    return text;
 }
 
 }  // namespace ddo

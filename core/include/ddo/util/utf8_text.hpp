@@ -3,9 +3,7 @@
 #pragma once
 
 #include <cstddef>
-#include <filesystem>
 #include <optional>
-#include <string>
 #include <string_view>
 
 namespace ddo {
@@ -17,9 +15,5 @@ struct Utf8Position {
     int column = 1;
 };
 std::optional<Utf8Position> first_invalid_utf8(std::string_view text);
-
-// The whole file as text. UsageError naming `what`, the file, line and column when a byte sequence is not UTF-8,
-// or when it cannot be read.
-std::string read_utf8_file(const std::filesystem::path & file, const std::string & what);
 
 }  // namespace ddo
