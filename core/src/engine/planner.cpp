@@ -124,19 +124,19 @@ Plan plan_residency(const ModelLayout & layout, const EngineConfig & cfg, const 
     // A capacity the environment sets (observed free memory; on the CPU transport the host's, bounded by the process's
     // memory cgroup) that cannot hold what the route needs is a runtime failure (exit 4) naming what was observed; a
     // device_budget that cannot is the preset's (exit 2).
-    const auto too_small = [&](const std::string & what, const std::string & next_step) {
-        return RuntimeError(what + " (" + (caps.device_source.empty() ? "observed free device memory " + format_mib(caps.device_free.value_or(0))
-                                                                      : caps.device_source) +
-                            ", minus headroom " + format_mib(cfg.device_headroom) + "); " + next_step +
-                            (caps.device_source.empty() ? "" : ", or give the process more memory (a larger memory cgroup limit)"));
+    // what: what does not fit; budget_step / observed_step: the next step for each case.
+    const auto cannot_hold = [&](const std::string & what, const std::string & budget_step, const std::string & observed_step) {
+        if (cfg.device_budget) throw UsageError(what + "; " + budget_step);
+        throw RuntimeError(what + " (" + (caps.device_source.empty() ? "observed free device memory " + format_mib(caps.device_free.value_or(0))
+                                                                     : caps.device_source) +
+                           ", minus headroom " + format_mib(cfg.device_headroom) + "); " + observed_step +
+                           (caps.device_source.empty() ? "" : ", or give the process more memory (a larger memory cgroup limit)"));
     };
     auto all_resident = [&](const std::string & reason) {
-        if (device_cap && total > *device_cap && !cfg.device_budget)
-            throw too_small("route " + route_name + " keeps the whole component (" + format_mib(total) + ") on the device, but the device capacity is " +
-                            format_mib(*device_cap), "choose route = \"dynamic\" or \"group_block\"");
         if (device_cap && total > *device_cap)
-            throw UsageError("route " + route_name + " keeps the whole component (" + format_mib(total) + ") on the device, but the device capacity is " +
-                             format_mib(*device_cap) + "; choose route = \"dynamic\" or \"group_block\", or raise device_budget");
+            cannot_hold("route " + route_name + " keeps the whole component (" + format_mib(total) + ") on the device, but the device capacity is " +
+                            format_mib(*device_cap),
+                        "choose route = \"dynamic\" or \"group_block\", or raise device_budget", "choose route = \"dynamic\" or \"group_block\"");
         for (auto & g : p.groups) { g.residency = Residency::resident; g.reason = reason; }
         p.resident_bytes = total;
         return p;
@@ -218,14 +218,11 @@ Plan plan_residency(const ModelLayout & layout, const EngineConfig & cfg, const 
                           " the slots allow)" + (p.prefetch_depth == 0 ? ": each streamed group is uploaded when it is acquired" : ""));
     }
     p.slot_bytes = slot_bytes;
-    if (device_cap && p.resident_bytes + slot_bytes * p.slots > *device_cap && !cfg.device_budget)
-        throw too_small("device capacity " + format_mib(*device_cap) + " cannot hold " + std::to_string(p.slots) + " slots of " + format_mib(slot_bytes) +
-                            (p.resident_bytes ? " plus " + format_mib(p.resident_bytes) + " of residents" : std::string()),
-                        "lower slots, or use a finer granularity (half | leaf)");
     if (device_cap && p.resident_bytes + slot_bytes * p.slots > *device_cap)
-        throw UsageError("device capacity " + format_mib(*device_cap) + " cannot hold " + std::to_string(p.slots) + " slots of " + format_mib(slot_bytes) +
-                         (p.resident_bytes ? " plus " + format_mib(p.resident_bytes) + " of residents" : std::string()) +
-                         "; raise device_budget, lower slots, or use a finer granularity (half | leaf)");
+        cannot_hold("device capacity " + format_mib(*device_cap) + " cannot hold " + std::to_string(p.slots) + " slots of " + format_mib(slot_bytes) +
+                        (p.resident_bytes ? " plus " + format_mib(p.resident_bytes) + " of residents" : std::string()),
+                    "raise device_budget, lower slots, or use a finer granularity (half | leaf)",
+                    "lower slots, or use a finer granularity (half | leaf)");
 
     if (cfg.route == Route::disk) {
         p.staging_slots = std::max<std::uint32_t>(1, cfg.staging_slots);
