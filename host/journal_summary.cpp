@@ -10,6 +10,7 @@
 
 #include "byte_text.hpp"
 #include "ddo/report/run_journal.hpp"
+#include "report_reader.hpp"
 
 namespace ddo::host {
 
@@ -23,10 +24,6 @@ std::string num(const json & v, const char * fmt) {
     std::snprintf(b, sizeof b, fmt, v.get<double>());
     return b;
 }
-
-std::string bytes(const json & v) { return v.is_number() ? human_bytes(v.get<double>()) : "null"; }
-
-std::string str(const json & v) { return v.is_string() ? v.get<std::string>() : v.is_null() ? "null" : v.dump(); }
 
 bool process_alive(long pid) { return pid > 0 && (::kill(pid_t(pid), 0) == 0 || errno == EPERM); }
 
@@ -93,7 +90,7 @@ void summarize_journal(const std::filesystem::path & journal, bool report_missin
 
     const long pid = start.value("pid", 0L);
     if (report_missing)
-        out << "no report at " << str(start.value("report", json())) << ": the run wrote none. From its journal "
+        out << "no report at " << json_text(start.value("report", json())) << ": the run wrote none. From its journal "
             << journal.string() << " (" << j.records.size() << " records" << (j.torn ? ", a torn last line dropped" : "")
             << "):\n";
     else
@@ -101,9 +98,9 @@ void summarize_journal(const std::filesystem::path & journal, bool report_missin
             << " records). That run did not write its report; the report above is an earlier run's.\n";
     std::string state;
     if (end)
-        state = "ended " + str(end->value("status", json())) + " (exit " + str(end->value("exit_code", json())) +
+        state = "ended " + json_text(end->value("status", json())) + " (exit " + json_text(end->value("exit_code", json())) +
                 "), but its report was not written" +
-                (end->value("error", json()).is_object() ? ": " + str(end->value("error", json()).value("message", json())) : "");
+                (end->value("error", json()).is_object() ? ": " + json_text(end->value("error", json()).value("message", json())) : "");
     else if (process_alive(pid))
         state = "running: pid " + std::to_string(pid) + " is alive (the report is written when it ends)";
     else
@@ -111,14 +108,14 @@ void summarize_journal(const std::filesystem::path & journal, bool report_missin
                 " is gone without a report (killed by SIGKILL or the OOM killer, or it crashed); the journal ends at +" +
                 num(last.value("t", json()), "%.3f") + " s";
     out << "status: " << state << "\n";
-    out << "started: " << str(start.value("started_at", json())) << "  pid " << pid << "\n";
+    out << "started: " << json_text(start.value("started_at", json())) << "  pid " << pid << "\n";
     std::string cmd;
-    for (const auto & a : start.value("command_line", json::array())) cmd += (cmd.empty() ? "" : " ") + str(a);
+    for (const auto & a : start.value("command_line", json::array())) cmd += (cmd.empty() ? "" : " ") + json_text(a);
     out << "command line: " << (cmd.empty() ? "(not recorded)" : cmd) << "\n";
     if (plugin.is_object())
-        out << "plugin: " << str(plugin.value("name", json())) << " " << str(plugin.value("version", json())) << "\n";
-    out << "last memory reading: RSS " << bytes(last.value("rss_bytes", json())) << " (peak so far "
-        << bytes(last.value("rss_peak_bytes", json())) << "), MemAvailable " << bytes(last.value("mem_available_bytes", json()))
+        out << "plugin: " << json_text(plugin.value("name", json())) << " " << json_text(plugin.value("version", json())) << "\n";
+    out << "last memory reading: RSS " << json_bytes(last.value("rss_bytes", json())) << " (peak so far "
+        << json_bytes(last.value("rss_peak_bytes", json())) << "), MemAvailable " << json_bytes(last.value("mem_available_bytes", json()))
         << "\n\nPHASES (from the journal; host wall clock; open = where the journal ends)\n";
     for (const auto & p : phases) {
         std::string line = "  " + std::string(2 * p.depth, ' ') + p.name;
@@ -126,7 +123,7 @@ void summarize_journal(const std::filesystem::path & journal, bool report_missin
         if (p.wall.is_null()) line += "open since +" + num(json(p.begun), "%.3f") + " s";
         else line += num(p.wall, "%.3f") + " s";
         if (p.steps > 0)
-            line += "  " + std::to_string(p.steps) + " step(s), last " + str(p.last_step.value("index", json())) + " at +" +
+            line += "  " + std::to_string(p.steps) + " step(s), last " + json_text(p.last_step.value("index", json())) + " at +" +
                     num(p.last_step.value("t", json()), "%.3f") + " s";
         out << line << "\n";
     }
@@ -135,8 +132,8 @@ void summarize_journal(const std::filesystem::path & journal, bool report_missin
         for (const auto & [c, k] : counters) {
             const json & e = k.is_object() && k.contains("engine") ? k["engine"].value("counters", json()) : json();
             if (e.is_object())
-                out << "  " << c << ": bytes moved " << str(e.value("bytes_moved", json())) << ", uploads "
-                    << str(e.value("uploads", json())) << ", failures " << str(e.value("failures", json())) << "\n";
+                out << "  " << c << ": bytes moved " << json_text(e.value("bytes_moved", json())) << ", uploads "
+                    << json_text(e.value("uploads", json())) << ", failures " << json_text(e.value("failures", json())) << "\n";
             else
                 out << "  " << c << ": " << k.dump() << "\n";
         }
@@ -147,7 +144,7 @@ void summarize_journal(const std::filesystem::path & journal, bool report_missin
             out << "  " << c << ": " << human_bytes(v.first) << " over " << v.second << " step(s)\n";
     }
     for (const auto * o : outputs)
-        out << "output: " << str(o->value("path", json())) << "  sha256 " << str(o->value("sha256", json())).substr(0, 16) << "\n";
+        out << "output: " << json_text(o->value("path", json())) << "  sha256 " << json_text(o->value("sha256", json())).substr(0, 16) << "\n";
 }
 
 }  // namespace ddo::host

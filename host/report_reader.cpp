@@ -16,6 +16,14 @@ namespace ddo::host {
 
 using nlohmann::json;
 
+std::string json_text(const json & v) {
+    if (v.is_null()) return "null";
+    if (v.is_string()) return v.get<std::string>();
+    return v.dump();
+}
+
+std::string json_bytes(const json & v) { return v.is_number() ? human_bytes(v.get<double>()) : "null"; }
+
 json parse_report(std::string_view text, const std::string & name) {
     json j;
     try {
@@ -91,16 +99,10 @@ std::string secs(const json & v) {
     return b;
 }
 
-std::string text(const json & v) {
-    if (v.is_null()) return "null";
-    if (v.is_string()) return v.get<std::string>();
-    return v.dump();
-}
 
 const char * kMonitors[] = {"rss", "uss", "mem_available", "cgroup", "gpu_absolute", "gpu_delta", "torch_allocated",
                             "torch_reserved"};
 
-std::string bytes(const json & v) { return v.is_number() ? human_bytes(v.get<double>()) : "null"; }
 
 // One staging route: "pinned on: 2/2 ok, 80 KiB" or "registration off (reason): 0 attempts".
 std::string staging_route(const json & hs, const char * route) {
@@ -108,15 +110,15 @@ std::string staging_route(const json & hs, const char * route) {
     const json & lim = object_field(hs, "limits");
     std::string mode;
     if (std::string(route) == "pinned") {
-        mode = lim.contains("pinned_route") ? text(field(lim, "pinned_route")) : "on";
+        mode = lim.contains("pinned_route") ? json_text(field(lim, "pinned_route")) : "on";
         if (mode == "off" && !field(lim, "pinned_route_reason").is_null())
-            mode += " (" + text(field(lim, "pinned_route_reason")) + ")";
+            mode += " (" + json_text(field(lim, "pinned_route_reason")) + ")";
     } else {
-        mode = text(field(lim, "registration"));
+        mode = json_text(field(lim, "registration"));
     }
-    return std::string(route) + " " + mode + ": " + text(field(c, "successes")) + "/" + text(field(c, "attempts")) +
-           " ok, " + text(field(c, "refusals")) + " refused, " + text(field(c, "failures")) + " failed, " +
-           bytes(field(c, "bytes_total"));
+    return std::string(route) + " " + mode + ": " + json_text(field(c, "successes")) + "/" + json_text(field(c, "attempts")) +
+           " ok, " + json_text(field(c, "refusals")) + " refused, " + json_text(field(c, "failures")) + " failed, " +
+           json_bytes(field(c, "bytes_total"));
 }
 
 // Components streamed by the offload engine (counters.<c>.engine): the plan, the bytes moved by source and the
@@ -137,48 +139,48 @@ void streaming(const json & counters) {
             ++by[residency.is_string() ? residency.get<std::string>() : "?"];
         }
         std::printf("  %-16s plan %s: %zu groups (%d resident, %d pinned, %d pageable, %d file), %s slots of %s\n",
-                    c.c_str(), text(field(plan, "route")).c_str(), groups.size(), by["resident"], by["pinned"],
-                    by["pageable"], by["file"], text(field(plan, "slots")).c_str(), bytes(field(plan, "slot_bytes")).c_str());
+                    c.c_str(), json_text(field(plan, "route")).c_str(), groups.size(), by["resident"], by["pinned"],
+                    by["pageable"], by["file"], json_text(field(plan, "slots")).c_str(), json_bytes(field(plan, "slot_bytes")).c_str());
         const json & mv = object_field(k, "bytes_moved");
         std::printf("  %-16s moved resident %s, pinned %s, pageable %s, file %s; %s uploads, %s hits, %s misses, "
                     "stall %s\n",
-                    "", bytes(field(mv, "resident")).c_str(), bytes(field(mv, "pinned")).c_str(),
-                    bytes(field(mv, "pageable")).c_str(), bytes(field(mv, "file")).c_str(),
-                    text(field(k, "uploads")).c_str(), text(field(k, "hits")).c_str(), text(field(k, "misses")).c_str(),
+                    "", json_bytes(field(mv, "resident")).c_str(), json_bytes(field(mv, "pinned")).c_str(),
+                    json_bytes(field(mv, "pageable")).c_str(), json_bytes(field(mv, "file")).c_str(),
+                    json_text(field(k, "uploads")).c_str(), json_text(field(k, "hits")).c_str(), json_text(field(k, "misses")).c_str(),
                     secs(field(k, "stall_s")).c_str());
         const json & hs = field(en, "host_staging");
         if (hs.is_object())
-            std::printf("  %-16s staging (%s) %s; %s\n", "", text(field(hs, "backend")).c_str(),
+            std::printf("  %-16s staging (%s) %s; %s\n", "", json_text(field(hs, "backend")).c_str(),
                         staging_route(hs, "pinned").c_str(), staging_route(hs, "registration").c_str());
         else
-            std::printf("  %-16s staging: none (%s)\n", "", text(field(en, "host_staging_reason")).c_str());
+            std::printf("  %-16s staging: none (%s)\n", "", json_text(field(en, "host_staging_reason")).c_str());
     }
 }
 
 }  // namespace
 
 void summarize_report(const json & r) {
-    std::cout << "status: " << text(field(r, "status")) << "  exit_code: " << text(field(r, "exit_code"));
-    if (!field(r, "error").is_null()) std::cout << "  error: " << text(field(field(r, "error"), "message"));
+    std::cout << "status: " << json_text(field(r, "status")) << "  exit_code: " << json_text(field(r, "exit_code"));
+    if (!field(r, "error").is_null()) std::cout << "  error: " << json_text(field(field(r, "error"), "message"));
     std::cout << "\n";
-    std::cout << "plugin: " << text(at_path(r, "identity.plugin.name")) << "  preset: requested "
-              << text(at_path(r, "identity.preset.requested")) << ", effective " << text(at_path(r, "identity.preset.effective"))
+    std::cout << "plugin: " << json_text(at_path(r, "identity.plugin.name")) << "  preset: requested "
+              << json_text(at_path(r, "identity.preset.requested")) << ", effective " << json_text(at_path(r, "identity.preset.effective"))
               << "\n";
-    std::cout << "host: " << text(at_path(r, "identity.host.version")) << " (" << text(at_path(r, "identity.host.git_revision"))
-              << ")  dry_run: " << text(field(r, "dry_run")) << "\n";
+    std::cout << "host: " << json_text(at_path(r, "identity.host.version")) << " (" << json_text(at_path(r, "identity.host.git_revision"))
+              << ")  dry_run: " << json_text(field(r, "dry_run")) << "\n";
     std::cout << "tracked total (host clock): " << secs(at_path(r, "timing.tracked_total_host_s")) << "\n";
     // What ran: the workload the plugin recorded (after its decisions), and what it changed from the request.
     std::string workload;
     const json wl = r.value("workload", json::object());  // named: items() must not iterate a temporary
     for (const auto & [k, v] : wl.items())
-        if (!v.is_structured() && !v.is_null()) workload += (workload.empty() ? "" : ", ") + k + " " + text(v);
+        if (!v.is_structured() && !v.is_null()) workload += (workload.empty() ? "" : ", ") + k + " " + json_text(v);
     std::cout << "workload: " << (workload.empty() ? "(none recorded)" : workload) << "\n";
     const json adjustments = r.value("adjustments", json::array()), outputs = r.value("outputs", json::array());
     for (const auto & a : adjustments)
-        std::cout << "adjusted " << text(field(a, "key")) << ": requested " << field(a, "requested").dump() << ", ran "
-                  << field(a, "effective").dump() << " (" << text(field(a, "reason")) << ")\n";
+        std::cout << "adjusted " << json_text(field(a, "key")) << ": requested " << field(a, "requested").dump() << ", ran "
+                  << field(a, "effective").dump() << " (" << json_text(field(a, "reason")) << ")\n";
     for (const auto & o : outputs) {
-        std::cout << "output: " << text(field(o, "path")) << "  sha256 " << text(field(o, "sha256")).substr(0, 16) << "\n";
+        std::cout << "output: " << json_text(field(o, "path")) << "  sha256 " << json_text(field(o, "sha256")).substr(0, 16) << "\n";
         // What the file holds (media outputs: codecs, frames, duration), one level deep.
         std::string facts;
         const json & f = object_field(o, "facts");
@@ -186,10 +188,10 @@ void summarize_report(const json & r) {
             if (v.is_object()) {
                 std::string inner;
                 for (const auto & [k2, v2] : v.items())
-                    if (!v2.is_structured()) inner += (inner.empty() ? "" : " ") + k2 + " " + text(v2);
+                    if (!v2.is_structured()) inner += (inner.empty() ? "" : " ") + k2 + " " + json_text(v2);
                 facts += (facts.empty() ? "" : ", ") + k + " {" + inner + "}";
             } else if (!v.is_null()) {
-                facts += (facts.empty() ? "" : ", ") + k + " " + text(v);
+                facts += (facts.empty() ? "" : ", ") + k + " " + json_text(v);
             }
         }
         if (!facts.empty()) std::cout << "  holds: " << facts << "\n";
@@ -202,9 +204,9 @@ void summarize_report(const json & r) {
         // Two spaces per nesting level (a depth that is not a small non-negative integer indents nothing).
         const json & depth = field(p, "depth");
         const std::size_t indent = depth.is_number_unsigned() && depth.get<std::uint64_t>() <= 32 ? depth.get<std::size_t>() : 0;
-        std::string name = std::string(2 * indent, ' ') + text(field(p, "name"));
+        std::string name = std::string(2 * indent, ' ') + json_text(field(p, "name"));
         const json & cuda_ms = field(p, "cuda_event_ms");
-        std::string cuda = cuda_ms.is_number() ? text(cuda_ms) + " ms" : "null";
+        std::string cuda = cuda_ms.is_number() ? json_text(cuda_ms) + " ms" : "null";
         std::printf("  %-36s %-12s %-12s %-14s %-14s\n", name.c_str(), secs(field(p, "host_wall_s")).c_str(), cuda.c_str(),
                     gib(at_path(p, "memory.rss.peak_bytes")).c_str(), gib(at_path(p, "memory.gpu_absolute.peak_bytes")).c_str());
     }
@@ -218,7 +220,7 @@ void summarize_report(const json & r) {
             if (n > 15 && i == 10) std::printf("  ... %zu more ...\n", n - 15);
             if (n > 15 && i >= 10 && i < n - 5) continue;
             const auto & st = steps[i];
-            std::printf("  %-28s %-6s %-12s\n", text(field(st, "phase")).c_str(), text(field(st, "index")).c_str(),
+            std::printf("  %-28s %-6s %-12s\n", json_text(field(st, "phase")).c_str(), json_text(field(st, "index")).c_str(),
                         secs(field(st, "host_wall_s")).c_str());
         }
     }
@@ -230,23 +232,23 @@ void summarize_report(const json & r) {
             std::printf("  %-16s %-14s %-10s %-9s %s\n", m, "null", "-", "-", "absent from the report");
             continue;
         }
-        std::string why = !field(mon, "reason").is_null() ? text(field(mon, "reason")) : text(field(mon, "scope"));
+        std::string why = !field(mon, "reason").is_null() ? json_text(field(mon, "reason")) : json_text(field(mon, "scope"));
         std::printf("  %-16s %-14s %-10s %-9s %s\n", m, gib(field(mon, "peak_bytes")).c_str(),
-                    text(field(mon, "samples")).c_str(), text(field(mon, "complete")).c_str(), why.c_str());
+                    json_text(field(mon, "samples")).c_str(), json_text(field(mon, "complete")).c_str(), why.c_str());
     }
     std::cout << "\nROUTES (intended vs executed)\n";
     const json routes = r.value("routes", json::object());
     for (const auto & [c, e] : routes.items())
-        std::printf("  %-16s intended %-12s executed %-12s %s\n", c.c_str(), text(field(e, "intended")).c_str(),
-                    text(field(e, "executed")).c_str(),
-                    field(e, "executed").is_null() ? text(field(e, "executed_reason")).c_str() : "");
+        std::printf("  %-16s intended %-12s executed %-12s %s\n", c.c_str(), json_text(field(e, "intended")).c_str(),
+                    json_text(field(e, "executed")).c_str(),
+                    field(e, "executed").is_null() ? json_text(field(e, "executed_reason")).c_str() : "");
     const json counters = r.value("counters", json::object());
     streaming(counters);
     // Scalars only: nested objects (the engine's plan and counters, placement) would not fit one screen.
     std::cout << "\nCOUNTERS (scalars; nested objects are in the report)\n";
     for (const auto & [c, e] : counters.items())
         for (const auto & [k, v] : e.items()) {
-            const std::string shown = v.is_structured() ? "(see counters." + c + "." + k + ")" : text(v);
+            const std::string shown = v.is_structured() ? "(see counters." + c + "." + k + ")" : json_text(v);
             std::printf("  %-16s %-32s %s\n", c.c_str(), k.c_str(), shown.c_str());
         }
 }
@@ -285,7 +287,7 @@ void diff_reports(const json & a, const json & b, const std::string & na, const 
     } else {
         std::cout << "NOT a matched comparison: these workload/identity fields differ:\n";
         for (const auto & d : diffs)
-            std::cout << "  " << d << ": " << text(at_path(a, d)) << "  vs  " << text(at_path(b, d)) << "\n";
+            std::cout << "  " << d << ": " << json_text(at_path(a, d)) << "  vs  " << json_text(at_path(b, d)) << "\n";
     }
     std::cout << "\n";
     std::printf("%-40s %-20s %-20s %-12s %s\n", "", na.substr(0, 20).c_str(), nb.substr(0, 20).c_str(), "B - A", "B / A");
@@ -305,13 +307,13 @@ void diff_reports(const json & a, const json & b, const std::string & na, const 
         }
         std::printf("%-40s %-20s %-20s %-12s %s\n", k.c_str(), x.c_str(), y.c_str(), delta.c_str(), ratio.c_str());
     };
-    row("status", text(field(a, "status")), text(field(b, "status")));
-    row("preset (effective)", text(at_path(a, "identity.preset.effective")), text(at_path(b, "identity.preset.effective")));
+    row("status", json_text(field(a, "status")), json_text(field(b, "status")));
+    row("preset (effective)", json_text(at_path(a, "identity.preset.effective")), json_text(at_path(b, "identity.preset.effective")));
     row("tracked total (host)", secs(at_path(a, "timing.tracked_total_host_s")), secs(at_path(b, "timing.tracked_total_host_s")),
         at_path(a, "timing.tracked_total_host_s"), at_path(b, "timing.tracked_total_host_s"), 1, " s");
     auto phase_map = [](const json & r) {
         std::map<std::string, json> m;
-        for (const auto & p : array_field(r, "phases")) m[text(field(p, "name"))] = p;
+        for (const auto & p : array_field(r, "phases")) m[json_text(field(p, "name"))] = p;
         return m;
     };
     auto pa = phase_map(a), pb = phase_map(b);
@@ -326,7 +328,7 @@ void diff_reports(const json & a, const json & b, const std::string & na, const 
         const json & ca = pa.count(n) ? field(pa[n], "cuda_event_ms") : absent;
         const json & cb = pb.count(n) ? field(pb[n], "cuda_event_ms") : absent;
         if (!ca.is_null() || !cb.is_null())
-            row("phase " + n + " cuda event ms", pa.count(n) ? text(ca) : "absent", pb.count(n) ? text(cb) : "absent", ca, cb, 1, " ms");
+            row("phase " + n + " cuda event ms", pa.count(n) ? json_text(ca) : "absent", pb.count(n) ? json_text(cb) : "absent", ca, cb, 1, " ms");
     }
     for (const char * m : kMonitors) {
         const json & x = at_path(a, std::string("memory.") + m + ".peak_bytes");
@@ -340,18 +342,18 @@ void diff_reports(const json & a, const json & b, const std::string & na, const 
     for (const auto & c : streamed) {
         const json & x = at_path(a, "counters." + c + ".bytes_streamed");
         const json & y = at_path(b, "counters." + c + ".bytes_streamed");
-        if (!x.is_null() || !y.is_null()) row("bytes streamed " + c, text(x), text(y), x, y, 1048576.0, " MiB");
+        if (!x.is_null() || !y.is_null()) row("bytes streamed " + c, json_text(x), json_text(y), x, y, 1048576.0, " MiB");
     }
     const json & oa = array_field(a, "outputs"), & ob = array_field(b, "outputs");
     for (std::size_t i = 0; i < std::max(oa.size(), ob.size()); ++i) {
-        const std::string ha = i < oa.size() ? text(field(oa[i], "sha256")) : "absent",
-                          hb = i < ob.size() ? text(field(ob[i], "sha256")) : "absent";
+        const std::string ha = i < oa.size() ? json_text(field(oa[i], "sha256")) : "absent",
+                          hb = i < ob.size() ? json_text(field(ob[i], "sha256")) : "absent";
         row("output " + std::to_string(i) + " sha256", ha.substr(0, 16), hb.substr(0, 16));
         std::printf("%-40s %s\n", "", ha == hb ? "identical files" : "different files (PNG text chunks name the run: compare pixels for images)");
     }
     std::set<std::string> comps;
     for (const auto & c : comps)
-        row("route " + c + " executed", text(at_path(a, "routes." + c + ".executed")), text(at_path(b, "routes." + c + ".executed")));
+        row("route " + c + " executed", json_text(at_path(a, "routes." + c + ".executed")), json_text(at_path(b, "routes." + c + ".executed")));
 }
 
 }  // namespace ddo::host

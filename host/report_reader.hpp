@@ -16,6 +16,11 @@ nlohmann::json parse_report(std::string_view text, const std::string & name);
 // The report file at `path` through parse_report; throws UsageError when it cannot be opened.
 nlohmann::json load_report(const std::string & path);
 
+// A report field as people read it: a string as it is, null as "null", anything else as its JSON text.
+std::string json_text(const nlohmann::json & v);
+// A byte count through human_bytes ("1.500 GiB"); "null" when the field is not a number.
+std::string json_bytes(const nlohmann::json & v);
+
 // Phases, peaks, routes and counters of one report, on stdout.
 void summarize_report(const nlohmann::json & report);
 // Two reports side by side on stdout; says whether they are a matched comparison (na, nb: their names).

@@ -11,7 +11,9 @@ control: weights loaded by from_pretrained, then the call), then ddo-host on eac
 steady steps (host wall clock: diffusers from callback_on_step_end, ddo from its report's steps), the process's
 peak RSS (the kernel's high-water mark: ru_maxrss for diffusers, VmHWM from ddo's report), the telemetry's own CPU
 share (ddo) and the output's max pixel difference against diffusers'. Printed: medians over rounds with min-max,
-ratios to diffusers, and the load average before and after; written to BUILD/bench/qwen_image_21_cpu.json. A
+ratios to diffusers; with resident and disk both run, the disk route's peak RSS against the resident set + its slots
+(Note [Disk route memory] in docs/benchmarks.md) and its steady step against resident's; the load average before and
+after and the CPU time stolen by the hypervisor meanwhile. Written to BUILD/bench/qwen_image_21_cpu.json. A
 benchmark prints figures; no test asserts on them (docs/benchmarks.md).
 """
 
@@ -94,10 +96,21 @@ def run_ddo(build: Path, ckpt, route, size, steps, work: Path, threads, blocks):
     setup = sum(p["host_wall_s"] for p in rep["phases"] if p["name"] in ("setup", "load"))
     from PIL import Image
     import numpy as np
+    engine = rep["counters"]["transformer"]["engine"]["counters"]
+    load_rss = next(p["memory"]["rss"]["peak_bytes"] for p in rep["phases"] if p["name"] == "load")
     return {"setup_s": setup, "steps_s": steps_s, "peak_rss_bytes": rep["memory"]["rss"]["kernel_hwm_bytes"],
             "telemetry_cpu_fraction": rep["sampler"]["cpu_fraction_of_wall"],
-            "mapped_bytes": rep["counters"]["transformer"]["engine"]["counters"]["mapped_bytes"],
+            "mapped_bytes": engine["mapped_bytes"], "slot_bytes": engine["device_bytes"], "load_rss_bytes": load_rss,
             "pixels": np.asarray(Image.open(out / "image.png"))}
+
+
+def cpu_steal_s():
+    """Seconds of CPU time the hypervisor gave to others (all cores, /proc/stat's steal): noise load average misses."""
+    try:
+        fields = Path("/proc/stat").read_text().split("\n", 1)[0].split()
+        return int(fields[8]) / os.sysconf("SC_CLK_TCK")
+    except (OSError, IndexError, ValueError):
+        return None
 
 
 def summary(values):
@@ -124,7 +137,7 @@ def main():
     routes = [r for r in a.routes.split(",") if r]
     names = ["diffusers"] + [f"ddo {r}" for r in routes]
     runs = {n: [] for n in names}
-    load_before = os.getloadavg()
+    load_before, steal_before = os.getloadavg(), cpu_steal_s()
     for rnd in range(a.rounds):
         for n in names:
             print(f"bench: round {rnd + 1}/{a.rounds}: {n}", flush=True)
@@ -132,7 +145,7 @@ def main():
                 runs[n].append(run_diffusers(ckpt, a.size, a.steps, work, a.threads))
             else:
                 runs[n].append(run_ddo(build, ckpt, n.split(" ", 1)[1], a.size, a.steps, work, a.threads, a.blocks))
-    load_after = os.getloadavg()
+    load_after, steal_after = os.getloadavg(), cpu_steal_s()
     ref_pixels = runs["diffusers"][0]["pixels"]
     rows = {}
     for n in names:
@@ -144,6 +157,8 @@ def main():
         if "telemetry_cpu_fraction" in rs[0]:
             rows[n]["telemetry_cpu_fraction"] = summary([r["telemetry_cpu_fraction"] for r in rs])
             rows[n]["mapped_gib"] = rs[0]["mapped_bytes"] / 2**30
+            rows[n]["slot_gib"] = rs[0]["slot_bytes"] / 2**30
+            rows[n]["load_rss_gib"] = summary([r["load_rss_bytes"] / 2**30 for r in rs])
     d = rows["diffusers"]
     print(f"\n== Qwen-Image 2.1 transformer, {a.blocks} blocks at width 4096, fp32, {a.size}x{a.size}, {a.steps} steps, "
           f"{a.threads} threads, {a.rounds} rounds (medians, min-max) ==")
@@ -156,9 +171,23 @@ def main():
         print(f"  {n:<18} {s['median']:8.3f} s ({s['min']:.3f}-{s['max']:.3f}) {s['median'] / d['steady_step_s']['median']:6.2f}"
               f" {z['median']:7.3f} s ({z['min']:.2f}-{z['max']:.2f}) {z['median'] / d['step0_s']['median']:6.2f}"
               f" {m['median']:7.2f} ({m['min']:.2f}-{m['max']:.2f}) {r['max_pixel_diff']:7d} {tel:>9}")
+    if "ddo resident" in rows and "ddo disk" in rows:
+        # Note [Disk route memory] in docs/benchmarks.md: what the disk route holds beyond its slots.
+        res, dsk = rows["ddo resident"], rows["ddo disk"]
+        kept = res["peak_rss_gib"]["median"] - res["mapped_gib"]  # the resident run without the blocks disk streams
+        print(f"  disk peak RSS {dsk['peak_rss_gib']['median']:.2f} GiB against resident set + slots "
+              f"{kept:.2f} + {dsk['slot_gib']:.2f} = {kept + dsk['slot_gib']:.2f} GiB: "
+              f"x{dsk['peak_rss_gib']['median'] / (kept + dsk['slot_gib']):.3f} (resident set = the resident run's peak "
+              f"RSS less the {res['mapped_gib']:.2f} GiB of blocks the disk run streams); against RSS after load + slots "
+              f"{dsk['load_rss_gib']['median']:.2f} + {dsk['slot_gib']:.2f}: "
+              f"x{dsk['peak_rss_gib']['median'] / (dsk['load_rss_gib']['median'] + dsk['slot_gib']):.3f} (activations excluded)")
+        print(f"  disk steady step x{dsk['steady_step_s']['median'] / res['steady_step_s']['median']:.3f} of resident")
+    steal = None if steal_before is None or steal_after is None else steal_after - steal_before
     print(f"  load average before {[round(x, 2) for x in load_before]}, after {[round(x, 2) for x in load_after]} "
-          f"(1/5/15 min) on {os.cpu_count()} cores")
-    result = {"config": vars(a), "load_average_before": load_before, "load_average_after": load_after, "rows": rows}
+          f"(1/5/15 min) on {os.cpu_count()} cores; CPU steal during the bench "
+          f"{'unknown' if steal is None else f'{steal:.1f} s'}")
+    result = {"config": vars(a), "load_average_before": load_before, "load_average_after": load_after,
+              "cpu_steal_s": steal, "rows": rows}
     (build / "bench" / "qwen_image_21_cpu.json").write_text(json.dumps(result, indent=2) + "\n")
     print(f"wrote {build / 'bench' / 'qwen_image_21_cpu.json'}")
     return 0

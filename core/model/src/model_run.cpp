@@ -236,6 +236,17 @@ void ModelRun::check_interrupted(const std::string & where) const {
         throw Error(ExitCode::interrupted, plugin_ + ": interrupted " + where);
 }
 
+std::function<void(const std::string &)> ModelRun::decode_stage_check() const {
+    return [this](const std::string & stage) { check_interrupted("while decoding (after " + stage + ")"); };
+}
+
+std::function<void(int, int)> ModelRun::decode_piece_progress(const std::string & unit) {
+    return [this, unit](int done, int total) {
+        check_interrupted("while decoding " + unit + " " + std::to_string(done) + " of " + std::to_string(total));
+        step(done, total);
+    };
+}
+
 void ModelRun::adjust(const std::string & key, const nlohmann::json & requested, const nlohmann::json & effective,
                       const std::string & reason) {
     if (ctx_.tracker) ctx_.tracker->add_adjustment(key, requested, effective, reason);

@@ -208,11 +208,8 @@ void run_ltx2_image(model::ModelRun & run) {
                              "implemented for the image pipeline (the LTX-2.3 VAE is not timestep-conditioned)");
         const auto z = image_latents_for_decode(latents, geo, m.vae, m.vae_config).to(w.dtype);
         VideoVaeDecoder decoder(m.vae_config, *vae.view);
-        decoder.set_stage_check([&](const std::string & stage) { run.check_interrupted("while decoding (after " + stage + ")"); });
-        const auto pixels = decode_video(decoder, z, {}, vae_choice.strategy, vae_choice.tiling, [&](int done, int total) {
-            run.check_interrupted("while decoding piece " + std::to_string(done) + " of " + std::to_string(total));
-            run.step(done, total);
-        });
+        decoder.set_stage_check(run.decode_stage_check());
+        const auto pixels = decode_video(decoder, z, {}, vae_choice.strategy, vae_choice.tiling, run.decode_piece_progress("piece"));
         image = image_of(pixels).unsqueeze(0);
     }
     run.record_route("vae", vae_choice.requested, video_vae_strategy_name(vae_choice.strategy), vae_choice.reason);

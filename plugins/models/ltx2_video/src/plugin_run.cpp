@@ -288,11 +288,8 @@ void run_ltx2_video(model::ModelRun & run) {
         const auto stats = read_video_latent_stats(m.vae, m.vae_config);
         z = denormalize_video_latents(z, stats.mean, stats.std, m.vae_config.scaling_factor);
         VideoVaeDecoder decoder(m.vae_config, *vae.view);
-        decoder.set_stage_check([&](const std::string & stage) { run.check_interrupted("while decoding (after " + stage + ")"); });
-        pixels = decode_video(decoder, z, t, vae_choice.strategy, vae_choice.tiling, [&](int done, int total) {
-            run.check_interrupted("while decoding piece " + std::to_string(done) + " of " + std::to_string(total));
-            run.step(done, total);
-        });
+        decoder.set_stage_check(run.decode_stage_check());
+        pixels = decode_video(decoder, z, t, vae_choice.strategy, vae_choice.tiling, run.decode_piece_progress("piece"));
     }
     run.record_route("vae", vae_choice.requested, video_vae_strategy_name(vae_choice.strategy), vae_choice.reason);
     unload(run, vae);

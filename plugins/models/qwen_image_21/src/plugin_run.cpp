@@ -233,11 +233,8 @@ void run_qwen_image_21(model::ModelRun & run) {
 
         run.begin_phase("decode");
         VaeDecoder vae(m.vae, m.vae_config, o.dtype, o.device, vae_choice.strategy, vae_choice.tiling);
-        vae.set_tile_progress([&](int done, int total) {  // a long tiled decode shows progress and can be interrupted
-            run.check_interrupted("while decoding tile " + std::to_string(done) + " of " + std::to_string(total));
-            run.step(done, total);
-        });
-        vae.set_stage_check([&](const std::string & stage) { run.check_interrupted("while decoding (after " + stage + ")"); });
+        vae.set_tile_progress(run.decode_piece_progress("tile"));  // a long decode shows progress and can be interrupted
+        vae.set_stage_check(run.decode_stage_check());
         auto image = decode_latents(m, vae, latents, o);
         const bool fell_back = vae_choice.strategy == VaeStrategy::tiled && !vae.last_decode_tiled();
         const std::string executed = fell_back ? "resident" : vae_strategy_name(vae_choice.strategy);
