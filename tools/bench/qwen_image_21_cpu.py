@@ -4,7 +4,7 @@ real width (4096, 32 heads x 128, mlp_ratio 3), random weights, fp32, from the s
 
 Usage (tools/ddo bench qwen_image_21_cpu [options] -> tools/bench/run_qwen_image_21_cpu.sh BUILD [options]):
   qwen_image_21_cpu.py BUILD [--blocks 4] [--size 256] [--steps 4] [--rounds 3]
-                             [--routes resident,dynamic,disk,group_block] [--threads 2]
+                             [--routes resident,dynamic,disk,group_block] [--threads 2] [--checkpoint-dtype fp32|bf16]
 
 Each round runs, in a fresh process each and interleaved: diffusers' QwenImage21Pipeline without offload (the
 control: weights loaded by from_pretrained, then the call), then ddo-host on each route. Per run: step 0 and the
@@ -40,6 +40,7 @@ def diffusers_child(ckpt: Path, size: int, steps: int, out: Path):
 
     t0 = time.perf_counter()
     pipe, embeds, _, _ = ckpt_mod.make_pipeline(ckpt, "fp32")
+    embeds = embeds.to(torch.float32)  # saved in the checkpoint's dtype; ddo-host converts them the same way
     setup_s = time.perf_counter() - t0
     marks = []
 
@@ -74,7 +75,8 @@ def run_diffusers(ckpt, size, steps, work: Path, threads):
 def block_bytes(ckpt: Path) -> int:
     h = json.loads((ckpt / "transformer" / "config.json").read_text())
     d = h["num_attention_heads"] * h["attention_head_dim"]
-    return (4 * d * d + 3 * d * h["mlp_ratio"] * d + 2 * h["attention_head_dim"]) * 4
+    per = 2 if json.loads((ckpt / "bench.json").read_text())["dtype"] == "bf16" else 4
+    return (4 * d * d + 3 * d * h["mlp_ratio"] * d + 2 * h["attention_head_dim"]) * per
 
 
 def run_ddo(build: Path, ckpt, route, size, steps, work: Path, threads, blocks):
@@ -129,9 +131,12 @@ def main():
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--routes", default="resident,dynamic,disk,group_block")
     ap.add_argument("--threads", type=int, default=os.cpu_count() or 1)
+    # The file's dtype; both compute in fp32 (bf16: diffusers converts at from_pretrained, ddo as its plan does).
+    ap.add_argument("--checkpoint-dtype", choices=["fp32", "bf16"], default="fp32")
     a = ap.parse_args()
     build = Path(a.build).resolve()
-    ckpt = ckpt_mod.ensure_checkpoint(build / "bench", a.blocks, "fp32", tiny=False, log=lambda m: print(m, flush=True))
+    ckpt = ckpt_mod.ensure_checkpoint(build / "bench", a.blocks, a.checkpoint_dtype, tiny=False,
+                                      log=lambda m: print(m, flush=True))
     work = build / "bench" / "qwen_image_21_cpu_runs"
     work.mkdir(parents=True, exist_ok=True)
     routes = [r for r in a.routes.split(",") if r]
@@ -160,7 +165,8 @@ def main():
             rows[n]["slot_gib"] = rs[0]["slot_bytes"] / 2**30
             rows[n]["load_rss_gib"] = summary([r["load_rss_bytes"] / 2**30 for r in rs])
     d = rows["diffusers"]
-    print(f"\n== Qwen-Image 2.1 transformer, {a.blocks} blocks at width 4096, fp32, {a.size}x{a.size}, {a.steps} steps, "
+    dtype = "fp32" if a.checkpoint_dtype == "fp32" else f"fp32 from a {a.checkpoint_dtype} checkpoint"
+    print(f"\n== Qwen-Image 2.1 transformer, {a.blocks} blocks at width 4096, {dtype}, {a.size}x{a.size}, {a.steps} steps, "
           f"{a.threads} threads, {a.rounds} rounds (medians, min-max) ==")
     print(f"  {'run':<18} {'steady step':>22} {'ratio':>6} {'step 0':>20} {'ratio':>6} {'peak RSS GiB':>20} "
           f"{'px diff':>7} {'telemetry':>9}")
