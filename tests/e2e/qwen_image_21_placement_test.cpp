@@ -236,3 +236,28 @@ TEST_F(Qi21Placement, ACgroupLimitBelowTheModelsNeedsFailsWithExit4NamingIt) {
     fs::remove_all(dir);
     fs::remove_all(tree);
 }
+
+// Note [Converted residents]: the fp32 fixture computed in bf16. On the resident route each resident group is
+// converted once (the plan budgets it at its bf16 size) and its file pages are handed back; the disk route keeps no
+// residents and converts at each acquire, and says so. (The images are not compared: bf16 on the CPU is not bitwise
+// repeatable here — two resident runs of this fixture gave different sha256s — unlike fp32, whose routes are equal.)
+TEST_F(Qi21Placement, ResidentsInAnotherDtypeAreConvertedOnceAndTheReportSaysWhichRan) {
+    const std::string bf16 = "--set workload.precision=bf16 --set capacities.allocator_backend=host ";
+    HostRun res = run_host("convert_resident", bf16 + "--set components.transformer.route=resident", kFixtures / "checkpoint", "off.toml");
+    HostRun disk = run_host("convert_disk", bf16 + "--set components.transformer.route=disk", kFixtures / "checkpoint", "off.toml");
+    ASSERT_EQ(res.exit_code, 0) << res.log;
+    ASSERT_EQ(disk.exit_code, 0) << disk.log;
+    const auto & rc = res.report.at("counters").at("transformer").at("conversion");
+    EXPECT_EQ(rc.at("dtype"), "BFloat16") << rc.dump();
+    EXPECT_EQ(rc.at("once"), true) << rc.dump();
+    EXPECT_TRUE(rc.at("reason").is_null()) << rc.dump();
+    EXPECT_GT(rc.at("converted_bytes").get<std::uint64_t>(), 0u) << rc.dump();
+    // fp32 -> bf16 halves every converted tensor; the mapped pages of tensors of a page or more are handed back.
+    EXPECT_GT(rc.at("released_file_bytes").get<std::uint64_t>(), 0u) << rc.dump();
+    const auto & plan_notes = res.report.at("counters").at("transformer").at("engine").at("plan").at("notes");
+    EXPECT_NE(plan_notes.dump().find("converted once"), std::string::npos) << plan_notes.dump();
+    const auto & dc = disk.report.at("counters").at("transformer").at("conversion");
+    EXPECT_EQ(dc.at("once"), false) << dc.dump();
+    EXPECT_NE(dc.at("reason").get<std::string>().find("keeps no residents"), std::string::npos) << dc.dump();
+    EXPECT_EQ(dc.at("converted_bytes"), 0) << dc.dump();
+}

@@ -2,6 +2,9 @@
 
 #include <ATen/ATen.h>
 
+#include <sys/mman.h>
+#include <unistd.h>
+
 #include <algorithm>
 #include <map>
 #include <optional>
@@ -14,6 +17,7 @@
 #include "ddo/store/weight_store.hpp"
 #include "ddo/torch/cuda_transport.hpp"
 #include "ddo/torch/tensor_views.hpp"
+#include "ddo/util/format_bytes.hpp"
 
 namespace ddo::model {
 
@@ -46,11 +50,17 @@ struct ComponentWeights::Impl {
     std::unique_ptr<en::Engine> engine;
     std::map<std::size_t, std::vector<en::Lease>> leases;
     std::map<std::size_t, GroupTensors> tensors;
+    // Note [Converted residents]: resident engine groups converted once into the compute dtype (host transport).
+    bool convert_once = false;
+    std::string convert_once_reason;  // why not, when a group's dtype differs and convert_once is false
+    std::map<std::size_t, std::map<std::string, at::Tensor>> converted;  // engine group -> its tensors, converted
+    std::uint64_t converted_bytes = 0, released_source_bytes = 0;
     bool begun = false, ended = false;
     std::function<void(const ComponentWeights &)> on_destroy;
 
     ~Impl() {
         tensors.clear();
+        converted.clear();
         leases.clear();
         if (engine && begun && !ended) engine->end_phase();
     }
@@ -71,6 +81,80 @@ void ComponentWeights::set_on_destroy(std::function<void(const ComponentWeights 
 }
 
 namespace {
+
+// Note [Converted residents]: on a host transport a resident group whose file dtype differs from the compute dtype is
+// converted once, at its first acquire, and its file pages are given back; the plan budgets it at its converted size.
+// Only when that plan keeps every group resident: otherwise groups are converted at each acquire (one block's copy at
+// a time), as on CUDA, where the conversion runs at device bandwidth and device memory is what is short.
+struct ConversionPlan {
+    en::Plan plan;
+    bool convert_once = false;
+    std::string reason;  // why groups in another dtype are converted at each acquire; empty when none are
+};
+
+ConversionPlan plan_with_conversions(const en::ModelLayout & layout, at::ScalarType dtype, const en::EngineConfig & cfg,
+                                     const en::Capacities & caps, bool host_transport) {
+    std::vector<std::uint64_t> converted(layout.size());
+    bool differs = false;
+    for (std::size_t g = 0; g < layout.size(); ++g) {
+        std::uint64_t b = 0;
+        for (const auto & t : layout.group(g).tensors) {
+            const auto st = ddo::torch::to_scalar_type(t.info->dtype);
+            const bool convert = st != dtype && at::isFloatingType(st);
+            differs = differs || convert;
+            b += convert ? t.info->numel() * at::elementSize(dtype) : t.nbytes;
+        }
+        converted[g] = std::max(b, layout.group(g).bytes);
+    }
+    if (!differs) return {en::plan_residency(layout, cfg, caps), false, {}};
+    if (!host_transport)
+        return {en::plan_residency(layout, cfg, caps), false,
+                "CUDA: converted at each acquire, on the device (device memory holds the file's dtype)"};
+    if (cfg.route != Route::resident && cfg.route != Route::component && cfg.route != Route::dynamic)
+        return {en::plan_residency(layout, cfg, caps), false,
+                "route " + std::string(to_string(cfg.route)) + " keeps no residents: converted at each acquire"};
+    en::EngineConfig wide = cfg;
+    wide.resident_bytes = converted;
+    std::string why;
+    try {
+        en::Plan p = en::plan_residency(layout, wide, caps);
+        if (std::all_of(p.groups.begin(), p.groups.end(), [](const en::GroupDecision & g) { return g.residency == en::Residency::resident; })) {
+            p.notes.push_back("residents converted once into the compute dtype (Note [Converted residents]): budgeted at " +
+                              format_mib(p.resident_bytes));
+            return {std::move(p), true, {}};
+        }
+        why = "at the compute dtype's size not every group fits as a resident: converted at each acquire";
+    } catch (const ddo::Error & e) {
+        why = std::string("at the compute dtype's size the plan fails (") + e.what() + "): converted at each acquire";
+    }
+    return {en::plan_residency(layout, cfg, caps), false, why};
+}
+
+// A resident group's tensors converted into `dtype` once (those already in it stay views); the file pages of the
+// converted ones are handed back (MADV_DONTNEED on the read-only mapping: nothing reads them again, and a read would
+// fault them in from the page cache). Adds what it converted and released to the counters.
+std::map<std::string, at::Tensor> convert_resident(const en::Lease & lease,
+                                                   const std::unordered_map<std::string, at::Tensor> & views,
+                                                   at::ScalarType dtype, std::uint64_t & converted_bytes,
+                                                   std::uint64_t & released_bytes) {
+    std::map<std::string, at::Tensor> out;
+    const std::uintptr_t page = std::uintptr_t(::sysconf(_SC_PAGESIZE));
+    for (const auto & [n, t] : views) {
+        if (t.scalar_type() == dtype || !at::isFloatingType(t.scalar_type())) {
+            out.emplace(n, t);
+            continue;
+        }
+        auto c = t.to(dtype, /*non_blocking=*/false, /*copy=*/true);
+        converted_bytes += c.nbytes();
+        if (lease.mapped()) {
+            const auto a = reinterpret_cast<std::uintptr_t>(t.data_ptr());
+            const std::uintptr_t lo = (a + page - 1) / page * page, hi = (a + t.nbytes()) / page * page;
+            if (hi > lo && ::madvise(reinterpret_cast<void *>(lo), hi - lo, MADV_DONTNEED) == 0) released_bytes += hi - lo;
+        }
+        out.emplace(n, std::move(c));
+    }
+    return out;
+}
 
 en::EngineConfig engine_config(const ComponentPlan & p) {
     const auto & k = p.capacities;
@@ -190,8 +274,10 @@ std::unique_ptr<ComponentWeights> ComponentWeights::open(const std::filesystem::
         m.placement["host_staging"] = {{"created", true}, {"backend", pf::to_string(backend)}};
         eo.staging = m.staging.get();
     }
-    m.engine = std::make_unique<en::Engine>(*m.layout, en::plan_residency(*m.layout, cfg, caps), plan.allocator,
-                                            *m.transport, eo);
+    auto planned = plan_with_conversions(*m.layout, m.dtype, cfg, caps, !d.is_cuda());
+    m.convert_once = planned.convert_once;
+    m.convert_once_reason = planned.reason;
+    m.engine = std::make_unique<en::Engine>(*m.layout, std::move(planned.plan), plan.allocator, *m.transport, eo);
     return self;
 }
 
@@ -246,9 +332,16 @@ const GroupTensors & ComponentWeights::acquire(std::size_t i) {
     auto & held = m.leases[i];
     held.clear();
     for (std::size_t g : engine_groups) {
-        held.push_back(m.engine->acquire(g));
+        held.push_back(m.engine->acquire(g));  // a converted resident is acquired too: the engine counts its hits
+        if (auto c = m.converted.find(g); c != m.converted.end()) {
+            for (const auto & [n, t] : c->second) out.map_.emplace(n, t);
+            continue;
+        }
         const auto views = ddo::torch::tensor_views(held.back());  // named: .all() refers into it
-        if (engine_groups.size() == 1) {
+        if (m.convert_once && engine_groups.size() == 1 && m.engine->plan().groups.at(g).residency == en::Residency::resident) {
+            auto & c = m.converted[g] = convert_resident(held.back(), views.all(), m.dtype, m.converted_bytes, m.released_source_bytes);
+            for (const auto & [n, t] : c) out.map_.emplace(n, t);
+        } else if (engine_groups.size() == 1) {
             for (const auto & [n, t] : views.all())
                 out.map_.emplace(n, t.scalar_type() == m.dtype ? t : t.to(m.dtype));  // in place when the dtype matches
         } else {
@@ -299,6 +392,7 @@ ComponentWeights::Progress ComponentWeights::progress() const {
 std::uint64_t ComponentWeights::finish() {
     auto & m = *impl_;
     m.tensors.clear();
+    m.converted.clear();
     m.leases.clear();
     m.held_by.clear();
     m.users.clear();
@@ -307,11 +401,21 @@ std::uint64_t ComponentWeights::finish() {
     return m.engine->end_phase();
 }
 
+nlohmann::json ComponentWeights::conversion_json() const {
+    const auto & m = *impl_;
+    return {{"dtype", std::string(c10::toString(m.dtype))},
+            {"once", m.convert_once},
+            {"reason", m.convert_once || m.convert_once_reason.empty() ? nlohmann::json(nullptr) : nlohmann::json(m.convert_once_reason)},
+            {"converted_bytes", m.converted_bytes},
+            {"released_file_bytes", m.released_source_bytes}};
+}
+
 nlohmann::json ComponentWeights::report() const {
     return {{"route", route()},
             {"bytes_streamed", bytes_streamed()},
             {"execution_groups", impl_->layout->size()},
             {"placement", impl_->placement},
+            {"conversion", conversion_json()},
             {"engine", impl_->engine->to_json()}};
 }
 

@@ -105,7 +105,12 @@ Plan plan_residency(const ModelLayout & layout, const EngineConfig & cfg, const 
         bytes[i] = layout.group(i).bytes;
         p.groups.push_back(GroupDecision{i, layout.group(i).name, bytes[i], Residency::pageable, {}});
     }
-    const std::uint64_t total = layout.total_bytes();
+    if (!cfg.resident_bytes.empty() && cfg.resident_bytes.size() != n)
+        throw UsageError("planner: resident_bytes lists " + std::to_string(cfg.resident_bytes.size()) + " groups, the layout has " +
+                         std::to_string(n));
+    // What a group occupies when resident (its layout bytes unless the caller converts it once).
+    const std::vector<std::uint64_t> rbytes = cfg.resident_bytes.empty() ? bytes : cfg.resident_bytes;
+    const std::uint64_t total = std::accumulate(rbytes.begin(), rbytes.end(), std::uint64_t(0));
     const std::string route_name(to_string(cfg.route));
 
     // Device capacity: explicit budget, else observed free memory minus headroom, else unknown.
@@ -183,13 +188,13 @@ Plan plan_residency(const ModelLayout & layout, const EngineConfig & cfg, const 
         std::uint64_t used = 0;
         std::vector<bool> res(n, false);
         if (budget > 0)
-            for (auto i : policy_order(all, bytes, cfg.policy, budget))
-                if (used + bytes[i] <= budget) { res[i] = true; used += bytes[i]; }
+            for (auto i : policy_order(all, rbytes, cfg.policy, budget))
+                if (used + rbytes[i] <= budget) { res[i] = true; used += rbytes[i]; }
         for (std::size_t i = 0; i < n; ++i) {
             if (res[i]) {
                 p.groups[i].residency = Residency::resident;
                 p.groups[i].reason = "resident: selected by policy " + std::string(to_string(cfg.policy)) + " within the " + why;
-                p.resident_bytes += bytes[i];
+                p.resident_bytes += rbytes[i];
             } else {
                 streamed.push_back(i);
                 p.groups[i].reason = budget == 0 ? "streamed: " + why : "streamed: does not fit the rest of the " + why + " (policy " + std::string(to_string(cfg.policy)) + ")";

@@ -136,3 +136,24 @@ TEST(Planner, PrefetchDepthIsCappedBySlotsAndZeroIsSynchronous) {
     cfg.prefetch_depth = 9;  // more than the slots allow: the slots bound it
     EXPECT_EQ(plan_residency(f.layout, cfg, caps(4096 * MiB, 64000 * MiB)).prefetch_depth, 2u);
 }
+
+// Note [Converted residents]: resident_bytes budgets residents at the size their caller converts them to; slots keep
+// the layout's bytes.
+TEST(Planner, ResidentBytesBudgetResidentsAtTheirConvertedSize) {
+    Fixture f;  // 6 groups of 100 MiB
+    EngineConfig cfg;
+    cfg.route = Route::dynamic;
+    cfg.device_budget = 500 * MiB;  // 2 slots of 100 MiB + 300 MiB of residents
+    EXPECT_EQ(residencies(plan_residency(f.layout, cfg, caps({}, 8000 * MiB))), "re re re pi pi pi ");
+    cfg.resident_bytes.assign(6, 200 * MiB);  // converted to twice the width: 1 of them fits the 300 MiB
+    const Plan p = plan_residency(f.layout, cfg, caps({}, 8000 * MiB));
+    EXPECT_EQ(residencies(p), "re pi pi pi pi pi ");
+    EXPECT_EQ(p.resident_bytes, 200 * MiB);
+    EXPECT_EQ(p.slot_bytes, 100 * MiB);
+    cfg.route = Route::resident;  // the whole component at 1200 MiB does not fit 500 MiB
+    EXPECT_THROW(plan_residency(f.layout, cfg, caps({}, 8000 * MiB)), ddo::UsageError);
+    cfg.device_budget = 1200 * MiB;
+    EXPECT_EQ(plan_residency(f.layout, cfg, caps({}, 8000 * MiB)).resident_bytes, 1200 * MiB);
+    cfg.resident_bytes.assign(5, 200 * MiB);
+    EXPECT_THROW(plan_residency(f.layout, cfg, caps({}, 8000 * MiB)), ddo::UsageError);
+}

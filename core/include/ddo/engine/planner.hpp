@@ -42,6 +42,10 @@ struct EngineConfig {
     double snap_to_full_pin = 0.95;                // pin everything when budget >= 95 % of candidates
     std::uint32_t staging_slots = 2;               // disk route: host staging buffers (each fits a group)
     store::ReadMode read_mode = store::ReadMode::pread;  // disk route / host copies from the file
+    // Per layout group, the bytes it occupies when resident where that is not its layout bytes (a group the caller
+    // converts once into a wider compute dtype, Note [Converted residents] in docs/architecture.md); empty: the
+    // layout's. Residents are budgeted with these; slots and host copies keep the layout's bytes.
+    std::vector<std::uint64_t> resident_bytes;
 };
 using PlannerInput = EngineConfig;
 

@@ -92,6 +92,7 @@ public:
 
 private:
     ComponentWeights();
+    nlohmann::json conversion_json() const;  // report()'s "conversion" (Note [Converted residents])
     struct Impl;
     std::unique_ptr<Impl> impl_;
 };
