@@ -99,10 +99,8 @@ std::string secs(const json & v) {
     return b;
 }
 
-
 const char * kMonitors[] = {"rss", "uss", "mem_available", "cgroup", "gpu_absolute", "gpu_delta", "torch_allocated",
                             "torch_reserved"};
-
 
 // One staging route: "pinned on: 2/2 ok, 80 KiB" or "registration off (reason): 0 attempts".
 std::string staging_route(const json & hs, const char * route) {

@@ -54,7 +54,7 @@ struct ComponentWeights::Impl {
     bool convert_once = false;
     std::string convert_once_reason;  // why not, when a group's dtype differs and convert_once is false
     std::map<std::size_t, std::map<std::string, at::Tensor>> converted;  // engine group -> its tensors, converted
-    std::uint64_t converted_bytes = 0, released_source_bytes = 0;
+    std::uint64_t converted_bytes = 0, released_file_bytes = 0;
     bool begun = false, ended = false;
     std::function<void(const ComponentWeights &)> on_destroy;
 
@@ -86,6 +86,9 @@ namespace {
 // converted once, at its first acquire, and its file pages are given back; the plan budgets it at its converted size.
 // Only when that plan keeps every group resident: otherwise groups are converted at each acquire (one block's copy at
 // a time), as on CUDA, where the conversion runs at device bandwidth and device memory is what is short.
+// The one rule for which tensors are converted, on every path (acquire converts a view whose dtype is not `dtype`).
+bool needs_conversion(at::ScalarType st, at::ScalarType dtype) { return st != dtype; }
+
 struct ConversionPlan {
     en::Plan plan;
     bool convert_once = false;
@@ -99,8 +102,7 @@ ConversionPlan plan_with_conversions(const en::ModelLayout & layout, at::ScalarT
     for (std::size_t g = 0; g < layout.size(); ++g) {
         std::uint64_t b = 0;
         for (const auto & t : layout.group(g).tensors) {
-            const auto st = ddo::torch::to_scalar_type(t.info->dtype);
-            const bool convert = st != dtype && at::isFloatingType(st);
+            const bool convert = needs_conversion(ddo::torch::to_scalar_type(t.info->dtype), dtype);
             differs = differs || convert;
             b += convert ? t.info->numel() * at::elementSize(dtype) : t.nbytes;
         }
@@ -130,7 +132,8 @@ ConversionPlan plan_with_conversions(const en::ModelLayout & layout, at::ScalarT
     return {en::plan_residency(layout, cfg, caps), false, why};
 }
 
-// A resident group's tensors converted into `dtype` once (those already in it stay views); the file pages of the
+// A resident group's tensors converted into `dtype` once (those already in it stay views), by the same rule and the
+// same Tensor::to as a per-acquire conversion; the file pages of the
 // converted ones are handed back (MADV_DONTNEED on the read-only mapping: nothing reads them again, and a read would
 // fault them in from the page cache). Adds what it converted and released to the counters.
 std::map<std::string, at::Tensor> convert_resident(const en::Lease & lease,
@@ -140,7 +143,7 @@ std::map<std::string, at::Tensor> convert_resident(const en::Lease & lease,
     std::map<std::string, at::Tensor> out;
     const std::uintptr_t page = std::uintptr_t(::sysconf(_SC_PAGESIZE));
     for (const auto & [n, t] : views) {
-        if (t.scalar_type() == dtype || !at::isFloatingType(t.scalar_type())) {
+        if (!needs_conversion(t.scalar_type(), dtype)) {
             out.emplace(n, t);
             continue;
         }
@@ -323,7 +326,7 @@ const GroupTensors & ComponentWeights::acquire(std::size_t i) {
         const auto views = ddo::torch::tensor_views(m.leases.at(m.held_by.at(g)).front());
         for (const auto & n : mine) {
             const auto & t = views.at(n);
-            out.map_.emplace(n, t.scalar_type() == m.dtype ? t : t.to(m.dtype));
+            out.map_.emplace(n, needs_conversion(t.scalar_type(), m.dtype) ? t.to(m.dtype) : t);
         }
         auto [it, inserted] = m.tensors.insert_or_assign(i, std::move(out));
         (void)inserted;
@@ -339,11 +342,11 @@ const GroupTensors & ComponentWeights::acquire(std::size_t i) {
         }
         const auto views = ddo::torch::tensor_views(held.back());  // named: .all() refers into it
         if (m.convert_once && engine_groups.size() == 1 && m.engine->plan().groups.at(g).residency == en::Residency::resident) {
-            auto & c = m.converted[g] = convert_resident(held.back(), views.all(), m.dtype, m.converted_bytes, m.released_source_bytes);
+            auto & c = m.converted[g] = convert_resident(held.back(), views.all(), m.dtype, m.converted_bytes, m.released_file_bytes);
             for (const auto & [n, t] : c) out.map_.emplace(n, t);
         } else if (engine_groups.size() == 1) {
             for (const auto & [n, t] : views.all())
-                out.map_.emplace(n, t.scalar_type() == m.dtype ? t : t.to(m.dtype));  // in place when the dtype matches
+                out.map_.emplace(n, needs_conversion(t.scalar_type(), m.dtype) ? t.to(m.dtype) : t);  // in place when the dtype matches
         } else {
             // Leaf groups (group_leaf: one group ahead, 2 slots): a group's leaves do not fit the slots at once, so
             // each leaf is copied out of its slot and the slot handed back before the next leaf.
@@ -407,7 +410,7 @@ nlohmann::json ComponentWeights::conversion_json() const {
             {"once", m.convert_once},
             {"reason", m.convert_once || m.convert_once_reason.empty() ? nlohmann::json(nullptr) : nlohmann::json(m.convert_once_reason)},
             {"converted_bytes", m.converted_bytes},
-            {"released_file_bytes", m.released_source_bytes}};
+            {"released_file_bytes", m.released_file_bytes}};
 }
 
 nlohmann::json ComponentWeights::report() const {
