@@ -44,6 +44,9 @@ endfunction()
 # Parity fixtures written by a tools/reference script with ${DDO_PYTHON} into the build tree (never committed):
 # by the build (target <name>_fixtures, part of ALL) and, if missing, by the ctest FIXTURES_SETUP test
 # <name>_fixtures_setup (label parity). <DIR>/reference.json, written last by the script, marks a complete set.
+# Both go through tools/reference/fixture_cache.py: the set is generated once per content hash (the script, its
+# DEPENDS, the tools/reference modules it imports, the reference packages' versions) under ~/.cache/ddo/fixtures and
+# copied into <DIR> (docs/validation.md, "Fixture cache"); DDO_FIXTURE_CACHE=off generates in place.
 # Without DDO_PYTHON nothing is generated and the tests that need the fixtures skip.
 function(ddo_reference_fixtures name)
   cmake_parse_arguments(F "" "SCRIPT;DIR;COMMENT" "DEPENDS" ${ARGN})
@@ -51,11 +54,19 @@ function(ddo_reference_fixtures name)
     message(STATUS "ddo: DDO_PYTHON not set; ${name} parity fixtures are not generated (tests skip)")
     return()
   endif()
+  set(_cache ${CMAKE_SOURCE_DIR}/tools/reference/fixture_cache.py)
+  set(_depends_args)
+  foreach(_d IN LISTS F_DEPENDS)
+    list(APPEND _depends_args --depends ${_d})
+  endforeach()
+  # Every tools/reference module is a dependency: a changed helper module re-runs the cache, which regenerates only
+  # when the set's own key changed.
+  file(GLOB _reference_modules CONFIGURE_DEPENDS ${CMAKE_SOURCE_DIR}/tools/reference/*.py)
   add_custom_command(
     OUTPUT ${F_DIR}/reference.json
-    COMMAND ${DDO_PYTHON} ${F_SCRIPT} ${F_DIR}
-    DEPENDS ${F_SCRIPT} ${F_DEPENDS}
-    COMMENT "${name}: ${F_COMMENT} (${DDO_PYTHON})"
+    COMMAND ${DDO_PYTHON} ${_cache} ${name} ${F_SCRIPT} ${F_DIR} ${_depends_args}
+    DEPENDS ${F_SCRIPT} ${F_DEPENDS} ${_reference_modules} ${CMAKE_SOURCE_DIR}/tools/reference/requirements.txt
+    COMMENT "${name}: ${F_COMMENT} (${DDO_PYTHON}, cached by content)"
     VERBATIM)
   add_custom_target(${name}_fixtures ALL DEPENDS ${F_DIR}/reference.json)
   # Every fixture set at once (tools/ddo sanitize builds it when no default build tree's fixtures can be reused).
@@ -63,7 +74,8 @@ function(ddo_reference_fixtures name)
     add_custom_target(ddo_parity_fixtures)
   endif()
   add_dependencies(ddo_parity_fixtures ${name}_fixtures)
+  list(JOIN _depends_args " " _depends_text)
   add_test(NAME ${name}_fixtures_setup
-    COMMAND sh -c "test -f '${F_DIR}/reference.json' || '${DDO_PYTHON}' '${F_SCRIPT}' '${F_DIR}'")
+    COMMAND sh -c "test -f '${F_DIR}/reference.json' || '${DDO_PYTHON}' '${_cache}' ${name} '${F_SCRIPT}' '${F_DIR}' ${_depends_text}")
   set_tests_properties(${name}_fixtures_setup PROPERTIES LABELS parity FIXTURES_SETUP ${name}_fixtures)
 endfunction()
