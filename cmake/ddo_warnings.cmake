@@ -1,7 +1,8 @@
 # Warning and sanitizer flags shared by every ddo target.
 add_library(ddo_compile_options INTERFACE)
 target_compile_options(ddo_compile_options INTERFACE -Wall -Wextra -Wno-unused-parameter)
-if(DDO_FATAL_WARNINGS)
+if(DDO_FATAL_WARNINGS AND CMAKE_CXX_COMPILER_ID STREQUAL "GNU")
+  # GCC only: the fuzz build (clang, tools/ddo fuzz) keeps its warnings as warnings.
   target_compile_options(ddo_compile_options INTERFACE -Werror)
 endif()
 if(DDO_SANITIZE)

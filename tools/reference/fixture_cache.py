@@ -74,6 +74,7 @@ def prune(root: Path, name: str, keep: Path) -> None:
     entries.sort(key=lambda p: p.stat().st_mtime, reverse=True)
     for old in [p for p in entries if p != keep][KEEP_PER_NAME - 1:]:
         shutil.rmtree(old, ignore_errors=True)
+        old.with_name(old.name + ".lock").unlink(missing_ok=True)
 
 
 def generate(python: str, script: Path, out: Path, args: list[str]) -> None:
@@ -121,6 +122,7 @@ def main() -> int:
             try:
                 generate(python, script, tmp, script_args)
                 shutil.rmtree(entry, ignore_errors=True)
+                os.chmod(tmp, 0o755)  # mkdtemp made it 0700
                 os.rename(tmp, entry)
             finally:
                 shutil.rmtree(tmp, ignore_errors=True)
