@@ -72,17 +72,36 @@ ResolvedSettings resolve_for_review(const HostOptions & o, const std::string & p
     return resolve_settings(rq);
 }
 
-void install(CLI::App & app, HostOptions & options) {
-    auto * preset = app.add_subcommand("preset", "show, compare and lint presets");
-    preset->require_subcommand(1);
+// preset show: the resolved values with provenance, or (--plan) a dry run of --plugin on --model.
+struct ShowArgs {
+    std::string name, platform;
+    std::vector<std::string> sets;
+    bool json = false, no_env = false;
+    bool plan = false;
+    std::string plugin, model, prompt_embeds;
+};
 
-    struct ShowArgs {
-        std::string name, platform;
-        std::vector<std::string> sets;
-        bool json = false, no_env = false;
-        bool plan = false;
-        std::string plugin, model, prompt_embeds;
-    };
+// preset show --plan: what the planner would do, from a dry run that computes nothing and writes no file.
+void show_plan(const ShowArgs & show_args, HostOptions & options) {
+    if (show_args.plugin.empty() || show_args.model.empty())
+        throw UsageError("preset show --plan needs --plugin NAME and --model DIR (the plan depends on the model)");
+    RunArgs a;
+    a.plugin = show_args.plugin;
+    a.preset = show_args.name;
+    a.sets = show_args.sets;
+    a.model = show_args.model;
+    a.prompt_embeds = show_args.prompt_embeds;
+    a.dry_run = true;
+    a.overwrite = true;
+    const fs::path report = fs::temp_directory_path() / ("ddo_plan_" + std::to_string(::getpid()) + ".json");
+    a.report = report.string();
+    a.output = fs::temp_directory_path().string();
+    options.exit_code = run_once(a, options, {"preset show --plan"});
+    std::error_code ec;
+    fs::remove(report, ec);
+}
+
+void install_show(CLI::App * preset, HostOptions & options) {
     auto show_args = std::make_shared<ShowArgs>();
     auto * show = preset->add_subcommand("show", "resolved values with provenance (defaults < preset < DDO_* < --set)");
     show->add_option("preset", show_args->name, "preset name or file")->required();
@@ -97,32 +116,50 @@ void install(CLI::App & app, HostOptions & options) {
     show->add_option("--model", show_args->model, "with --plan: the checkpoint directory");
     show->add_option("--prompt-embeds", show_args->prompt_embeds, "with --plan: optional prompt embeddings to check too");
     show->callback([show_args, &options] {
-        if (show_args->plan) {
-            if (show_args->plugin.empty() || show_args->model.empty())
-                throw UsageError("preset show --plan needs --plugin NAME and --model DIR (the plan depends on the model)");
-            RunArgs a;
-            a.plugin = show_args->plugin;
-            a.preset = show_args->name;
-            a.sets = show_args->sets;
-            a.model = show_args->model;
-            a.prompt_embeds = show_args->prompt_embeds;
-            a.dry_run = true;
-            a.overwrite = true;
-            const fs::path report = fs::temp_directory_path() / ("ddo_plan_" + std::to_string(::getpid()) + ".json");
-            a.report = report.string();
-            a.output = fs::temp_directory_path().string();
-            options.exit_code = run_once(a, options, {"preset show --plan"});
-            std::error_code ec;
-            fs::remove(report, ec);
-            return;
-        }
+        if (show_args->plan) return show_plan(*show_args, options);
         auto s = resolve_for_review(options, show_args->name, show_args->sets, show_args->platform, !show_args->no_env);
         if (show_args->json)
             std::cout << s.to_json().dump(2) << "\n";
         else
             print_settings(s);
     });
+}
 
+// The keys two resolved presets differ in: {key, a, a_source, b, b_source}, in key order.
+nlohmann::json preset_differences(const ResolvedSettings & a, const ResolvedSettings & b) {
+    std::set<std::string> keys;
+    for (const auto & [k, _] : a.values()) keys.insert(k);
+    for (const auto & [k, _] : b.values()) keys.insert(k);
+    nlohmann::json out = nlohmann::json::array();
+    for (const auto & k : keys) {
+        nlohmann::json va = a.has(k) ? a.at(k).value : nlohmann::json("(absent)");
+        nlohmann::json vb = b.has(k) ? b.at(k).value : nlohmann::json("(absent)");
+        if (va == vb) continue;
+        out.push_back({{"key", k},
+                       {"a", va},
+                       {"a_source", a.has(k) ? a.at(k).provenance.to_string() : ""},
+                       {"b", vb},
+                       {"b_source", b.has(k) ? b.at(k).provenance.to_string() : ""}});
+    }
+    return out;
+}
+
+void print_differences(const ResolvedSettings & a, const ResolvedSettings & b, const nlohmann::json & out) {
+    std::cout << "A: " << a.preset().requested << " (effective " << a.preset().effective << ")\n"
+              << "B: " << b.preset().requested << " (effective " << b.preset().effective << ")\n\n";
+    if (out.empty()) {
+        std::cout << "no differences in resolved values\n";
+        return;
+    }
+    std::printf("%-40s %-14s %-34s %-14s %s\n", "KEY", "A", "A SOURCE", "B", "B SOURCE");
+    for (const auto & d : out)
+        std::printf("%-40s %-14s %-34s %-14s %s\n", d["key"].get<std::string>().c_str(), value_text(d["a"]).c_str(),
+                    d["a_source"].get<std::string>().c_str(), value_text(d["b"]).c_str(),
+                    d["b_source"].get<std::string>().c_str());
+}
+
+// preset diff: the resolved differences of two presets; exit 1 when they differ (diff's convention).
+void install_diff(CLI::App * preset, HostOptions & options) {
     struct DiffArgs {
         std::string a, b, platform;
         bool json = false;
@@ -142,38 +179,17 @@ void install(CLI::App & app, HostOptions & options) {
         } exit_code{options};
         auto a = resolve_for_review(options, diff_args->a, {}, diff_args->platform, false);
         auto b = resolve_for_review(options, diff_args->b, {}, diff_args->platform, false);
-        std::set<std::string> keys;
-        for (const auto & [k, _] : a.values()) keys.insert(k);
-        for (const auto & [k, _] : b.values()) keys.insert(k);
-        nlohmann::json out = nlohmann::json::array();
-        for (const auto & k : keys) {
-            nlohmann::json va = a.has(k) ? a.at(k).value : nlohmann::json("(absent)");
-            nlohmann::json vb = b.has(k) ? b.at(k).value : nlohmann::json("(absent)");
-            if (va == vb) continue;
-            out.push_back({{"key", k},
-                           {"a", va},
-                           {"a_source", a.has(k) ? a.at(k).provenance.to_string() : ""},
-                           {"b", vb},
-                           {"b_source", b.has(k) ? b.at(k).provenance.to_string() : ""}});
-        }
+        const nlohmann::json out = preset_differences(a, b);
         exit_code.different = !out.empty();
-        if (diff_args->json) {
+        if (diff_args->json)
             std::cout << out.dump(2) << "\n";
-            return;
-        }
-        std::cout << "A: " << a.preset().requested << " (effective " << a.preset().effective << ")\n"
-                  << "B: " << b.preset().requested << " (effective " << b.preset().effective << ")\n\n";
-        if (out.empty()) {
-            std::cout << "no differences in resolved values\n";
-            return;
-        }
-        std::printf("%-40s %-14s %-34s %-14s %s\n", "KEY", "A", "A SOURCE", "B", "B SOURCE");
-        for (const auto & d : out)
-            std::printf("%-40s %-14s %-34s %-14s %s\n", d["key"].get<std::string>().c_str(), value_text(d["a"]).c_str(),
-                        d["a_source"].get<std::string>().c_str(), value_text(d["b"]).c_str(),
-                        d["b_source"].get<std::string>().c_str());
+        else
+            print_differences(a, b, out);
     });
+}
 
+// preset check: lint preset files; exit 2 on any error.
+void install_check(CLI::App * preset, HostOptions & options) {
     auto files = std::make_shared<std::vector<std::string>>();
     auto * check = preset->add_subcommand("check", "lint preset files: syntax, keys, types, ranges, inherits (exit 2 on any error)");
     check->add_option("files", *files, "preset files")->required();
@@ -195,6 +211,14 @@ void install(CLI::App & app, HostOptions & options) {
             options.exit_code = static_cast<int>(ExitCode::usage);
         }
     });
+}
+
+void install(CLI::App & app, HostOptions & options) {
+    auto * preset = app.add_subcommand("preset", "show, compare and lint presets");
+    preset->require_subcommand(1);
+    install_show(preset, options);
+    install_diff(preset, options);
+    install_check(preset, options);
 }
 
 const RegisterCommand reg{30, install};

@@ -195,13 +195,217 @@ void check_pipeline_class(const fs::path & model, const LoadedPlugin & plugin, P
                                     : "Plugin '" + other + "' takes it: run with --plugin " + other));
 }
 
+// run_once's steps, in order (each throws the Error whose exit code and message the report records).
+
+// The report path: --report, else beside --output or --output-file, else ./ddo_report.json.
+fs::path report_path_of(const RunArgs & a) {
+    return !a.report.empty()        ? fs::path(a.report)
+           : !a.output.empty()      ? fs::path(a.output) / "ddo_report.json"
+           : !a.output_file.empty() ? fs::path(a.output_file).parent_path() / "ddo_report.json"
+                                    : fs::path("ddo_report.json");
+}
+
+// The report path checked and locked, and the run journal beside it started. Throws UsageError when the report
+// cannot be written there (the caller then writes it to a temp file); report_lock holds the lock from the moment it
+// is taken, a refused journal included.
+void claim_report(const RunArgs & a, const fs::path & report_path, RunTracker & tracker, PathLock & report_lock) {
+    check_report_path(a, report_path);
+    report_lock = PathLock::acquire(report_path, "report");
+    // A journal beside the report is what a run that died (SIGKILL, the OOM killer) left: its only record.
+    const fs::path journal = RunJournal::path_for(report_path);
+    if (fs::exists(journal) && !a.overwrite)
+        throw UsageError("run journal " + journal.string() + " is there: an earlier run on this report did not "
+                         "finish. Read it with `ddo-host report summarize " + report_path.string() +
+                         "`, then remove it or pass --overwrite");
+    tracker.start_journal(journal);
+}
+
+// --seed -1: the seed drawn (recorded as an adjustment); nullopt for any other seed. Throws for a seed below -1.
+std::optional<std::uint64_t> draw_seed(const RunArgs & a, RunTracker & tracker) {
+    if (a.seed && *a.seed == -1) {
+        const std::uint64_t drawn = random_seed();
+        tracker.add_adjustment("workload.seed", -1, drawn, "--seed -1: a random seed, recorded to repeat the run");
+        spdlog::info("seed {} (random; --seed {} repeats this run)", drawn, drawn);
+        return drawn;
+    }
+    if (a.seed && *a.seed < 0) throw UsageError("--seed " + std::to_string(*a.seed) + ": a seed is >= 0, or -1 for a random one");
+    return std::nullopt;
+}
+
+void record_plugin(RunTracker & tracker, const PluginRecord & rec) {
+    tracker.set_plugin({{"name", rec.name},
+                        {"version", rec.version},
+                        {"file", rec.artifact.path.string()},
+                        {"sha256", rec.actual_sha256},
+                        {"xxh3_128", rec.xxh3_128},
+                        {"fingerprint", rec.fingerprint},
+                        {"abi", std::to_string(rec.abi_major) + "." + std::to_string(rec.abi_minor)},
+                        {"sealed_copy", rec.sealed},
+                        {"sealed_copy_reason", rec.sealed ? nlohmann::json(nullptr) : nlohmann::json(rec.seal_reason)},
+                        {"sealed_copy_s", rec.seal_s}});
+    tracker.add_artifact("model_plugin", rec.name, rec.artifact.path, rec.actual_sha256);
+}
+
+// The settings again with the plugin: its components and supported_options (plugin-specific keys), and every plugin
+// name found (a plugin.<name> table must name one of them). Records them and the intended routes.
+ResolvedSettings resolve_with_plugin(ResolveRequest & rq, const LoadedPlugin & plugin, const PluginRegistry & registry, RunTracker & tracker) {
+    std::vector<std::string> known;
+    for (const auto & r : registry.records())
+        for (const auto & n : {r.artifact.name, r.name})
+            if (!n.empty() && std::find(known.begin(), known.end(), n) == known.end()) known.push_back(n);
+    rq.known_plugins = known;
+    rq.plugin_name = plugin.record.name;
+    rq.plugin_components = c_list(plugin.model->components);
+    rq.supported_options = c_list(plugin.model->supported_options);
+    ResolvedSettings settings = resolve_settings(rq);
+    tracker.set_settings(settings);
+    tracker.set_workload(workload_of(settings));
+    for (const auto & c : settings.components()) {
+        const auto & rv = settings.at("components." + c + ".route");
+        tracker.set_route_intended(c, rv.value.get<std::string>(), rv.provenance.to_string());
+    }
+    return settings;
+}
+
+// The command line's part of the RunContext the plugin runs with.
+void fill_run_context(RunContext & ctx, const RunArgs & a, const ResolvedSettings & settings, RunTracker & tracker,
+                      const fs::path & report_path, RunConsole & console) {
+    ctx.settings = &settings;
+    ctx.tracker = &tracker;
+    ctx.model_dir = a.model;
+    ctx.output_dir = a.output.empty() ? fs::current_path() : fs::path(a.output);
+    if (!a.output_file.empty()) {
+        ctx.output_file = fs::absolute(a.output_file);
+        ctx.output_dir = ctx.output_file.parent_path();
+    }
+    ctx.overwrite = a.overwrite;
+    ctx.prompt_embeds = a.prompt_embeds;
+    ctx.latents = a.latents;
+    ctx.encode_only = a.encode_only;
+    ctx.interrupted = &g_interrupted;
+    ctx.dry_run = a.dry_run;
+    ctx.report_path = report_path;
+    ctx.hash_weights = a.hash_weights;
+    // Progress events of the kit (phase begun, step done): the console display of a run (run_console.hpp).
+    ctx.progress = [&console](const ProgressEvent & e) { console.on_progress(e); };
+}
+
+// The allocator the offload engine runs on: capacities.allocator ("auto" = linear), verified and recorded; one that
+// cannot be loaded is ctx.allocator_error (the plugin decides), not a failure here.
+void load_allocator(RunContext & ctx, const ResolvedSettings & settings, PluginRegistry & registry, RunTracker & tracker) {
+    std::string name = settings.capacities("transformer").allocator;
+    if (name.empty() || name == "auto") name = "linear";
+    ctx.allocator_name = name;
+    try {
+        const LoadedPlugin & alloc = registry.load(name, "allocator");
+        ctx.allocator_vtable = alloc.allocator;
+        ctx.allocator_name = alloc.record.name;
+        tracker.add_artifact("allocator_plugin", alloc.record.name, alloc.record.artifact.path, alloc.record.actual_sha256);
+    } catch (const std::exception & e) {
+        ctx.allocator_error = "allocator plugin '" + name + "' (capacities.allocator) could not be loaded: " + e.what();
+        spdlog::warn("{}", ctx.allocator_error);
+    }
+}
+
+// vtable->run in its phase; a status other than OK (or a signal) becomes the Error naming the plugin's own words
+// (host->set_error: the file/tensor and the next step, or where it stopped).
+void run_plugin(const LoadedPlugin & plugin, RunContext & ctx, RunTracker & tracker, bool dry_run) {
+    ddo_status st;
+    if (plugin.host) plugin.host->clear_error();
+    {
+        auto run_phase = tracker.phase(dry_run ? "plugin_run (dry run)" : "plugin_run");
+        st = plugin.model->run(ctx.to_c());
+    }
+    const std::string & name = plugin.record.name;
+    const std::string detail = plugin.host ? plugin.host->last_error() : std::string();
+    if (st == DDO_STATUS_INTERRUPTED || (g_interrupted.load() && st != DDO_STATUS_OK))
+        throw Error(ExitCode::interrupted, interrupted_by() + " during the run" + (detail.empty() ? "" : ": " + detail));
+    const std::string said = detail.empty() ? " (the plugin gave no message; see the log above)" : ": " + detail;
+    if (st == DDO_STATUS_INVALID_ARGUMENT || st == DDO_STATUS_UNSUPPORTED)
+        throw UsageError("plugin '" + name + "' refused the run (" + status_name(st) + ")" + said + "; check the preset and options");
+    if (st != DDO_STATUS_OK) throw RuntimeError("plugin '" + name + "' run failed (" + status_name(st) + ")" + said);
+    if (g_interrupted.load()) throw Error(ExitCode::interrupted, interrupted_by());
+}
+
+// The setup phase and the run: everything from the report's lock to tracker.mark_completed. report_lock is held until
+// the caller has written the report; report_writable turns false when the report path is refused.
+void setup_and_run(const RunArgs & a, const HostOptions & options, const fs::path & report_path, RunTracker & tracker,
+                   RunConsole & console, PathLock & report_lock, bool & report_writable) {
+    auto setup = tracker.phase("setup");
+    try {
+        claim_report(a, report_path, tracker, report_lock);
+    } catch (const UsageError &) {
+        // A report that cannot be written where asked (or must not overwrite an existing one) goes to a temp file.
+        report_writable = false;
+        throw;
+    }
+    check_output_paths(a, report_path);
+    check_input_paths(a);
+    require_utf8(a);
+    const std::optional<std::uint64_t> drawn_seed = draw_seed(a, tracker);
+    ResolveRequest rq;
+    rq.preset = a.preset;
+    rq.preset_dirs = {options.preset_dir};
+    rq.sets = all_sets(a, drawn_seed);
+    rq.environment = current_environment();
+    // First without the plugin: preset errors are exit 2 before any artifact is touched.
+    ResolvedSettings settings = resolve_settings(rq);
+    tracker.set_settings(settings);
+    tracker.set_sampling(std::chrono::milliseconds(settings.get_optional<long long>("telemetry.sample_interval_ms").value_or(100)),
+                         settings.get_optional<double>("telemetry.cpu_budget_percent").value_or(1.0) / 100.0);
+    tracker.set_workload(workload_of(settings));
+
+    auto registry = PluginRegistry::discover(plugin_search_dirs(options.builtin_plugin_dir, options.plugin_dirs));
+    const LoadedPlugin & plugin = registry.load(a.plugin, "model");
+    record_plugin(tracker, plugin.record);
+    if (!plugin.model) throw RuntimeError("plugin '" + a.plugin + "' returned no model vtable");
+    settings = resolve_with_plugin(rq, plugin, registry, tracker);
+    if (!a.model.empty()) tracker.set_checkpoint({{"path", fs::absolute(a.model).string()}});
+    check_pipeline_class(a.model, plugin, registry);
+    setup.end();
+
+    if (g_interrupted.load()) throw Error(ExitCode::interrupted, interrupted_by() + " before the run started");
+    RunContext ctx;
+    fill_run_context(ctx, a, settings, tracker, report_path, console);
+    load_allocator(ctx, settings, registry, tracker);
+    run_plugin(plugin, ctx, tracker, a.dry_run);
+    tracker.mark_completed();
+}
+
+// A failed run recorded in the report; returns its exit code.
+int record_failure(RunTracker & tracker, const Error & e) {
+    const int code = e.code() == ExitCode::interrupted ? interrupted_code() : static_cast<int>(e.code());
+    if (e.code() == ExitCode::interrupted)
+        tracker.mark_interrupted(e.what(), code);
+    else
+        tracker.mark_failed(code, e.what(), e.code() == ExitCode::usage          ? "usage"
+                                            : e.code() == ExitCode::verification ? "verification"
+                                                                                 : "runtime");
+    spdlog::error("{}", e.what());
+    return code;
+}
+
+// The report is always written: where asked, or (when that path is taken or not writable) beside it in the temp
+// directory, and the console says where. Returns the exit code (runtime when the report cannot be written).
+int write_report(RunTracker & tracker, RunConsole & console, const fs::path & report_path, bool report_writable, int code) {
+    fs::path written = report_path;
+    if (!report_writable) written = fs::temp_directory_path() / ("ddo_report_" + std::to_string(::getpid()) + ".json");
+    try {
+        tracker.write(written);
+        if (code != 0) spdlog::warn("report: {}", written.string());  // also under -q: where the failure is recorded
+        else spdlog::debug("report: {}", written.string());
+        console.finish(code, written.string());
+    } catch (const std::exception & e) {
+        spdlog::error("{}", e.what());
+        if (code == 0) code = static_cast<int>(ExitCode::runtime);
+    }
+    return code;
+}
+
 }  // namespace
 
 int run_once(const RunArgs & a, const HostOptions & options, const std::vector<std::string> & argv) {
-    fs::path report_path = !a.report.empty() ? fs::path(a.report)
-                           : !a.output.empty() ? fs::path(a.output) / "ddo_report.json"
-                           : !a.output_file.empty() ? fs::path(a.output_file).parent_path() / "ddo_report.json"
-                                               : fs::path("ddo_report.json");
+    const fs::path report_path = report_path_of(a);
     RunTrackerOptions topt;
     topt.report_path = report_path;
     RunTracker tracker(topt);
@@ -225,166 +429,15 @@ int run_once(const RunArgs & a, const HostOptions & options, const std::vector<s
     bool report_writable = true;
     PathLock report_lock;  // released after the report is written (declared first: destroyed last)
     try {
-        auto setup = tracker.phase("setup");
-        try {
-            check_report_path(a, report_path);
-            report_lock = PathLock::acquire(report_path, "report");
-            // A journal beside the report is what a run that died (SIGKILL, the OOM killer) left: its only record.
-            const fs::path journal = RunJournal::path_for(report_path);
-            if (fs::exists(journal) && !a.overwrite)
-                throw UsageError("run journal " + journal.string() + " is there: an earlier run on this report did not "
-                                 "finish. Read it with `ddo-host report summarize " + report_path.string() +
-                                 "`, then remove it or pass --overwrite");
-            tracker.start_journal(journal);
-        } catch (const UsageError &) {
-            // A report that cannot be written where asked (or must not overwrite an existing one) goes to a temp file.
-            report_writable = false;
-            throw;
-        }
-        check_output_paths(a, report_path);
-        check_input_paths(a);
-        require_utf8(a);
-        std::optional<std::uint64_t> drawn_seed;
-        if (a.seed && *a.seed == -1) {
-            drawn_seed = random_seed();
-            tracker.add_adjustment("workload.seed", -1, *drawn_seed, "--seed -1: a random seed, recorded to repeat the run");
-            spdlog::info("seed {} (random; --seed {} repeats this run)", *drawn_seed, *drawn_seed);
-        } else if (a.seed && *a.seed < 0) {
-            throw UsageError("--seed " + std::to_string(*a.seed) + ": a seed is >= 0, or -1 for a random one");
-        }
-        ResolveRequest rq;
-        rq.preset = a.preset;
-        rq.preset_dirs = {options.preset_dir};
-        rq.sets = all_sets(a, drawn_seed);
-        rq.environment = current_environment();
-        // First without the plugin: preset errors are exit 2 before any artifact is touched.
-        ResolvedSettings settings = resolve_settings(rq);
-        tracker.set_settings(settings);
-        tracker.set_sampling(std::chrono::milliseconds(settings.get_optional<long long>("telemetry.sample_interval_ms").value_or(100)),
-                             settings.get_optional<double>("telemetry.cpu_budget_percent").value_or(1.0) / 100.0);
-        tracker.set_workload(workload_of(settings));
-
-        auto dirs = plugin_search_dirs(options.builtin_plugin_dir, options.plugin_dirs);
-        auto registry = PluginRegistry::discover(dirs);
-        const LoadedPlugin & plugin = registry.load(a.plugin, "model");
-        const auto & rec = plugin.record;
-        tracker.set_plugin({{"name", rec.name},
-                            {"version", rec.version},
-                            {"file", rec.artifact.path.string()},
-                            {"sha256", rec.actual_sha256},
-                            {"xxh3_128", rec.xxh3_128},
-                            {"fingerprint", rec.fingerprint},
-                            {"abi", std::to_string(rec.abi_major) + "." + std::to_string(rec.abi_minor)},
-                            {"sealed_copy", rec.sealed},
-                            {"sealed_copy_reason", rec.sealed ? nlohmann::json(nullptr) : nlohmann::json(rec.seal_reason)},
-                            {"sealed_copy_s", rec.seal_s}});
-        tracker.add_artifact("model_plugin", rec.name, rec.artifact.path, rec.actual_sha256);
-        if (!plugin.model) throw RuntimeError("plugin '" + a.plugin + "' returned no model vtable");
-
-        // Again with the plugin: its components and supported_options (plugin-specific keys), and every plugin name
-        // found (a plugin.<name> table must name one of them).
-        std::vector<std::string> known;
-        for (const auto & r : registry.records())
-            for (const auto & n : {r.artifact.name, r.name})
-                if (!n.empty() && std::find(known.begin(), known.end(), n) == known.end()) known.push_back(n);
-        rq.known_plugins = known;
-        rq.plugin_name = rec.name;
-        rq.plugin_components = c_list(plugin.model->components);
-        rq.supported_options = c_list(plugin.model->supported_options);
-        settings = resolve_settings(rq);
-        tracker.set_settings(settings);
-        tracker.set_workload(workload_of(settings));
-        for (const auto & c : settings.components()) {
-            const auto & rv = settings.at("components." + c + ".route");
-            tracker.set_route_intended(c, rv.value.get<std::string>(), rv.provenance.to_string());
-        }
-        if (!a.model.empty()) tracker.set_checkpoint({{"path", fs::absolute(a.model).string()}});
-        check_pipeline_class(a.model, plugin, registry);
-        setup.end();
-
-        if (g_interrupted.load()) throw Error(ExitCode::interrupted, interrupted_by() + " before the run started");
-
-        RunContext ctx;
-        ctx.settings = &settings;
-        ctx.tracker = &tracker;
-        ctx.model_dir = a.model;
-        ctx.output_dir = a.output.empty() ? fs::current_path() : fs::path(a.output);
-        if (!a.output_file.empty()) {
-            ctx.output_file = fs::absolute(a.output_file);
-            ctx.output_dir = ctx.output_file.parent_path();
-        }
-        ctx.overwrite = a.overwrite;
-        ctx.prompt_embeds = a.prompt_embeds;
-        ctx.latents = a.latents;
-        ctx.encode_only = a.encode_only;
-        ctx.interrupted = &g_interrupted;
-        ctx.dry_run = a.dry_run;
-        ctx.report_path = report_path;
-        ctx.hash_weights = a.hash_weights;
-        // Progress events of the kit (phase begun, step done): the console display of a run (run_console.hpp).
-        ctx.progress = [&console](const ProgressEvent & e) { console.on_progress(e); };
-        {  // The allocator the offload engine runs on: capacities.allocator ("auto" = linear), verified and recorded.
-            std::string name = settings.capacities("transformer").allocator;
-            if (name.empty() || name == "auto") name = "linear";
-            ctx.allocator_name = name;
-            try {
-                const LoadedPlugin & alloc = registry.load(name, "allocator");
-                ctx.allocator_vtable = alloc.allocator;
-                ctx.allocator_name = alloc.record.name;
-                tracker.add_artifact("allocator_plugin", alloc.record.name, alloc.record.artifact.path,
-                                     alloc.record.actual_sha256);
-            } catch (const std::exception & e) {
-                ctx.allocator_error = "allocator plugin '" + name + "' (capacities.allocator) could not be loaded: " +
-                                      e.what();
-                spdlog::warn("{}", ctx.allocator_error);
-            }
-        }
-        ddo_status st;
-        if (plugin.host) plugin.host->clear_error();
-        {
-            auto run_phase = tracker.phase(a.dry_run ? "plugin_run (dry run)" : "plugin_run");
-            st = plugin.model->run(ctx.to_c());
-        }
-        // The plugin's own words (host->set_error) name the file/tensor and the next step (or where it stopped).
-        const std::string detail = plugin.host ? plugin.host->last_error() : std::string();
-        if (st == DDO_STATUS_INTERRUPTED || (g_interrupted.load() && st != DDO_STATUS_OK))
-            throw Error(ExitCode::interrupted, interrupted_by() + " during the run" + (detail.empty() ? "" : ": " + detail));
-        const std::string said = detail.empty() ? " (the plugin gave no message; see the log above)" : ": " + detail;
-        if (st == DDO_STATUS_INVALID_ARGUMENT || st == DDO_STATUS_UNSUPPORTED)
-            throw UsageError("plugin '" + rec.name + "' refused the run (" + status_name(st) + ")" + said +
-                             "; check the preset and options");
-        if (st != DDO_STATUS_OK)
-            throw RuntimeError("plugin '" + rec.name + "' run failed (" + status_name(st) + ")" + said);
-        if (g_interrupted.load()) throw Error(ExitCode::interrupted, interrupted_by());
-        tracker.mark_completed();
+        setup_and_run(a, options, report_path, tracker, console, report_lock, report_writable);
     } catch (const Error & e) {
-        code = e.code() == ExitCode::interrupted ? interrupted_code() : static_cast<int>(e.code());
-        if (e.code() == ExitCode::interrupted)
-            tracker.mark_interrupted(e.what(), code);
-        else
-            tracker.mark_failed(code, e.what(), e.code() == ExitCode::usage          ? "usage"
-                                                : e.code() == ExitCode::verification ? "verification"
-                                                                                     : "runtime");
-        spdlog::error("{}", e.what());
+        code = record_failure(tracker, e);
     } catch (const std::exception & e) {
         code = static_cast<int>(ExitCode::runtime);
         tracker.mark_failed(code, std::string("internal error: ") + e.what(), "internal");
         spdlog::error("internal error: {}", e.what());
     }
-    // The report is always written: where asked, or (when that path is taken or not writable) beside it in the
-    // temp directory, and the console says where.
-    fs::path written = report_path;
-    if (!report_writable) written = fs::temp_directory_path() / ("ddo_report_" + std::to_string(::getpid()) + ".json");
-    try {
-        tracker.write(written);
-        if (code != 0) spdlog::warn("report: {}", written.string());  // also under -q: where the failure is recorded
-        else spdlog::debug("report: {}", written.string());
-        console.finish(code, written.string());
-    } catch (const std::exception & e) {
-        spdlog::error("{}", e.what());
-        if (code == 0) code = static_cast<int>(ExitCode::runtime);
-    }
-    return code;
+    return write_report(tracker, console, report_path, report_writable, code);
 }
 
 namespace {

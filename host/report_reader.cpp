@@ -155,9 +155,10 @@ void streaming(const json & counters) {
     }
 }
 
-}  // namespace
+// summarize_report's sections, in the order printed; each reads the report and prints one part.
 
-void summarize_report(const json & r) {
+// Status, identity and the tracked total.
+void print_identity(const json & r) {
     std::cout << "status: " << json_text(field(r, "status")) << "  exit_code: " << json_text(field(r, "exit_code"));
     if (!field(r, "error").is_null()) std::cout << "  error: " << json_text(field(field(r, "error"), "message"));
     std::cout << "\n";
@@ -167,7 +168,11 @@ void summarize_report(const json & r) {
     std::cout << "host: " << json_text(at_path(r, "identity.host.version")) << " (" << json_text(at_path(r, "identity.host.git_revision"))
               << ")  dry_run: " << json_text(field(r, "dry_run")) << "\n";
     std::cout << "tracked total (host clock): " << secs(at_path(r, "timing.tracked_total_host_s")) << "\n";
-    // What ran: the workload the plugin recorded (after its decisions), and what it changed from the request.
+}
+
+// What ran: the workload, the adjustments, the outputs.
+void print_what_ran(const json & r) {
+    // The workload the plugin recorded (after its decisions), and what it changed from the request.
     std::string workload;
     const json wl = r.value("workload", json::object());  // named: items() must not iterate a temporary
     for (const auto & [k, v] : wl.items())
@@ -194,8 +199,9 @@ void summarize_report(const json & r) {
         }
         if (!facts.empty()) std::cout << "  holds: " << facts << "\n";
     }
-    std::cout << "\n";
+}
 
+void print_phases(const json & r) {
     std::cout << "PHASES (host wall clock; CUDA-event time separate; nested phases are not summed)\n";
     std::printf("  %-36s %-12s %-12s %-14s %-14s\n", "PHASE", "HOST WALL", "CUDA EVENT", "PEAK RSS", "PEAK GPU ABS");
     for (const auto & p : r.value("phases", json::array())) {
@@ -208,6 +214,9 @@ void summarize_report(const json & r) {
         std::printf("  %-36s %-12s %-12s %-14s %-14s\n", name.c_str(), secs(field(p, "host_wall_s")).c_str(), cuda.c_str(),
                     gib(at_path(p, "memory.rss.peak_bytes")).c_str(), gib(at_path(p, "memory.gpu_absolute.peak_bytes")).c_str());
     }
+}
+
+void print_steps(const json & r) {
     const json & steps = array_field(r, "steps");
     if (!steps.empty()) {
         // One row per step (host wall clock; a long run shows its first ten and last five).
@@ -222,6 +231,9 @@ void summarize_report(const json & r) {
                         secs(field(st, "host_wall_s")).c_str());
         }
     }
+}
+
+void print_memory(const json & r) {
     std::cout << "\nMEMORY (whole run)\n";
     std::printf("  %-16s %-14s %-10s %-9s %s\n", "MONITOR", "PEAK", "SAMPLES", "COMPLETE", "SCOPE / REASON");
     for (const char * m : kMonitors) {
@@ -234,12 +246,19 @@ void summarize_report(const json & r) {
         std::printf("  %-16s %-14s %-10s %-9s %s\n", m, gib(field(mon, "peak_bytes")).c_str(),
                     json_text(field(mon, "samples")).c_str(), json_text(field(mon, "complete")).c_str(), why.c_str());
     }
+}
+
+void print_routes(const json & r) {
     std::cout << "\nROUTES (intended vs executed)\n";
     const json routes = r.value("routes", json::object());
     for (const auto & [c, e] : routes.items())
         std::printf("  %-16s intended %-12s executed %-12s %s\n", c.c_str(), json_text(field(e, "intended")).c_str(),
                     json_text(field(e, "executed")).c_str(),
                     field(e, "executed").is_null() ? json_text(field(e, "executed_reason")).c_str() : "");
+}
+
+// The streaming summary and the scalar counters.
+void print_counters(const json & r) {
     const json counters = r.value("counters", json::object());
     streaming(counters);
     // Scalars only: nested objects (the engine's plan and counters, placement) would not fit one screen.
@@ -249,6 +268,19 @@ void summarize_report(const json & r) {
             const std::string shown = v.is_structured() ? "(see counters." + c + "." + k + ")" : json_text(v);
             std::printf("  %-16s %-32s %s\n", c.c_str(), k.c_str(), shown.c_str());
         }
+}
+
+}  // namespace
+
+void summarize_report(const json & r) {
+    print_identity(r);
+    print_what_ran(r);
+    std::cout << "\n";
+    print_phases(r);
+    print_steps(r);
+    print_memory(r);
+    print_routes(r);
+    print_counters(r);
 }
 
 namespace {

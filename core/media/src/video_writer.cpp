@@ -127,43 +127,46 @@ void make_writable(AVFrame * frame, const std::string & describe) {
     if (r < 0) throw RuntimeError(describe + ": making a frame writable failed: " + av_error_text(r));
 }
 
-}  // namespace
+// write_mp4's steps, in order.
 
-WrittenVideo write_mp4(const std::filesystem::path & path, const VideoSpec & spec, const std::uint8_t * rgb,
-                       std::int64_t frames, const AudioClip * audio, Overwrite overwrite, const MediaTags & tags) {
-    const std::string pre_describe = "video " + path.string();
-    check_video(spec, rgb, frames, pre_describe);
-    if (audio) check_clip(*audio, pre_describe);
-    begin_libav_calls();
+// 1. The encoders this libavcodec offers: libx264, and AAC at the clip's rate when there is a clip.
+struct Codecs {
+    const AVCodec * h264 = nullptr;
+    const AVCodec * aac = nullptr;  // null without audio
+};
 
-    const AVCodec * h264 = avcodec_find_encoder_by_name("libx264");
-    if (!h264)
+Codecs find_codecs(const AudioClip * audio, const std::string & pre_describe) {
+    Codecs c;
+    c.h264 = avcodec_find_encoder_by_name("libx264");
+    if (!c.h264)
         throw RuntimeError(pre_describe + ": this libavcodec has no libx264 H.264 encoder; install Debian's libavcodec59 " +
                            "(built with libx264) or an FFmpeg configured with --enable-gpl --enable-libx264");
-    const AVCodec * aac = audio ? avcodec_find_encoder_by_name("aac") : nullptr;
-    if (audio && !aac) throw RuntimeError(pre_describe + ": this libavcodec has no AAC encoder ('aac'); install Debian's libavcodec59");
-    if (aac) {
+    c.aac = audio ? avcodec_find_encoder_by_name("aac") : nullptr;
+    if (audio && !c.aac) throw RuntimeError(pre_describe + ": this libavcodec has no AAC encoder ('aac'); install Debian's libavcodec59");
+    if (c.aac) {
         bool supported = false;
-        for (const int * r = aac->supported_samplerates; r && *r; ++r) supported = supported || *r == audio->spec.sample_rate;
+        for (const int * r = c.aac->supported_samplerates; r && *r; ++r) supported = supported || *r == audio->spec.sample_rate;
         if (!supported)
             throw UsageError(pre_describe + ": AAC cannot store audio at " + std::to_string(audio->spec.sample_rate) +
                              " Hz; AAC rates are 8000, 11025, 12000, 16000, 22050, 24000, 32000, 44100, 48000, 64000, " +
                              "88200, 96000 (LTX-2: 24000 or 48000)");
     }
+    return c;
+}
 
-    AtomicOutput out(path, overwrite, "video");
-    const std::string describe = out.describe();
-    const std::string url = file_url(out.temp_path().string());
-
+// 2. The mp4 muxer writing to url, bit-exact, tagged.
+OutputPtr open_muxer(const std::string & url, const MediaTags & tags, const std::string & describe) {
     AVFormatContext * raw = nullptr;
-    int r = avformat_alloc_output_context2(&raw, nullptr, "mp4", url.c_str());
+    const int r = avformat_alloc_output_context2(&raw, nullptr, "mp4", url.c_str());
     if (r < 0 || !raw) throw RuntimeError(describe + ": starting the mp4 muxer failed: " + av_error_text(r));
     OutputPtr fmt(raw);
     fmt->flags |= AVFMT_FLAG_BITEXACT;  // no libavformat version string: the same frames give the same bytes
     set_tags(&fmt->metadata, tags, describe);
+    return fmt;
+}
 
-    // Video: time base 1/fps, one tick per frame.
-    const AVRational rate = frame_rate_fraction(spec.fps);
+// 3. The video encoder and its stream: time base 1/fps, one tick per frame, BT.709 limited range.
+Encoder open_video_encoder(const AVCodec * h264, const VideoSpec & spec, AVRational rate, AVFormatContext * fmt, const std::string & describe) {
     Encoder video{alloc_context(h264, describe), nullptr, 0, true};
     video.ctx->width = spec.width;
     video.ctx->height = spec.height;
@@ -182,76 +185,103 @@ WrittenVideo write_mp4(const std::filesystem::path & path, const VideoSpec & spe
     // reproducible. The report hashes the output, so the same run must give the same file: cap x264 at AVX2 there.
     if (av_get_cpu_flags() & AV_CPU_FLAG_AVX512) av_dict_set(&x264_options, "x264-params", "asm=avx2", 0);
     try {
-        open_encoder(video, h264, &x264_options, fmt.get(), describe);
+        open_encoder(video, h264, &x264_options, fmt, describe);
     } catch (...) {
         av_dict_free(&x264_options);
         throw;
     }
     av_dict_free(&x264_options);
     video.stream->avg_frame_rate = rate;
+    return video;
+}
 
-    // Audio: time base 1/sample_rate, the encoder's 1024-sample frames (the last one shorter).
+// 4. The audio encoder and its stream: time base 1/sample_rate, the encoder's 1024-sample frames (the last one shorter).
+Encoder open_audio_encoder(const AVCodec * aac, const AudioClip & audio, AVFormatContext * fmt, const std::string & describe) {
     Encoder sound;
-    if (audio) {
-        sound.ctx = alloc_context(aac, describe);
-        sound.ctx->sample_fmt = AV_SAMPLE_FMT_FLTP;
-        sound.ctx->sample_rate = audio->spec.sample_rate;
-        const AVChannelLayout layout = channel_layout(audio->spec.channels);
-        r = av_channel_layout_copy(&sound.ctx->ch_layout, &layout);
-        if (r < 0) throw RuntimeError(describe + ": setting the audio channel layout failed: " + av_error_text(r));
-        sound.ctx->bit_rate = kAacBitRatePerChannel * audio->spec.channels;
-        sound.ctx->time_base = AVRational{1, audio->spec.sample_rate};
-        // No libavcodec version string in the stream, and the C float routines: the same bytes on any CPU.
-        sound.ctx->flags |= AV_CODEC_FLAG_BITEXACT;
-        open_encoder(sound, aac, nullptr, fmt.get(), describe);
-    }
+    sound.ctx = alloc_context(aac, describe);
+    sound.ctx->sample_fmt = AV_SAMPLE_FMT_FLTP;
+    sound.ctx->sample_rate = audio.spec.sample_rate;
+    const AVChannelLayout layout = channel_layout(audio.spec.channels);
+    const int r = av_channel_layout_copy(&sound.ctx->ch_layout, &layout);
+    if (r < 0) throw RuntimeError(describe + ": setting the audio channel layout failed: " + av_error_text(r));
+    sound.ctx->bit_rate = kAacBitRatePerChannel * audio.spec.channels;
+    sound.ctx->time_base = AVRational{1, audio.spec.sample_rate};
+    // No libavcodec version string in the stream, and the C float routines: the same bytes on any CPU.
+    sound.ctx->flags |= AV_CODEC_FLAG_BITEXACT;
+    open_encoder(sound, aac, nullptr, fmt, describe);
+    return sound;
+}
 
-    r = avio_open(&fmt->pb, url.c_str(), AVIO_FLAG_WRITE);
-    if (r < 0) throw RuntimeError(describe + ": opening " + out.temp_path().string() + " failed: " + av_error_text(r));
+// 5. The file opened at url (temp_path, for messages) and the mp4 header written (+faststart).
+void write_header(AVFormatContext * fmt, const std::string & url, const std::filesystem::path & temp_path, const AudioClip * audio,
+                  const std::string & describe) {
+    int r = avio_open(&fmt->pb, url.c_str(), AVIO_FLAG_WRITE);
+    if (r < 0) throw RuntimeError(describe + ": opening " + temp_path.string() + " failed: " + av_error_text(r));
     AVDictionary * mux_options = nullptr;
     av_dict_set(&mux_options, "movflags", "+faststart", 0);
     // The edit lists (the AAC priming skip, the H.264 reorder delay) are in the movie time scale: the muxer's 1000
     // would store 34000 samples at 48 kHz as 0.708 s; the sample rate stores the audio's duration to the sample.
     if (audio) av_dict_set_int(&mux_options, "movie_timescale", audio->spec.sample_rate, 0);
-    r = avformat_write_header(fmt.get(), &mux_options);
+    r = avformat_write_header(fmt, &mux_options);
     av_dict_free(&mux_options);
     if (r < 0) throw RuntimeError(describe + ": writing the mp4 header failed: " + av_error_text(r));
+}
 
-    SwsPtr sws(sws_getContext(spec.width, spec.height, AV_PIX_FMT_RGB24, spec.width, spec.height, AV_PIX_FMT_YUV420P,
-                              SWS_BICUBIC | SWS_ACCURATE_RND | SWS_FULL_CHR_H_INP, nullptr, nullptr, nullptr));
-    if (!sws) throw RuntimeError(describe + ": starting the RGB to yuv420p converter (libswscale) failed");
+// 6. What one video frame passes through: a padded RGB24 frame, the converter, the yuv420p picture.
+struct VideoFrames {
+    SwsPtr sws;
+    FramePtr rgb;
+    FramePtr picture;
+};
+
+VideoFrames make_video_frames(const VideoSpec & spec, const std::string & describe) {
+    VideoFrames v;
+    v.sws.reset(sws_getContext(spec.width, spec.height, AV_PIX_FMT_RGB24, spec.width, spec.height, AV_PIX_FMT_YUV420P,
+                               SWS_BICUBIC | SWS_ACCURATE_RND | SWS_FULL_CHR_H_INP, nullptr, nullptr, nullptr));
+    if (!v.sws) throw RuntimeError(describe + ": starting the RGB to yuv420p converter (libswscale) failed");
     // RGB in (full range; the source table is unused for RGB), BT.709 limited-range YUV out, as the stream is tagged.
-    sws_setColorspaceDetails(sws.get(), sws_getCoefficients(SWS_CS_ITU709), 1, sws_getCoefficients(SWS_CS_ITU709), 0,
+    sws_setColorspaceDetails(v.sws.get(), sws_getCoefficients(SWS_CS_ITU709), 1, sws_getCoefficients(SWS_CS_ITU709), 0,
                              0, 1 << 16, 1 << 16);
     // libswscale's SIMD reads up to 16 bytes past a row's end: each frame is copied into a padded RGB24 frame whose
     // padding is zero, so nothing past the caller's buffer is read and the output never depends on what lies there.
-    FramePtr rgb_frame = make_frame(describe);
-    rgb_frame->format = AV_PIX_FMT_RGB24;
-    rgb_frame->width = spec.width;
-    rgb_frame->height = spec.height;
-    alloc_buffers(rgb_frame.get(), describe);
-    std::memset(rgb_frame->buf[0]->data, 0, rgb_frame->buf[0]->size);
-    FramePtr picture = make_frame(describe);
-    picture->format = AV_PIX_FMT_YUV420P;
-    picture->width = spec.width;
-    picture->height = spec.height;
-    alloc_buffers(picture.get(), describe);
+    v.rgb = make_frame(describe);
+    v.rgb->format = AV_PIX_FMT_RGB24;
+    v.rgb->width = spec.width;
+    v.rgb->height = spec.height;
+    alloc_buffers(v.rgb.get(), describe);
+    std::memset(v.rgb->buf[0]->data, 0, v.rgb->buf[0]->size);
+    v.picture = make_frame(describe);
+    v.picture->format = AV_PIX_FMT_YUV420P;
+    v.picture->width = spec.width;
+    v.picture->height = spec.height;
+    alloc_buffers(v.picture.get(), describe);
+    return v;
+}
 
+// 7. The fltp frame of one encoder frame's samples the clip is read into.
+FramePtr make_sample_frame(const Encoder & sound, const AudioClip & audio, const std::string & describe) {
+    FramePtr samples = make_frame(describe);
+    samples->format = AV_SAMPLE_FMT_FLTP;
+    const int r = av_channel_layout_copy(&samples->ch_layout, &sound.ctx->ch_layout);
+    if (r < 0) throw RuntimeError(describe + ": setting the audio channel layout failed: " + av_error_text(r));
+    samples->sample_rate = audio.spec.sample_rate;
+    samples->nb_samples = sound.ctx->frame_size;
+    alloc_buffers(samples.get(), describe);
+    return samples;
+}
+
+// 8. Every frame and sample encoded in presentation order across both streams, so the muxer interleaves without
+//    holding a whole stream; then both encoders flushed.
+void encode_streams(Encoder & video, Encoder & sound, const VideoSpec & spec, const std::uint8_t * rgb, std::int64_t frames,
+                    const AudioClip * audio, AVFormatContext * fmt, const std::string & describe) {
+    VideoFrames v = make_video_frames(spec, describe);
     std::unique_ptr<ClipReader> reader;
     FramePtr samples;
     if (audio) {
         reader = std::make_unique<ClipReader>(*audio, AV_SAMPLE_FMT_FLTP, describe);
-        samples = make_frame(describe);
-        samples->format = AV_SAMPLE_FMT_FLTP;
-        r = av_channel_layout_copy(&samples->ch_layout, &sound.ctx->ch_layout);
-        if (r < 0) throw RuntimeError(describe + ": setting the audio channel layout failed: " + av_error_text(r));
-        samples->sample_rate = audio->spec.sample_rate;
-        samples->nb_samples = sound.ctx->frame_size;
-        alloc_buffers(samples.get(), describe);
+        samples = make_sample_frame(sound, *audio, describe);
     }
     PacketPtr pkt = make_packet(describe);
-
-    // Encode in presentation order across both streams, so the muxer interleaves without holding a whole stream.
     const std::size_t frame_bytes = std::size_t(spec.width) * std::size_t(spec.height) * 3;
     std::int64_t next_frame = 0, next_sample = 0;
     const std::int64_t total_samples = audio ? audio->frames : 0;
@@ -260,34 +290,41 @@ WrittenVideo write_mp4(const std::filesystem::path & path, const VideoSpec & spe
             next_frame < frames && (next_sample >= total_samples ||
                                     av_compare_ts(next_frame, video.ctx->time_base, next_sample, sound.ctx->time_base) <= 0);
         if (take_video) {
-            make_writable(picture.get(), describe);
-            av_image_copy_plane(rgb_frame->data[0], rgb_frame->linesize[0], rgb + std::size_t(next_frame) * frame_bytes,
+            make_writable(v.picture.get(), describe);
+            av_image_copy_plane(v.rgb->data[0], v.rgb->linesize[0], rgb + std::size_t(next_frame) * frame_bytes,
                                 spec.width * 3, spec.width * 3, spec.height);
-            sws_scale(sws.get(), rgb_frame->data, rgb_frame->linesize, 0, spec.height, picture->data, picture->linesize);
-            picture->pts = next_frame++;
-            encode(video, picture.get(), fmt.get(), pkt.get(), describe);
+            sws_scale(v.sws.get(), v.rgb->data, v.rgb->linesize, 0, spec.height, v.picture->data, v.picture->linesize);
+            v.picture->pts = next_frame++;
+            encode(video, v.picture.get(), fmt, pkt.get(), describe);
         } else {
             make_writable(samples.get(), describe);
             const int count = int(std::min<std::int64_t>(sound.ctx->frame_size, total_samples - next_sample));
             reader->read(next_sample, count, samples.get());
             samples->pts = next_sample;
             next_sample += count;
-            encode(sound, samples.get(), fmt.get(), pkt.get(), describe);
+            encode(sound, samples.get(), fmt, pkt.get(), describe);
         }
     }
-    encode(video, nullptr, fmt.get(), pkt.get(), describe);
-    if (audio) encode(sound, nullptr, fmt.get(), pkt.get(), describe);
+    encode(video, nullptr, fmt, pkt.get(), describe);
+    if (audio) encode(sound, nullptr, fmt, pkt.get(), describe);
+}
 
-    r = av_write_trailer(fmt.get());
+// 9. The trailer (index, +faststart) written and the file closed.
+void finish_mp4(OutputPtr & fmt, const std::string & describe) {
+    int r = av_write_trailer(fmt.get());
     if (r < 0) throw RuntimeError(describe + ": finishing the mp4 (index, +faststart) failed: " + av_error_text(r));
     r = avio_closep(&fmt->pb);
     if (r < 0) throw RuntimeError(describe + ": closing the file failed: " + av_error_text(r) + "; check the disk space");
     fmt.reset();
+}
 
+// 10. What was written, for the report.
+WrittenVideo written_video(WrittenFile file, const Codecs & codecs, const VideoSpec & spec, AVRational rate, std::int64_t frames,
+                           const Encoder & video, const AudioClip * audio, const Encoder & sound) {
     WrittenVideo written;
-    written.file = out.commit();
+    written.file = std::move(file);
     written.video_codec = avcodec_get_name(AV_CODEC_ID_H264);
-    written.video_encoder = h264->name;
+    written.video_encoder = codecs.h264->name;
     written.pixel_format = av_get_pix_fmt_name(AV_PIX_FMT_YUV420P);
     written.width = spec.width;
     written.height = spec.height;
@@ -299,7 +336,7 @@ WrittenVideo write_mp4(const std::filesystem::path & path, const VideoSpec & spe
     if (audio) {
         WrittenVideo::Audio a;
         a.codec = avcodec_get_name(AV_CODEC_ID_AAC);
-        a.encoder = aac->name;
+        a.encoder = codecs.aac->name;
         a.sample_rate = audio->spec.sample_rate;
         a.channels = audio->spec.channels;
         a.samples = audio->frames;
@@ -309,6 +346,29 @@ WrittenVideo write_mp4(const std::filesystem::path & path, const VideoSpec & spe
         written.audio = a;
     }
     return written;
+}
+
+}  // namespace
+
+WrittenVideo write_mp4(const std::filesystem::path & path, const VideoSpec & spec, const std::uint8_t * rgb,
+                       std::int64_t frames, const AudioClip * audio, Overwrite overwrite, const MediaTags & tags) {
+    const std::string pre_describe = "video " + path.string();
+    check_video(spec, rgb, frames, pre_describe);
+    if (audio) check_clip(*audio, pre_describe);
+    begin_libav_calls();
+    const Codecs codecs = find_codecs(audio, pre_describe);
+
+    AtomicOutput out(path, overwrite, "video");
+    const std::string describe = out.describe();
+    const std::string url = file_url(out.temp_path().string());
+    OutputPtr fmt = open_muxer(url, tags, describe);
+    const AVRational rate = frame_rate_fraction(spec.fps);
+    Encoder video = open_video_encoder(codecs.h264, spec, rate, fmt.get(), describe);
+    Encoder sound = audio ? open_audio_encoder(codecs.aac, *audio, fmt.get(), describe) : Encoder{};
+    write_header(fmt.get(), url, out.temp_path(), audio, describe);
+    encode_streams(video, sound, spec, rgb, frames, audio, fmt.get(), describe);
+    finish_mp4(fmt, describe);
+    return written_video(out.commit(), codecs, spec, rate, frames, video, audio, sound);
 }
 
 }  // namespace ddo::media

@@ -10,6 +10,7 @@
 #include <thread>
 #include <time.h>
 
+#include "ddo/engine/copy_queue.hpp"
 #include "ddo/error.hpp"
 #include "ddo/util/stream_copy.hpp"
 
@@ -129,15 +130,9 @@ public:
 private:
     void run() {
         for (;;) {
-            std::pair<CopyJob, std::shared_ptr<CpuFence>> item;
-            {
-                std::unique_lock lk(m_);
-                cv_.wait(lk, [&] { return stop_ || !q_.empty(); });
-                if (q_.empty()) return;
-                item = std::move(q_.front());
-                q_.pop_front();
-            }
-            auto & [job, fence] = item;
+            auto item = next_copy_job(m_, cv_, q_, stop_);
+            if (!item) return;
+            auto & [job, fence] = *item;
             std::exception_ptr err;
             double fill_s = 0;
             auto t0 = Clock::now();

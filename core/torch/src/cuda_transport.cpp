@@ -39,6 +39,7 @@
 #include <thread>
 #include <vector>
 
+#include "ddo/engine/copy_queue.hpp"
 #include "ddo/error.hpp"
 #include "ddo/util/stream_copy.hpp"
 
@@ -50,6 +51,7 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 using engine::CopyJob;
+using engine::next_copy_job;
 using engine::Fence;
 using engine::FencePtr;
 using engine::HostBuffer;
@@ -261,15 +263,9 @@ public:
 private:
     void run() {
         for (;;) {
-            std::pair<CopyJob, std::shared_ptr<CudaFence>> item;
-            {
-                std::unique_lock lk(m_);
-                cv_.wait(lk, [&] { return stop_ || !q_.empty(); });
-                if (q_.empty()) return;
-                item = std::move(q_.front());
-                q_.pop_front();
-            }
-            auto & [job, fence] = item;
+            auto item = next_copy_job(m_, cv_, q_, stop_);
+            if (!item) return;
+            auto & [job, fence] = *item;
             std::exception_ptr err;
             EventPtr start, end;
             double fill_s = 0;
