@@ -251,10 +251,16 @@ void print_memory(const json & r) {
 void print_routes(const json & r) {
     std::cout << "\nROUTES (intended vs executed)\n";
     const json routes = r.value("routes", json::object());
-    for (const auto & [c, e] : routes.items())
+    for (const auto & [c, e] : routes.items()) {
+        // Why the executed route is not the intended one: the plugin's note (e.g. the image fits one VAE tile).
+        std::string why;
+        if (field(e, "executed").is_null())
+            why = json_text(field(e, "executed_reason"));
+        else if (field(e, "matches") == json(false))
+            why = field(e, "executed_note").is_null() ? "(the plugin recorded no reason)" : json_text(field(e, "executed_note"));
         std::printf("  %-16s intended %-12s executed %-12s %s\n", c.c_str(), json_text(field(e, "intended")).c_str(),
-                    json_text(field(e, "executed")).c_str(),
-                    field(e, "executed").is_null() ? json_text(field(e, "executed_reason")).c_str() : "");
+                    json_text(field(e, "executed")).c_str(), why.c_str());
+    }
 }
 
 // The streaming summary and the scalar counters.
