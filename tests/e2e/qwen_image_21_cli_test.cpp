@@ -553,3 +553,22 @@ TEST(Qi21Cli, MalformedEmbeddingsExit4NamingFileAndTensor) {
     }
     fs::remove_all(dir);
 }
+
+// A sigma schedule that is not finite (the fixture scheduler's shift_terminal 0.02 divides by zero on a grid that
+// ends at sigma 1: one step, or workload.sigmas = [1]) is refused before the first step with exit 2, as for LTX-2,
+// naming the cause and how to fix it; no step is computed and nothing is written.
+TEST(Qi21Cli, ANonFiniteSigmaScheduleIsRefusedBeforeTheFirstStep) {
+    const std::string embeds = "--plugin qwen_image --preset low_ram_safe.toml --model '" +
+                               (kFixtures / "checkpoint").string() + "' --prompt-embeds '" +
+                               (kFixtures / "prompt_embeds.safetensors").string() + "' --width 64 --height 64 ";
+    for (const std::string args : {"--steps 1", "--set 'workload.sigmas=[1.0]'"}) {
+        const auto r = run("nonfinite", embeds + args);
+        EXPECT_EQ(r.exit_code, 2) << args << "\n" << r.log;
+        EXPECT_NE(r.log.find("schedule is not finite"), std::string::npos) << args << "\n" << r.log;
+        EXPECT_NE(r.log.find("shift_terminal"), std::string::npos) << args << "\n" << r.log;
+        EXPECT_NE(r.log.find("use 2 or more steps"), std::string::npos) << args << "\n" << r.log;
+        EXPECT_EQ(r.report.at("status"), "failed") << args;
+        EXPECT_TRUE(r.report.at("steps").empty()) << args << ": no step computed\n" << r.report.at("steps").dump();
+        EXPECT_TRUE(r.report.at("outputs").empty()) << args;
+    }
+}

@@ -5,50 +5,32 @@
 #include <ATen/ATen.h>
 
 #include "ddo/error.hpp"
+#include "ddo/model/config_json.hpp"
 
 namespace ddo::model {
-namespace {
-
-template <class T>
-void read(const nlohmann::json & j, const char * key, T & out, const std::filesystem::path & file) {
-    auto it = j.find(key);
-    if (it == j.end() || it->is_null()) return;  // diffusers default applies
-    try {
-        out = it->get<T>();
-    } catch (const nlohmann::json::exception & e) {
-        throw RuntimeError(file.string() + ": key '" + key + "' has the wrong type (" + e.what() +
-                           "); fix the checkpoint's config or re-export it with diffusers");
-    }
-}
-
-void require(bool ok, const std::filesystem::path & file, const std::string & what) {
-    if (!ok) throw RuntimeError(file.string() + ": " + what + "; fix the checkpoint's config or re-export it");
-}
-
-}  // namespace
 
 FlowMatchConfig FlowMatchConfig::from_json(const nlohmann::json & j, const std::filesystem::path & file) {
     FlowMatchConfig c;
-    read(j, "num_train_timesteps", c.num_train_timesteps, file);
-    read(j, "shift", c.shift, file);
-    read(j, "use_dynamic_shifting", c.use_dynamic_shifting, file);
-    read(j, "base_shift", c.base_shift, file);
-    read(j, "max_shift", c.max_shift, file);
-    read(j, "base_image_seq_len", c.base_image_seq_len, file);
-    read(j, "max_image_seq_len", c.max_image_seq_len, file);
+    read_config_key(j, "num_train_timesteps", c.num_train_timesteps, file);
+    read_config_key(j, "shift", c.shift, file);
+    read_config_key(j, "use_dynamic_shifting", c.use_dynamic_shifting, file);
+    read_config_key(j, "base_shift", c.base_shift, file);
+    read_config_key(j, "max_shift", c.max_shift, file);
+    read_config_key(j, "base_image_seq_len", c.base_image_seq_len, file);
+    read_config_key(j, "max_image_seq_len", c.max_image_seq_len, file);
     if (auto it = j.find("shift_terminal"); it != j.end() && !it->is_null()) {
         double v = 0;
-        read(j, "shift_terminal", v, file);
+        read_config_key(j, "shift_terminal", v, file);
         if (v != 0.0) c.shift_terminal = v;  // diffusers tests `if self.config.shift_terminal:`
     }
-    read(j, "time_shift_type", c.time_shift_type, file);
-    read(j, "invert_sigmas", c.invert_sigmas, file);
+    read_config_key(j, "time_shift_type", c.time_shift_type, file);
+    read_config_key(j, "invert_sigmas", c.invert_sigmas, file);
     for (const char * k : {"use_karras_sigmas", "use_exponential_sigmas", "use_beta_sigmas", "stochastic_sampling"}) {
         bool v = false;
-        read(j, k, v, file);
-        require(!v, file, std::string(k) + " is not supported by ddo's flow-match schedule (must be false)");
+        read_config_key(j, k, v, file);
+        require_config(!v, file, std::string(k) + " is not supported by ddo's flow-match schedule (must be false)");
     }
-    require(c.time_shift_type == "exponential" || c.time_shift_type == "linear", file,
+    require_config(c.time_shift_type == "exponential" || c.time_shift_type == "linear", file,
             "time_shift_type must be 'exponential' or 'linear'");
     return c;
 }
@@ -108,6 +90,16 @@ FlowMatchSchedule make_schedule(const FlowMatchConfig & c, std::vector<float> s,
     out.sigmas = s;
     out.sigmas.push_back(c.invert_sigmas ? 1.0f : 0.0f);
     return out;
+}
+
+void require_finite(const FlowMatchSchedule & s, const std::string & model, const std::string & cause_and_fix) {
+    for (size_t i = 0; i < s.sigmas.size(); ++i) {
+        const bool finite = std::isfinite(s.sigmas[i]) && (i >= s.timesteps.size() || std::isfinite(s.timesteps[i]));
+        if (!finite)
+            throw UsageError(model + ": the sigma schedule is not finite (sigma " + std::to_string(i + 1) + " of " +
+                             std::to_string(s.sigmas.size()) + " is " + std::to_string(s.sigmas[i]) + "): " +
+                             cause_and_fix);
+    }
 }
 
 at::Tensor euler_step(const at::Tensor & x, const at::Tensor & velocity, float sigma, float sigma_next) {

@@ -19,16 +19,32 @@ constexpr double kEps = 1e-6;                   // connector norms, feature extr
 constexpr double kRegisterThreshold = -9000.0;  // attn_mask_binarize_threshold
 
 std::string connector_name(bool video) { return video ? "video_connector" : "audio_connector"; }
-std::string block_name(bool video, int64_t i) {
-    return connector_name(video) + ".transformer_blocks." + std::to_string(i);
-}
+std::string block_name(bool video, int64_t i) { return connector_block_name(video, i); }
 
 void add_linear(TensorSpecs & s, const std::string & p, int64_t out, int64_t in, bool bias) {
     s.push_back({p + ".weight", {out, in}});
     if (bias) s.push_back({p + ".bias", {out}});
 }
 
-TensorSpecs projection_specs(const ConnectorsConfig & c, const std::string & name) {
+double finfo_max(at::ScalarType dt) {
+    double m = 0;
+    AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, dt, "finfo_max",
+                                    [&] { m = double(std::numeric_limits<scalar_t>::max()); });
+    return m;
+}
+
+std::vector<std::string> projection_names(const ConnectorsConfig & c) {
+    if (c.per_modality_projections) return {"video_text_proj_in", "audio_text_proj_in"};
+    return {"text_proj_in"};
+}
+
+}  // namespace
+
+std::string connector_block_name(bool video, int64_t i) {
+    return connector_name(video) + ".transformer_blocks." + std::to_string(i);
+}
+
+TensorSpecs connector_projection_specs(const ConnectorsConfig & c, const std::string & name) {
     const int64_t in = c.caption_channels * c.text_proj_in_factor;
     TensorSpecs s;
     const int64_t out = name == "text_proj_in" ? c.caption_channels
@@ -38,12 +54,7 @@ TensorSpecs projection_specs(const ConnectorsConfig & c, const std::string & nam
     return s;
 }
 
-std::vector<std::string> projection_names(const ConnectorsConfig & c) {
-    if (c.per_modality_projections) return {"video_text_proj_in", "audio_text_proj_in"};
-    return {"text_proj_in"};
-}
-
-TensorSpecs block_specs(const ConnectorSpec & k, const std::string & p) {
+TensorSpecs connector_block_specs(const ConnectorSpec & k, const std::string & p) {
     const int64_t d = k.inner_dim();
     TensorSpecs s;
     for (const char * n : {".attn1.to_q", ".attn1.to_k", ".attn1.to_v", ".attn1.to_out.0"}) add_linear(s, p + n, d, d, true);
@@ -55,14 +66,6 @@ TensorSpecs block_specs(const ConnectorSpec & k, const std::string & p) {
     return s;
 }
 
-double finfo_max(at::ScalarType dt) {
-    double m = 0;
-    AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, dt, "finfo_max",
-                                    [&] { m = double(std::numeric_limits<scalar_t>::max()); });
-    return m;
-}
-
-// per_layer_masked_mean_norm: x [B, L, C, F] -> [B, L, C*F].
 at::Tensor masked_mean_norm(const at::Tensor & x, const at::Tensor & lengths, PaddingSide side, double scale) {
     const int64_t b = x.size(0), l = x.size(1), ch = x.size(2), f = x.size(3);
     auto idx = at::arange(l, x.options().dtype(at::kLong)).unsqueeze(0);
@@ -78,18 +81,22 @@ at::Tensor masked_mean_norm(const at::Tensor & x, const at::Tensor & lengths, Pa
     return y.to(x.scalar_type());
 }
 
-// LTX2ConnectorTransformer1d.forward -> (hidden, attention mask as it leaves the connector).
-std::pair<at::Tensor, at::Tensor> connector(const ConnectorsConfig & c, Weights & w, bool video, at::Tensor x,
-                                            at::Tensor mask) {
+at::Tensor additive_text_mask(const at::Tensor & mask, at::ScalarType dt) {
+    auto add_mask = (mask.to(at::kLong) - 1).to(dt);
+    return add_mask.reshape({add_mask.size(0), 1, -1, add_mask.size(-1)}) * finfo_max(dt);
+}
+
+std::pair<at::Tensor, at::Tensor> connector_transformer(const ConnectorsConfig & c, Weights & w, bool video,
+                                                        at::Tensor x, at::Tensor mask, const RegisterWords & words) {
     const ConnectorSpec & k = video ? c.video : c.audio;
     const int64_t b = x.size(0), l = x.size(1);
     if (k.registers) {
         const Weights::Scope scope(w, connector_name(video));
         const int64_t r = *k.registers;
         if (l % r != 0)
-            throw UsageError("LTX-2 text connectors: the text length " + std::to_string(l) +
-                             " must be a multiple of the " + connector_name(video) + "'s " + std::to_string(r) +
-                             " learnable registers; set max_sequence_length to a multiple of " + std::to_string(r));
+            throw UsageError(words.owner + ": the text length " + std::to_string(l) + " must be a multiple of the " +
+                             connector_name(video) + "'s " + std::to_string(r) + " learnable registers; " +
+                             words.fix + " a multiple of " + std::to_string(r));
         auto regs = w.get(connector_name(video) + ".learnable_registers").unsqueeze(0).expand({l / r, -1, -1})
                         .reshape({l, -1});
         auto binary = (mask >= kRegisterThreshold).to(at::kInt);
@@ -112,8 +119,6 @@ std::pair<at::Tensor, at::Tensor> connector(const ConnectorsConfig & c, Weights 
     }
     return {at::rms_norm(x, {x.size(-1)}, {}, kEps), mask};
 }
-
-}  // namespace
 
 ConnectorsConfig ConnectorsConfig::from_json(const nlohmann::json & j, const std::filesystem::path & file) {
     const ConfigReader r(j, file);
@@ -180,14 +185,14 @@ RopeSpec connector_rope(const ConnectorsConfig & c, bool video) {
 TensorSpecs connector_tensor_specs(const ConnectorsConfig & c) {
     TensorSpecs s;
     for (const auto & n : projection_names(c)) {
-        auto p = projection_specs(c, n);
+        auto p = connector_projection_specs(c, n);
         s.insert(s.end(), p.begin(), p.end());
     }
     for (bool video : {true, false}) {
         const ConnectorSpec & k = video ? c.video : c.audio;
         if (k.registers) s.push_back({connector_name(video) + ".learnable_registers", {*k.registers, k.inner_dim()}});
         for (int64_t i = 0; i < k.layers; ++i) {
-            auto b = block_specs(k, block_name(video, i));
+            auto b = connector_block_specs(k, block_name(video, i));
             s.insert(s.end(), b.begin(), b.end());
         }
     }
@@ -205,12 +210,12 @@ std::vector<model::GroupSpec> connector_groups(const ConnectorsConfig & c) {
         for (const auto & [name, shape] : s) n.push_back(name);
         return n;
     };
-    for (const auto & n : projection_names(c)) g.push_back({n, names_of(projection_specs(c, n))});
+    for (const auto & n : projection_names(c)) g.push_back({n, names_of(connector_projection_specs(c, n))});
     for (bool video : {true, false}) {
         const ConnectorSpec & k = video ? c.video : c.audio;
         if (k.registers) g.push_back({connector_name(video), {connector_name(video) + ".learnable_registers"}});
         for (int64_t i = 0; i < k.layers; ++i)
-            g.push_back({block_name(video, i), names_of(block_specs(k, block_name(video, i)))});
+            g.push_back({block_name(video, i), names_of(connector_block_specs(k, block_name(video, i)))});
     }
     return g;
 }
@@ -242,14 +247,12 @@ ConnectorsOutput connectors_forward(const ConnectorsConfig & c, Weights & w, con
         const Weights::Scope scope(w, "text_proj_in");
         video_in = audio_in = linear(w, "text_proj_in", n, c.proj_bias);
     }
-    const auto dt = video_in.scalar_type();
-    auto add_mask = (mask.to(at::kLong) - 1).to(dt);
-    add_mask = add_mask.reshape({add_mask.size(0), 1, -1, add_mask.size(-1)}) * finfo_max(dt);
-
-    auto [video, video_mask] = connector(c, w, true, video_in, add_mask);
+    const auto add_mask = additive_text_mask(mask, video_in.scalar_type());
+    const RegisterWords words{"LTX-2 text connectors", "set max_sequence_length to"};
+    auto [video, video_mask] = connector_transformer(c, w, true, video_in, add_mask, words);
     auto binary = (video_mask < 1e-6).to(at::kLong).reshape({video.size(0), video.size(1), 1});
     video = video * binary;
-    auto audio = connector(c, w, false, audio_in, add_mask).first;
+    auto audio = connector_transformer(c, w, false, audio_in, add_mask, words).first;
     return {video, audio, binary.squeeze(-1)};
 }
 

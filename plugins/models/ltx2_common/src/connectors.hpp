@@ -66,6 +66,25 @@ void validate_connectors(const model::TensorFile & f, const ConnectorsConfig & c
 // "video_connector.transformer_blocks.<i>", "audio_connector.transformer_blocks.<i>".
 std::vector<model::GroupSpec> connector_groups(const ConnectorsConfig & c);
 
+// The parts LTX2ImageTextConnectors (image_connectors.cpp) shares with LTX2TextConnectors:
+// "<video|audio>_connector.transformer_blocks.<i>";
+std::string connector_block_name(bool video, int64_t i);
+// the projection `name` ("text_proj_in", "video_text_proj_in", "audio_text_proj_in") and one connector block;
+TensorSpecs connector_projection_specs(const ConnectorsConfig & c, const std::string & name);
+TensorSpecs connector_block_specs(const ConnectorSpec & k, const std::string & prefix);
+// per_layer_masked_mean_norm: x [B, L, C, F], valid lengths [B] -> [B, L, C*F];
+at::Tensor masked_mean_norm(const at::Tensor & x, const at::Tensor & lengths, PaddingSide side, double scale);
+// a binary mask [B, L] as the additive attention mask [B, 1, 1, L] ((mask - 1) * finfo(dt).max);
+at::Tensor additive_text_mask(const at::Tensor & mask, at::ScalarType dt);
+// LTX2ConnectorTransformer1d.forward of the video (or audio) connector -> (hidden, the attention mask as it leaves
+// the connector). UsageError "<owner>: the text length ... learnable registers; <fix> a multiple of <r>".
+struct RegisterWords {
+    std::string owner;  // "LTX-2 text connectors"
+    std::string fix;    // "set max_sequence_length to"
+};
+std::pair<at::Tensor, at::Tensor> connector_transformer(const ConnectorsConfig & c, Weights & w, bool video,
+                                                        at::Tensor x, at::Tensor add_mask, const RegisterWords & words);
+
 struct ConnectorsOutput {
     at::Tensor video;  // [B, L, video width]
     at::Tensor audio;  // [B, L, audio width]

@@ -94,6 +94,7 @@ at::Tensor image_denoise(const TransformerConfig & c, Weights & dit, const Image
     // perturbed pass in the STG slot) and rescales towards the conditional prediction.
     const GuidanceScales scales{s.guidance.cfg, s.guidance.pag, 1.0, s.guidance.rescale};
     const GuidancePasses passes{cfg, pag, false};
+    require_finite_schedule(schedule, "ltx2_image");
     const int total = int(schedule.timesteps.size());
     for (int i = 0; i < total; ++i) {
         if (s.check_interrupted) s.check_interrupted(i);

@@ -117,4 +117,26 @@ std::optional<PromptEmbeds> run_text_stage(model::ModelRun & run, const Ltx2Prom
     return std::nullopt;
 }
 
+int64_t max_sequence_length(const model::ModelRun & run, const std::string & whose_default) {
+    const auto n = run.option<int64_t>("max_sequence_length", 1024);
+    if (n < 1)
+        throw UsageError("plugin." + run.plugin_name() + ".max_sequence_length must be >= 1 (" + whose_default +
+                         "'s default is 1024)");
+    return n;
+}
+
+std::optional<EngineComponent> open_connectors(model::ModelRun & run, EngineStage connectors, EngineStage transformer,
+                                               at::ScalarType dtype, const model::PromptSource & prompt) {
+    auto conn = open_engine_component(run, connectors.plan, "connectors", std::move(connectors.groups), dtype);
+    if (run.dry_run()) {
+        unload(run, conn);
+        auto dit = open_engine_component(run, transformer.plan, "transformer", std::move(transformer.groups), dtype);
+        unload(run, dit);
+        run.log(2, prompt.dry_run_summary());
+        return std::nullopt;
+    }
+    if (run.phase() != "encode") run.begin_phase("encode");  // the text encoder's phase, when it ran
+    return conn;
+}
+
 }  // namespace ddo::ltx2

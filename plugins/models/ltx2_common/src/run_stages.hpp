@@ -1,7 +1,8 @@
 // What both LTX-2 plugins (ltx2_video, ltx2_image) do around the math on the model kit, written once: the
 // --prompt-embeds file (LTX2Pipeline's prompt_embeds / prompt_attention_mask / negative_*: the stacked Gemma-3
 // hidden states), the text stage (Gemma-3 on the engine as component text_encoder, unloaded before the connectors;
-// `ddo-host encode` writes its output and ends the run), and engine-backed components viewed as ltx2::Weights.
+// `ddo-host encode` writes its output and ends the run), engine-backed components viewed as ltx2::Weights, and the
+// connectors stage with the dry run's end.
 #pragma once
 
 #include <cstdint>
@@ -16,6 +17,7 @@
 #include "connectors.hpp"
 #include "ddo/model/component_weights.hpp"
 #include "ddo/model/model_run.hpp"
+#include "ddo/model/run_request.hpp"
 #include "prompt_encoder.hpp"
 #include "weights.hpp"
 
@@ -64,5 +66,19 @@ struct TextRequest {
 // embeddings after tokenizing the prompt.
 std::optional<PromptEmbeds> run_text_stage(model::ModelRun & run, const Ltx2PromptEncoder & encoder,
                                            const TextRequest & r);
+
+// plugin.<plugin>.max_sequence_length (default 1024, `whose_default`: the pipeline whose default that is);
+// UsageError below 1.
+int64_t max_sequence_length(const model::ModelRun & run, const std::string & whose_default);
+
+// The connectors stage's weights, opened on `connectors` after the text stage. A dry run ends here: the DiT is
+// opened on `transformer` too (its files checked on the engine), both are unloaded, what was validated is logged
+// and the result is nullopt. Otherwise the run is in phase "encode" (the text encoder's, when it ran).
+struct EngineStage {
+    const model::ComponentPlan & plan;
+    std::vector<model::GroupSpec> groups;
+};
+std::optional<EngineComponent> open_connectors(model::ModelRun & run, EngineStage connectors, EngineStage transformer,
+                                               at::ScalarType dtype, const model::PromptSource & prompt);
 
 }  // namespace ddo::ltx2

@@ -26,6 +26,13 @@ model::FlowMatchSchedule ltx2_schedule(const model::FlowMatchConfig & c, const n
     return model::make_schedule(c, std::move(sigmas), ltx2_mu(scheduler_json, video_tokens));
 }
 
+void require_finite_schedule(const model::FlowMatchSchedule & schedule, const std::string & model) {
+    model::require_finite(schedule, model,
+                          "the dynamic shift's exp(mu) overflows for this many latent tokens, or shift_terminal on a "
+                          "grid that ends at sigma 1 (one step) divides by zero, as in the reference; use a smaller "
+                          "size or more steps");
+}
+
 namespace {
 
 // One transformer pass with the pipeline's arguments.
@@ -54,15 +61,11 @@ std::pair<at::Tensor, at::Tensor> pass(const TransformerConfig & c, Weights & di
     return {v.to(at::kFloat), a.to(at::kFloat)};
 }
 
+// The schedule itself was checked before the first step (require_finite_schedule).
 [[noreturn]] void throw_not_finite(int step, int total, float sigma) {
-    const std::string where = "ltx2: the latents stopped being finite at denoising step " + std::to_string(step + 1) +
-                              " of " + std::to_string(total) + " (sigma " + std::to_string(sigma) + ")";
-    if (!std::isfinite(sigma))
-        throw RuntimeError(where + ": the sampling schedule itself is not finite (the dynamic shift's exp(mu) "
-                           "overflows for this many latent tokens, or shift_terminal with one step divides by zero, as "
-                           "in the reference); use a smaller size or more steps");
-    throw RuntimeError(where + "; in bf16/fp16 this is an overflow (try workload.precision=fp32), otherwise a broken "
-                       "checkpoint");
+    throw RuntimeError("ltx2: the latents stopped being finite at denoising step " + std::to_string(step + 1) + " of " +
+                       std::to_string(total) + " (sigma " + std::to_string(sigma) + "); in bf16/fp16 this is an "
+                       "overflow (try workload.precision=fp32), otherwise a broken checkpoint");
 }
 
 }  // namespace
@@ -70,6 +73,7 @@ std::pair<at::Tensor, at::Tensor> pass(const TransformerConfig & c, Weights & di
 Denoised denoise(const TransformerConfig & c, Weights & dit, const ConnectorsOutput & text, const LatentGeometry & g,
                  Noise noise, const model::FlowMatchSchedule & schedule, const DenoiseSettings & s,
                  const DenoiseCallbacks & cb) {
+    require_finite_schedule(schedule, "ltx2_video");
     const auto passes = guidance_passes(s.video, s.audio);
     auto latents = noise.video.to(at::kFloat);
     auto audio_latents = noise.audio.to(at::kFloat);

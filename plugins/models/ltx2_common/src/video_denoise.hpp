@@ -26,10 +26,13 @@ namespace ddo::ltx2 {
 double ltx2_mu(const nlohmann::json & scheduler_config, int64_t video_tokens);
 // The pipeline's sigmas (workload.sigmas, the call's sigmas=, or linspace(1, 1/steps, steps)) through set_timesteps
 // with that mu. A schedule that is not finite (exp(mu) overflows for a huge latent grid; shift_terminal with one
-// step divides by zero, as in the reference) is not refused here: denoise names the step where latents stop being
-// finite and the likely cause.
+// step divides by zero, as in the reference) is computed as the reference computes it (a dry run and the report
+// show it); denoise and image_denoise refuse it before the first step (require_finite_schedule).
 model::FlowMatchSchedule ltx2_schedule(const model::FlowMatchConfig & c, const nlohmann::json & scheduler_json,
                                        std::vector<float> sigmas, int64_t video_tokens);
+// model::require_finite with LTX-2's causes and fixes: UsageError (exit 2) "<model>: the sigma schedule is not
+// finite ..." (Note [A non-finite schedule is refused before the first step] in docs/architecture.md).
+void require_finite_schedule(const model::FlowMatchSchedule & schedule, const std::string & model);
 
 struct DenoiseSettings {
     GuidanceScales video, audio;

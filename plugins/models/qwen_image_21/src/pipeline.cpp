@@ -34,18 +34,11 @@ std::optional<at::Tensor> mask_or_none(const TensorFile & f, const std::string &
 }
 
 [[noreturn]] void throw_not_finite(const FlowMatchSchedule & sched, int i, int steps, const PipelineOptions & o) {
-    std::string why;
-    bool schedule_bad = false;
-    for (float v : sched.sigmas) schedule_bad = schedule_bad || !std::isfinite(v);
-    if (schedule_bad)
-        why = "the sigma schedule itself is not finite: the scheduler's shift_terminal stretch divides by zero "
-              "on a one-step grid (scheduler/scheduler_config.json); use 2 or more steps, or a sigma list "
-              "(workload.sigmas) that does not end at 1";
-    else if (o.dtype == at::kHalf)
-        why = "the transformer overflowed in fp16; use workload.precision = \"bf16\" or \"fp32\"";
-    else
-        why = "the transformer produced non-finite values; check the checkpoint (a corrupt or mismatched "
-              "transformer) and the prompt embeddings";
+    // The schedule itself was checked before the first step (model::require_finite).
+    const std::string why = o.dtype == at::kHalf
+                                ? "the transformer overflowed in fp16; use workload.precision = \"bf16\" or \"fp32\""
+                                : "the transformer produced non-finite values; check the checkpoint (a corrupt or "
+                                  "mismatched transformer) and the prompt embeddings";
     throw RuntimeError("qwen_image_21: the latents are not finite after step " + std::to_string(i + 1) + " of " +
                        std::to_string(steps) + " (sigma " + std::to_string(sched.sigmas[size_t(i)]) + " -> " +
                        std::to_string(sched.sigmas[size_t(i) + 1]) + "): " + why);
@@ -185,13 +178,19 @@ at::Tensor denoise(const ModelFiles & m, const Transformer & transformer, BlockS
     const double mu = calculate_shift(double(h * w), m.scheduler_config);
     const auto sched = o.sigmas.empty() ? make_schedule(m.scheduler_config, o.steps, mu)
                                         : make_schedule(m.scheduler_config, o.sigmas, mu);
+    model::require_finite(sched, "qwen_image_21",
+                          "the scheduler's shift_terminal stretch divides by zero on a grid that ends at sigma 1 (one "
+                          "step; scheduler/scheduler_config.json), or the dynamic shift's exp(mu) overflows for this "
+                          "many latent tokens; use 2 or more steps, a sigma list (workload.sigmas) that does not end "
+                          "at 1, or a smaller size");
     const int steps = int(sched.timesteps.size());
 
     auto opts = at::TensorOptions().device(o.device);
     auto pos = e.embeds.to(opts.dtype(o.dtype));
     auto target_slots = at::ones({B, h * w / 4}, opts.dtype(at::kBool));
     auto pos_img_mask = at::cat({at::zeros({B, pos.size(1)}, opts.dtype(at::kBool)), target_slots}, 1);
-    std::optional<at::Tensor> pos_mask = e.mask ? std::optional<at::Tensor>(e.mask->to(o.device)) : std::nullopt;
+    std::optional<at::Tensor> pos_mask;  // assigned, not a conditional expression: GCC 12 -Wmaybe-uninitialized
+    if (e.mask) pos_mask = e.mask->to(o.device);
     at::Tensor neg, neg_img_mask;
     std::optional<at::Tensor> neg_mask;
     if (cfg) {

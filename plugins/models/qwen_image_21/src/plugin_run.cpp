@@ -1,8 +1,12 @@
+// The qwen_image_21 run on the model kit, as QwenImage21Pipeline runs: resolve_workload -> open_checkpoint ->
+// resolve_guidance -> plan_run -> encode_prompt (the Qwen3-VL text encoder on its plan, unloaded; `ddo-host encode`
+// stops here and writes the embeddings) -> open_transformer -> per generation: denoise -> decode -> write.
 #include "plugin_run.hpp"
 
 #include <ATen/ATen.h>
 
 #include "ddo/error.hpp"
+#include "ddo/model/run_request.hpp"
 #include "ddo/model/tensor_output.hpp"
 #include "pipeline.hpp"
 #include "prompt_encoder.hpp"
@@ -10,6 +14,66 @@
 
 namespace ddo::qwen_image_21 {
 namespace {
+
+constexpr const char * kPlugin = "qwen_image_21";
+// The pipeline floors the size to a multiple of 32 (16x VAE, 2x2 latent patches).
+constexpr int64_t kMultiple = 32;
+
+// What was asked, checked before anything is read: the workload, the pipeline's options (size floored, seed,
+// guidance asked for, KV cache, device, dtype; the grid and initial latents follow the checkpoint) and where the
+// prompt comes from.
+struct Request {
+    model::Workload w;
+    PipelineOptions o;
+    model::PromptSource prompt;
+};
+
+Request resolve_workload(model::ModelRun & run) {
+    Request r{run.workload({.width = 1024, .height = 1024, .steps = 40, .seed = 0}), {}, {}};
+    const auto & w = r.w;
+    const auto size = model::floor_size(run, w, kMultiple,
+                                        "(got " + std::to_string(w.width) + "x" + std::to_string(w.height) + ")",
+                                        "Qwen-Image sizes are multiples of " + std::to_string(kMultiple) +
+                                            " pixels; floored as QwenImage21Pipeline does");
+    r.o.width = size.width;
+    r.o.height = size.height;
+    r.o.seed = w.seed;
+    r.o.true_cfg_scale = w.guidance_scale.value_or(1.0);  // the pipeline's true_cfg_scale default
+    r.o.use_kv_cache = run.option<bool>("use_kv_cache", true);
+    r.o.device = run.device().device();
+    r.o.dtype = w.dtype;
+    run.refuse_if_set("workload.frames", "Qwen-Image 2.1 makes still images");
+    run.refuse_if_set("workload.fps", "Qwen-Image 2.1 makes still images");
+    run.refuse_if_set("vae.temporal_frames", "the Qwen-Image 2.1 VAE decodes one frame (temporal windows are for video)");
+
+    // Where the prompt comes from: text (the Qwen3-VL encoder runs here) or a --prompt-embeds file.
+    r.prompt = model::PromptSource::of(run, w);
+    r.prompt.require(run, "qwen_image_21: no prompt: give -p/--prompt TEXT (the checkpoint's Qwen3-VL text encoder "
+                          "encodes it) or --prompt-embeds FILE (ddo-host encode writes one)");
+    if (r.prompt.encode_only) {
+        for (const char * k : {"workload.width", "workload.height", "workload.steps", "workload.sigmas", "workload.num_images"})
+            run.refuse_if_set(k, "ddo-host encode only encodes the prompt; give it to the run that uses the embeddings");
+        if (!run.latents_file().empty()) throw UsageError("ddo-host encode: --latents belongs to a generating run");
+    }
+    // The checkpoint is this plugin's before anything is read: exit 2 naming the class otherwise. (The host already
+    // checked model_index.json against the plugin's pipeline classes.)
+    run.require_model_dir();
+    run.check_class("transformer/config.json", {"QwenImage21Transformer2DModel"});
+    run.check_class("vae/config.json", {"AutoencoderKLQwenImage21"});
+    if (r.prompt.from_text) run.check_class("text_encoder/config.json", {"Qwen3VLForConditionalGeneration"});
+    return r;
+}
+
+ModelFiles open_checkpoint(model::ModelRun & run, const Request & r) {
+    run.begin_phase("load");
+    std::vector<std::string> components{"transformer", "vae", "scheduler"};
+    if (r.prompt.from_text) components.insert(components.begin(), "text_encoder");
+    run.record_checkpoint(components);
+    auto m = ModelFiles::open(run.model_dir());
+    run.add_checkpoint_facts({{"transformer_blocks", m.transformer_config.num_layers},
+                              {"block_payload_bytes", block_payload_bytes(m.transformer, m.transformer_config, 0)}});
+    return m;
+}
 
 // The sampling grid: workload.sigmas (the pipeline's sigmas=), else model_index.json sample_sigmas (the model
 // author's default, which the pipeline uses unless told otherwise), else linspace(1, 1/steps, steps). An explicit
@@ -20,12 +84,9 @@ struct Grid {
 };
 
 Grid sampling_grid(model::ModelRun & run, const model::Workload & w, const ModelFiles & m) {
-    if (w.sigmas) {
-        if (w.steps_set && w.steps != int(w.sigmas->size()))
-            run.adjust("workload.steps", w.steps, int(w.sigmas->size()),
-                       "workload.sigmas sets the grid; its length is the number of steps (QwenImage21Pipeline sigmas=)");
-        return {sigmas_from(*w.sigmas), "workload.sigmas"};
-    }
+    if (auto s = model::requested_sigmas(run, w, "workload.sigmas sets the grid; its length is the number of steps "
+                                                 "(QwenImage21Pipeline sigmas=)"))
+        return {std::move(*s), "workload.sigmas"};
     if (m.sample_sigmas && !w.steps_set)
         return {sigmas_from(*m.sample_sigmas), "model_index.json sample_sigmas (the checkpoint's default grid)"};
     std::string source = w.steps_set ? "workload.steps" : "the plugin's default steps";
@@ -35,218 +96,248 @@ Grid sampling_grid(model::ModelRun & run, const model::Workload & w, const Model
     return {default_sigmas(w.steps), "linspace(1, 1/steps, steps) from " + source};
 }
 
+// The prompt embeddings of a --prompt-embeds file (empty from text: encode_prompt fills them) and whether the run
+// guides. Guidance as diffusers: true_cfg_scale > 1 guides only with a negative prompt; without one it is off.
+struct Conditioning {
+    PromptEmbeds embeds;
+    bool guide = false;
+};
+
+Conditioning resolve_guidance(model::ModelRun & run, Request & r, const ModelFiles & m) {
+    Conditioning c;
+    const auto & p = r.prompt;
+    if (p.have_embeds) {
+        run.record_input("prompt_embeds", run.prompt_embeds());
+        c.embeds = load_prompt_embeds(run.prompt_embeds(), m.transformer_config.context_in_dim);
+    }
+    const bool have_negative = p.from_text ? r.w.negative_prompt.has_value() : c.embeds.neg_embeds.has_value();
+    double & scale = r.o.true_cfg_scale;
+    if (!p.given() || p.encode_only) {
+        // A dry run without a prompt plans the weights only; guidance is decided when a prompt is given.
+    } else if (scale > 1.0 && !have_negative) {
+        run.adjust("workload.guidance_scale", scale, 1.0,
+                   std::string(p.from_text ? "no negative prompt (-n) was given"
+                                           : "the prompt embeddings carry no negative_prompt_embeds") +
+                       ", so there is nothing to guide against (QwenImage21Pipeline: classifier-free guidance is not "
+                       "enabled); add one to guide");
+        scale = 1.0;
+    } else if (scale <= 1.0 && have_negative) {
+        run.adjust(p.from_text ? "workload.negative_prompt" : "negative_prompt_embeds",
+                   p.from_text ? nlohmann::json(*r.w.negative_prompt) : nlohmann::json("supplied"), "unused",
+                   "guidance scale " + nlohmann::json(scale).dump() + " <= 1: no classifier-free guidance, as in "
+                   "QwenImage21Pipeline");
+    }
+    c.guide = scale > 1.0 && have_negative;
+    return c;
+}
+
+// The grid into the pipeline's options.
+Grid resolve_grid(model::ModelRun & run, Request & r, const ModelFiles & m) {
+    auto grid = sampling_grid(run, r.w, m);
+    r.o.sigmas = grid.sigmas;
+    r.o.steps = int(grid.sigmas.size());
+    return grid;
+}
+
+// What the run will do, decided before any weight loads: the grid, the initial latents, the outputs (existing
+// ones refused now, not after denoising), the component plans and the VAE strategy.
+struct RunPlan {
+    Grid grid;
+    model::ComponentPlan transformer, vae;
+    VaeChoice vae_choice;
+};
+
+RunPlan plan_run(model::ModelRun & run, Request & r, const ModelFiles & m, Grid grid) {
+    RunPlan p{std::move(grid), {}, {}, {}};
+    if (!run.latents_file().empty()) {
+        run.record_input("latents", run.latents_file());
+        r.o.latents = load_initial_latents(run.latents_file(), r.w.num_images, m.transformer_config.in_channels,
+                                           r.o.width, r.o.height);
+    }
+    if (r.prompt.encode_only) run.plan_tensor_file();
+    else if (r.prompt.given()) run.plan_images(r.w.num_images);
+    p.transformer = run.plan("transformer");
+    p.vae = run.plan("vae");
+    p.vae_choice = choose_vae_strategy(p.vae, m.vae, m.vae_config, r.w.num_images, r.o.width, r.o.height, r.o.dtype);
+    return p;
+}
+
+void record_workload(model::ModelRun & run, const Request & r, const ModelFiles & m, const RunPlan & p, bool guide,
+                     const nlohmann::json & text_encoder_state) {
+    const auto & o = r.o;
+    const bool causal = m.transformer_config.causal_condition;
+    run.record_workload({{"model", kPlugin}, {"width", o.width}, {"height", o.height}, {"steps", o.steps},
+                         {"sigmas", model::grid_json(o.sigmas)}, {"sigmas_source", p.grid.source},
+                         {"seed", o.seed}, {"num_images", r.w.num_images},
+                         {"initial_latents", o.latents ? "from --latents (identity.checkpoint.inputs)" : "seeded noise"},
+                         {"seed_per_image", "one noise draw for all images from seed " + std::to_string(o.seed) +
+                                                " (image i is the i-th sample of it, as diffusers' num_images_per_prompt)"},
+                         {"guidance_scale", o.true_cfg_scale}, {"use_kv_cache", o.use_kv_cache},
+                         // The prefix KV cache acts on the causal condition prefix (QwenImage21Pipeline: cache_enabled).
+                         {"kv_cache_used", o.use_kv_cache && causal},
+                         {"kv_cache_reason", !o.use_kv_cache ? "plugin.qwen_image_21.use_kv_cache = false"
+                                             : causal ? "use_kv_cache and a causal condition prefix"
+                                                      : "the transformer config has causal_condition = false"},
+                         {"dtype", c10::toString(o.dtype)}, {"device", o.device.str()},
+                         {"prompt", r.prompt.prompt(r.w)},
+                         {"negative_prompt", r.prompt.from_text && r.w.negative_prompt ? nlohmann::json(*r.w.negative_prompt)
+                                                                                      : nlohmann::json(nullptr)},
+                         {"prompt_embeddings", r.prompt.embeddings()},
+                         {"negative_prompt_embeddings", guide ? (r.prompt.from_text ? "encoded" : "supplied") : "none"},
+                         {"vae_strategy", vae_strategy_name(p.vae_choice.strategy)},
+                         {"text_encoder", text_encoder_state}});
+}
+
+// The checkpoint's text encoder, checked against the transformer it feeds; its tokenizer recorded as an input.
+PromptEncoder open_prompt_encoder(model::ModelRun & run, const ModelFiles & m) {
+    auto encoder = PromptEncoder::open(run.model_dir());
+    if (encoder.config().hidden_size != m.transformer_config.context_in_dim)
+        throw RuntimeError((run.model_dir() / "text_encoder" / "config.json").string() + ": hidden_size " +
+                           std::to_string(encoder.config().hidden_size) + " contradicts the transformer's "
+                           "context_in_dim " + std::to_string(m.transformer_config.context_in_dim));
+    run.record_input("tokenizer", encoder.tokenizer_file());
+    return encoder;
+}
+
+// The prompt (and, when guiding or encoding with -n, the negative prompt) through the text encoder in phase
+// "encode": one progress count over both prompts' layers (the negative prompt is encoded after the prompt).
+PromptEmbeds encode_text(model::ModelRun & run, const Request & r, const PromptEncoder & encoder,
+                         model::ComponentWeights & te, bool guide) {
+    run.begin_phase("encode");
+    text::TextTowerCallbacks tcb;
+    tcb.check_interrupted = [&](int layer) { run.check_interrupted("at text encoder layer " + std::to_string(layer)); };
+    const int prompts = (guide || (r.prompt.encode_only && r.w.negative_prompt)) ? 2 : 1;
+    int done_before = 0;
+    tcb.on_layer = [&](int layer, int total) { run.step(done_before + layer, total * prompts); };
+    PromptEmbeds e;
+    auto pos = encoder.encode(te, {*r.w.prompt}, r.o.dtype, r.o.device, tcb);
+    e.embeds = pos.embeds;
+    e.mask = pos.mask;
+    if (prompts == 2) {
+        done_before = int(encoder.config().num_layers);
+        auto neg = encoder.encode(te, {*r.w.negative_prompt}, r.o.dtype, r.o.device, tcb);
+        e.neg_embeds = neg.embeds;
+        e.neg_mask = neg.mask;
+    }
+    run.add_checkpoint_facts({{"prompt_tokens", pos.tokens.size()}});
+    return e;
+}
+
+// `ddo-host encode`: the embeddings as the --prompt-embeds file a later run reads.
+void write_embeddings(model::ModelRun & run, const Request & r, const PromptEmbeds & e) {
+    run.begin_phase("write_output");
+    model::NamedTensors t{{"prompt_embeds", e.embeds}};
+    if (e.mask) t.push_back({"prompt_embeds_mask", e.mask->to(at::kByte)});
+    if (e.neg_embeds) t.push_back({"negative_prompt_embeds", *e.neg_embeds});
+    if (e.neg_mask) t.push_back({"negative_prompt_embeds_mask", e.neg_mask->to(at::kByte)});
+    run.write_tensors(t, {{"producer", "ddo-host encode (qwen_image_21)"}, {"prompt", *r.w.prompt},
+                          {"negative_prompt", r.w.negative_prompt.value_or("")}});
+}
+
+// The text stage (with -p): the encoder on run.plan("text_encoder"), unloaded (owners checked zero) before the
+// transformer phase. False when the run ends here: `ddo-host encode` (written, or validated in a dry run).
+bool encode_prompt(model::ModelRun & run, const Request & r, const ModelFiles & m, const RunPlan & p, Conditioning & c) {
+    if (!r.prompt.from_text) return true;
+    auto encoder = open_prompt_encoder(run, m);
+    auto te = run.open_weights(run.plan("text_encoder"), encoder.weights_dir(), encoder.groups(), r.o.dtype);
+    run.add_checkpoint_facts({{"text_encoder_layers", encoder.config().num_layers},
+                              {"prompt_template_drop", encoder.drop_index()}});
+    if (run.dry_run()) {
+        (void)encoder.template_ids(*r.w.prompt);  // the prompt tokenizes (and has no vision slot)
+        run.unload(std::move(te));                // nothing was uploaded; the transformer is validated next
+        if (r.prompt.encode_only) run.log(2, r.prompt.dry_run_summary());
+        return !r.prompt.encode_only;
+    }
+    c.embeds = encode_text(run, r, encoder, *te, c.guide);
+    run.unload(std::move(te));
+    record_workload(run, r, m, p, c.guide, "unloaded after encode, before denoise");
+    if (!r.prompt.encode_only) return true;
+    write_embeddings(run, r, c.embeds);
+    return false;
+}
+
+// The transformer: its globals resident, its blocks on the engine (transformer_plan's route).
+struct LoadedTransformer {
+    Transformer transformer;
+    std::unique_ptr<model::ComponentWeights> weights;
+    std::unique_ptr<BlockSource> blocks;
+};
+
+LoadedTransformer open_transformer(model::ModelRun & run, const ModelFiles & m, const RunPlan & p, at::ScalarType dtype) {
+    const auto & tc = m.transformer_config;
+    LoadedTransformer t{Transformer(tc, load_transformer_globals(m.transformer, tc, dtype)),
+                        run.open_weights(p.transformer, run.model_dir() / "transformer", transformer_groups(tc), dtype),
+                        nullptr};
+    t.blocks = engine_blocks(*t.weights, tc);
+    return t;
+}
+
+// Phase "denoise": the latents of one generation; the transformer's weights unloaded after the last one.
+at::Tensor denoise_latents(model::ModelRun & run, const ModelFiles & m, LoadedTransformer & t,
+                           const PromptEmbeds & embeds, const PipelineOptions & o, bool last) {
+    run.begin_phase("denoise");
+    PipelineCallbacks cb;
+    cb.check_interrupted = [&](int step) { run.check_interrupted("at step " + std::to_string(step)); };
+    cb.on_step = [&](int step, int total) { run.step(step, total); };
+    auto latents = denoise(m, t.transformer, *t.blocks, embeds, o, cb);
+    if (last) {
+        t.blocks.reset();
+        run.unload(std::move(t.weights));
+    }
+    return latents;
+}
+
+// Phase "decode": the VAE decoder built for it with the strategy decided up front; the route executed (a tiled
+// decode of an image that fits one tile runs in one piece) and the VAE's counters recorded.
+at::Tensor decode_image(model::ModelRun & run, const ModelFiles & m, const RunPlan & p, const at::Tensor & latents,
+                        const PipelineOptions & o) {
+    run.begin_phase("decode");
+    const auto & choice = p.vae_choice;
+    VaeDecoder vae(m.vae, m.vae_config, o.dtype, o.device, choice.strategy, choice.tiling);
+    vae.set_tile_progress(run.decode_piece_progress("tile"));  // a long decode shows progress and can be interrupted
+    vae.set_stage_check(run.decode_stage_check());
+    auto image = decode_latents(m, vae, latents, o);
+    const bool fell_back = choice.strategy == VaeStrategy::tiled && !vae.last_decode_tiled();
+    const std::string executed = fell_back ? "resident" : vae_strategy_name(choice.strategy);
+    std::string note = choice.reason;
+    if (fell_back) note += std::string(note.empty() ? "" : "; ") + "the image fits in one tile: decoded in one piece";
+    run.record_route("vae", choice.requested, executed, note);
+    nlohmann::json counters = {{"strategy", executed}, {"requested", choice.requested},
+                               {"weight_bytes", vae.weight_bytes()}, {"leaf_uploads", vae.uploads()}};
+    if (!choice.reason.empty()) counters["reason"] = choice.reason;
+    if (!choice.facts.is_null()) counters["auto"] = choice.facts;
+    run.record_counters("vae", counters);
+    return image;
+}
+
 }  // namespace
 
 void run_qwen_image_21(model::ModelRun & run) {
-    const auto w = run.workload({.width = 1024, .height = 1024, .steps = 40, .seed = 0});
-    PipelineOptions o;
-    // The pipeline floors the size to a multiple of 32 (16x VAE, 2x2 latent patches); say so when it does.
-    constexpr int64_t kMultiple = 32;
-    o.width = w.width / kMultiple * kMultiple;
-    o.height = w.height / kMultiple * kMultiple;
-    if (o.width < kMultiple || o.height < kMultiple)
-        throw UsageError("qwen_image_21: width and height must be at least " + std::to_string(kMultiple) + " (got " +
-                         std::to_string(w.width) + "x" + std::to_string(w.height) + ")");
-    for (auto [key, req, eff] : {std::tuple{"workload.width", w.width, o.width}, std::tuple{"workload.height", w.height, o.height}})
-        if (req != eff)
-            run.adjust(key, req, eff, "Qwen-Image sizes are multiples of " + std::to_string(kMultiple) +
-                                          " pixels; floored as QwenImage21Pipeline does");
-    o.seed = w.seed;
-    o.true_cfg_scale = w.guidance_scale.value_or(1.0);  // the pipeline's true_cfg_scale default
-    o.use_kv_cache = run.option<bool>("use_kv_cache", true);
-    o.device = run.device().device();
-    o.dtype = w.dtype;
-    run.refuse_if_set("workload.frames", "Qwen-Image 2.1 makes still images");
-    run.refuse_if_set("workload.fps", "Qwen-Image 2.1 makes still images");
-    run.refuse_if_set("vae.temporal_frames", "the Qwen-Image 2.1 VAE decodes one frame (temporal windows are for video)");
+    auto r = resolve_workload(run);
+    const auto m = open_checkpoint(run, r);
+    auto grid = resolve_grid(run, r, m);
+    auto c = resolve_guidance(run, r, m);
+    const auto p = plan_run(run, r, m, std::move(grid));
+    record_workload(run, r, m, p, c.guide, r.prompt.from_text ? nlohmann::json("planned") : nlohmann::json(nullptr));
+    if (!encode_prompt(run, r, m, p, c)) return;
 
-    // Where the prompt comes from: text (the Qwen3-VL encoder runs here) or a --prompt-embeds file.
-    const bool from_text = run.prompt_from_text(w);
-    const bool encode_only = run.encode_only();
-    if (!from_text && run.prompt_embeds().empty() && !run.dry_run())
-        throw UsageError("qwen_image_21: no prompt: give -p/--prompt TEXT (the checkpoint's Qwen3-VL text encoder "
-                         "encodes it) or --prompt-embeds FILE (ddo-host encode writes one)");
-    if (encode_only) {
-        for (const char * k : {"workload.width", "workload.height", "workload.steps", "workload.sigmas", "workload.num_images"})
-            run.refuse_if_set(k, "ddo-host encode only encodes the prompt; give it to the run that uses the embeddings");
-        if (!run.latents_file().empty()) throw UsageError("ddo-host encode: --latents belongs to a generating run");
+    auto transformer = open_transformer(run, m, p, r.o.dtype);
+    if (run.dry_run()) {
+        run.log(2, r.prompt.dry_run_summary());
+        return;
     }
-    // The checkpoint is this plugin's before anything is read: exit 2 naming the class otherwise. (The host already
-    // checked model_index.json against the plugin's pipeline classes.)
-    run.require_model_dir();
-    run.check_class("transformer/config.json", {"QwenImage21Transformer2DModel"});
-    run.check_class("vae/config.json", {"AutoencoderKLQwenImage21"});
-    if (from_text) run.check_class("text_encoder/config.json", {"Qwen3VLForConditionalGeneration"});
-
-    run.begin_phase("load");
-    std::vector<std::string> components{"transformer", "vae", "scheduler"};
-    if (from_text) components.insert(components.begin(), "text_encoder");
-    run.record_checkpoint(components);
-    auto m = ModelFiles::open(run.model_dir());
-    run.add_checkpoint_facts({{"transformer_blocks", m.transformer_config.num_layers},
-                              {"block_payload_bytes", block_payload_bytes(m.transformer, m.transformer_config, 0)}});
-    const Grid grid = sampling_grid(run, w, m);
-    o.sigmas = grid.sigmas;
-    o.steps = int(grid.sigmas.size());
-
-    // Guidance as diffusers: true_cfg_scale > 1 guides only with a negative prompt; without one it is off.
-    const bool have_embeds = !run.prompt_embeds().empty();
-    PromptEmbeds embeds;
-    if (have_embeds) {
-        run.record_input("prompt_embeds", run.prompt_embeds());
-        embeds = load_prompt_embeds(run.prompt_embeds(), m.transformer_config.context_in_dim);
-    }
-    const bool have_negative = from_text ? w.negative_prompt.has_value() : embeds.neg_embeds.has_value();
-    const std::string negative_name = from_text ? "workload.negative_prompt" : "negative_prompt_embeds";
-    if (!from_text && !have_embeds) {
-        // A dry run without a prompt plans the weights only; guidance is decided when a prompt is given.
-    } else if (o.true_cfg_scale > 1.0 && !have_negative && !encode_only) {
-        run.adjust("workload.guidance_scale", o.true_cfg_scale, 1.0,
-                   std::string(from_text ? "no negative prompt (-n) was given" : "the prompt embeddings carry no "
-                                                                               "negative_prompt_embeds") +
-                       ", so there is nothing to guide against (QwenImage21Pipeline: classifier-free guidance is not "
-                       "enabled); add one to guide");
-        o.true_cfg_scale = 1.0;
-    } else if (o.true_cfg_scale <= 1.0 && have_negative && !encode_only) {
-        run.adjust(negative_name, from_text ? nlohmann::json(*w.negative_prompt) : nlohmann::json("supplied"), "unused",
-                   "guidance scale " + nlohmann::json(o.true_cfg_scale).dump() + " <= 1: no classifier-free guidance, "
-                   "as in QwenImage21Pipeline");
-    }
-    const bool guide = o.true_cfg_scale > 1.0 && have_negative;
-    if (!run.latents_file().empty()) {
-        run.record_input("latents", run.latents_file());
-        o.latents = load_initial_latents(run.latents_file(), w.num_images, m.transformer_config.in_channels, o.width,
-                                         o.height);
-    }
-    if (encode_only) run.plan_tensor_file();
-    else if (from_text || have_embeds) run.plan_images(w.num_images);  // existing outputs refused now, not after denoising
-    const auto transformer_plan = run.plan("transformer");
-    const auto vae_plan = run.plan("vae");
-    const VaeChoice vae_choice = choose_vae_strategy(vae_plan, m.vae, m.vae_config, w.num_images, o.width, o.height, o.dtype);
-
-    auto record = [&](const nlohmann::json & text_encoder_state) {
-        nlohmann::json sig = nlohmann::json::array();
-        for (float v : o.sigmas) sig.push_back(double(v));
-        run.record_workload({{"model", "qwen_image_21"}, {"width", o.width}, {"height", o.height}, {"steps", o.steps},
-                             {"sigmas", sig}, {"sigmas_source", grid.source},
-                             {"seed", o.seed}, {"num_images", w.num_images},
-                             {"initial_latents", o.latents ? "from --latents (identity.checkpoint.inputs)" : "seeded noise"},
-                             {"seed_per_image", "one noise draw for all images from seed " + std::to_string(o.seed) +
-                                                    " (image i is the i-th sample of it, as diffusers' num_images_per_prompt)"},
-                             {"guidance_scale", o.true_cfg_scale}, {"use_kv_cache", o.use_kv_cache},
-                             // The prefix KV cache acts on the causal condition prefix (QwenImage21Pipeline: cache_enabled).
-                             {"kv_cache_used", o.use_kv_cache && m.transformer_config.causal_condition},
-                             {"kv_cache_reason", !o.use_kv_cache ? "plugin.qwen_image_21.use_kv_cache = false"
-                                                 : m.transformer_config.causal_condition ? "use_kv_cache and a causal condition prefix"
-                                                                                          : "the transformer config has causal_condition = false"},
-                             {"dtype", c10::toString(o.dtype)}, {"device", o.device.str()},
-                             {"prompt", from_text ? nlohmann::json(*w.prompt) : nlohmann::json(nullptr)},
-                             {"negative_prompt", from_text && w.negative_prompt ? nlohmann::json(*w.negative_prompt) : nlohmann::json(nullptr)},
-                             {"prompt_embeddings", from_text ? "encoded by the text encoder" : have_embeds ? "supplied" : "none (dry run)"},
-                             {"negative_prompt_embeddings", guide ? (from_text ? "encoded" : "supplied") : "none"},
-                             {"vae_strategy", vae_strategy_name(vae_choice.strategy)},
-                             {"text_encoder", text_encoder_state}});
-    };
-    record(from_text ? nlohmann::json("planned") : nlohmann::json(nullptr));
-
-    if (from_text) {
-        auto encoder = PromptEncoder::open(run.model_dir());
-        if (encoder.config().hidden_size != m.transformer_config.context_in_dim)
-            throw RuntimeError((run.model_dir() / "text_encoder" / "config.json").string() + ": hidden_size " +
-                               std::to_string(encoder.config().hidden_size) + " contradicts the transformer's "
-                               "context_in_dim " + std::to_string(m.transformer_config.context_in_dim));
-        run.record_input("tokenizer", encoder.tokenizer_file());
-        const auto te_plan = run.plan("text_encoder");
-        auto te = run.open_weights(te_plan, encoder.weights_dir(), encoder.groups(), o.dtype);
-        run.add_checkpoint_facts({{"text_encoder_layers", encoder.config().num_layers},
-                                  {"prompt_template_drop", encoder.drop_index()}});
-        if (run.dry_run()) {
-            (void)encoder.template_ids(*w.prompt);  // the prompt tokenizes (and has no vision slot)
-            run.unload(std::move(te));              // nothing was uploaded; the transformer is validated below
-            if (encode_only) {
-                run.log(2, "dry run: checkpoint, tokenizer and text encoder validated; nothing computed");
-                return;
-            }
-        } else {
-            run.begin_phase("encode");
-            text::TextTowerCallbacks tcb;
-            tcb.check_interrupted = [&](int layer) { run.check_interrupted("at text encoder layer " + std::to_string(layer)); };
-            // One progress count over both prompts' layers (the negative prompt is encoded after the prompt).
-            const int prompts = (guide || (encode_only && w.negative_prompt)) ? 2 : 1;
-            int done_before = 0;
-            tcb.on_layer = [&](int layer, int total) { run.step(done_before + layer, total * prompts); };
-            auto pos = encoder.encode(*te, {*w.prompt}, o.dtype, o.device, tcb);
-            embeds.embeds = pos.embeds;
-            embeds.mask = pos.mask;
-            if (prompts == 2) {
-                done_before = int(encoder.config().num_layers);
-                auto neg = encoder.encode(*te, {*w.negative_prompt}, o.dtype, o.device, tcb);
-                embeds.neg_embeds = neg.embeds;
-                embeds.neg_mask = neg.mask;
-            }
-            run.add_checkpoint_facts({{"prompt_tokens", pos.tokens.size()}});
-            // Out of memory before the transformer phase: owners checked zero (ModelRun::unload).
-            run.unload(std::move(te));
-            record("unloaded after encode, before denoise");
-            if (encode_only) {
-                run.begin_phase("write_output");
-                model::NamedTensors t{{"prompt_embeds", embeds.embeds}};
-                if (embeds.mask) t.push_back({"prompt_embeds_mask", embeds.mask->to(at::kByte)});
-                if (embeds.neg_embeds) t.push_back({"negative_prompt_embeds", *embeds.neg_embeds});
-                if (embeds.neg_mask) t.push_back({"negative_prompt_embeds_mask", embeds.neg_mask->to(at::kByte)});
-                run.write_tensors(t, {{"producer", "ddo-host encode (qwen_image_21)"}, {"prompt", *w.prompt},
-                                      {"negative_prompt", w.negative_prompt.value_or("")}});
-                return;
-            }
-        }
-    }
-    embeds = repeat_per_prompt(embeds, w.num_images);
-    if (!guide) {
+    auto embeds = repeat_per_prompt(c.embeds, r.w.num_images);
+    if (!c.guide) {
         embeds.neg_embeds.reset();
         embeds.neg_mask.reset();
     }
-
-    Transformer transformer(m.transformer_config, load_transformer_globals(m.transformer, m.transformer_config, o.dtype));
-    auto weights = run.open_weights(transformer_plan, run.model_dir() / "transformer",
-                                    transformer_groups(m.transformer_config), o.dtype);
-    auto blocks = engine_blocks(*weights, m.transformer_config);
-    if (run.dry_run()) {
-        run.log(2, have_embeds ? "dry run: checkpoint and embeddings validated; nothing computed"
-                               : "dry run: checkpoint validated (no prompt given); nothing computed");
-        return;
-    }
-
     // runtime.generation_repeats: the transformer's weights stay loaded between generations (the point of a warm
     // run); each generation's VAE decoder is built for its decode phase, as in a single generation.
     const int generations = run.generations();
     for (int g = 1; g <= generations; ++g) {
         run.begin_generation(g);
-        run.begin_phase("denoise");
-        PipelineCallbacks cb;
-        cb.check_interrupted = [&](int step) { run.check_interrupted("at step " + std::to_string(step)); };
-        cb.on_step = [&](int step, int total) { run.step(step, total); };
-        auto latents = denoise(m, transformer, *blocks, embeds, o, cb);
-        if (g == generations) {
-            blocks.reset();
-            run.unload(std::move(weights));
-        }
-
-        run.begin_phase("decode");
-        VaeDecoder vae(m.vae, m.vae_config, o.dtype, o.device, vae_choice.strategy, vae_choice.tiling);
-        vae.set_tile_progress(run.decode_piece_progress("tile"));  // a long decode shows progress and can be interrupted
-        vae.set_stage_check(run.decode_stage_check());
-        auto image = decode_latents(m, vae, latents, o);
-        const bool fell_back = vae_choice.strategy == VaeStrategy::tiled && !vae.last_decode_tiled();
-        const std::string executed = fell_back ? "resident" : vae_strategy_name(vae_choice.strategy);
-        std::string note = vae_choice.reason;
-        if (fell_back) note += std::string(note.empty() ? "" : "; ") + "the image fits in one tile: decoded in one piece";
-        run.record_route("vae", vae_choice.requested, executed, note);
-        nlohmann::json counters = {{"strategy", executed}, {"requested", vae_choice.requested},
-                                   {"weight_bytes", vae.weight_bytes()}, {"leaf_uploads", vae.uploads()}};
-        if (!vae_choice.reason.empty()) counters["reason"] = vae_choice.reason;
-        if (!vae_choice.facts.is_null()) counters["auto"] = vae_choice.facts;
-        run.record_counters("vae", counters);
-
+        const auto latents = denoise_latents(run, m, transformer, embeds, r.o, g == generations);
+        const auto image = decode_image(run, m, p, latents, r.o);
         run.begin_phase("write_output");
         run.write_images(image);
     }

@@ -184,6 +184,45 @@ at::Tensor rope_table(const TransformerConfig & c, const std::vector<ImageShape>
     return at::cat(parts, -1);
 }
 
+namespace {
+
+// build_token_metadata's image ids: for each joint-sequence token, the index of the image (img_shapes entry) it
+// belongs to, -1 for text.
+std::vector<int64_t> image_ids_of(const at::Tensor & image_positions, const std::vector<ImageShape> & img_shapes,
+                                  int64_t S) {
+    std::vector<int64_t> ids(size_t(S), -1);
+    auto pos = image_positions.contiguous();
+    const int64_t * p = pos.data_ptr<int64_t>();
+    int64_t k = 0;
+    for (size_t b = 0; b < img_shapes.size(); ++b) {
+        const int64_t len = img_shapes[b][0] * img_shapes[b][1] * img_shapes[b][2];
+        for (int64_t i = 0; i < len; ++i) ids[size_t(p[k++])] = int64_t(b);
+    }
+    return ids;
+}
+
+// QwenImage21TemporalTimesteps (cos first) + TimestepEmbedding without biases.
+at::Tensor timestep_embedding(const at::Tensor & timestep, const at::Tensor & linear_1, const at::Tensor & linear_2,
+                              at::ScalarType dt) {
+    const int64_t half = 128;
+    auto freqs = at::exp(at::arange(0, half, at::kFloat) * (-std::log(10000.0)) / half);
+    auto targs = (timestep.to(at::kFloat) * 1000.0).unsqueeze(1) * freqs.unsqueeze(0);
+    auto tproj = at::cat({at::cos(targs), at::sin(targs)}, -1).to(dt);
+    return proj(at::silu(proj(tproj, linear_1)), linear_2);
+}
+
+// [B, S] keys attended to: every image token, and the text tokens the prompt mask keeps (its rows are the VLM
+// sequence's text slots, in order).
+at::Tensor key_valid_mask(const at::Tensor & text_mask, const at::Tensor & img_mask0, const at::Tensor & image_pad_mask) {
+    auto kv = at::ones({text_mask.size(0), image_pad_mask.size(0)}, at::kBool);
+    auto text_positions = (~image_pad_mask).nonzero().squeeze(1);
+    auto vlm_text = (~img_mask0.slice(0, 0, text_mask.size(1))).nonzero().squeeze(1);
+    kv.index_copy_(1, text_positions, text_mask.to(at::kBool).index_select(1, vlm_text));
+    return kv;
+}
+
+}  // namespace
+
 Transformer::Transformer(TransformerConfig config, TransformerGlobals globals)
     : config_(std::move(config)), g_(std::move(globals)) {}
 
@@ -215,16 +254,7 @@ TransformerState Transformer::prepare(const TransformerInputs & in, KvMode mode)
 
     // build_token_metadata: image ids per block and the target-token mask.
     const int64_t S = image_pad_mask.size(0);
-    std::vector<int64_t> image_ids(S, -1);
-    {
-        auto pos = image_positions.contiguous();
-        const int64_t * p = pos.data_ptr<int64_t>();
-        int64_t k = 0;
-        for (size_t b = 0; b < in.img_shapes.size(); ++b) {
-            const int64_t len = in.img_shapes[b][0] * in.img_shapes[b][1] * in.img_shapes[b][2];
-            for (int64_t i = 0; i < len; ++i) image_ids[p[k++]] = int64_t(b);
-        }
-    }
+    const auto image_ids = image_ids_of(image_positions, in.img_shapes, S);
     auto target_mask = at::zeros({S}, at::kBool);
     target_mask.index_fill_(0, image_positions.slice(0, image_positions.size(0) - target_tokens), true);
 
@@ -234,23 +264,11 @@ TransformerState Transformer::prepare(const TransformerInputs & in, KvMode mode)
         timestep = at::cat({timestep, at::zeros({1}, timestep.options())});
         mod_mask = target_mask;
     }
-    // QwenImage21TemporalTimesteps (cos first) + TimestepEmbedding without biases.
-    const int64_t half = 128;
-    auto freqs = at::exp(at::arange(0, half, at::kFloat) * (-std::log(10000.0)) / half);
-    auto targs = (timestep.to(at::kFloat) * 1000.0).unsqueeze(1) * freqs.unsqueeze(0);
-    auto tproj = at::cat({at::cos(targs), at::sin(targs)}, -1).to(dt);
-    auto temb = proj(at::silu(proj(tproj, g_.time_linear_1)), g_.time_linear_2);
+    auto temb = timestep_embedding(timestep, g_.time_linear_1, g_.time_linear_2, dt);
     auto modulation = proj(at::silu(temb), g_.modulation);
 
     std::optional<at::Tensor> key_valid;
-    if (in.text_mask) {
-        auto kv = at::ones({B, S}, at::kBool);
-        auto text_positions = (~image_pad_mask).nonzero().squeeze(1);
-        const int64_t L = in.text_mask->size(1);
-        auto vlm_text = (~img_mask0.slice(0, 0, L)).nonzero().squeeze(1);
-        kv.index_copy_(1, text_positions, in.text_mask->to(at::kBool).index_select(1, vlm_text));
-        key_valid = kv;
-    }
+    if (in.text_mask) key_valid = key_valid_mask(*in.text_mask, img_mask0, image_pad_mask);
     const int64_t prefix_len = S - target_tokens;
 
     TransformerState st;

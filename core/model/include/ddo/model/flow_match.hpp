@@ -54,6 +54,11 @@ inline FlowMatchSchedule make_schedule(const FlowMatchConfig & c, int steps, std
     return make_schedule(c, default_sigmas(steps), mu);
 }
 
+// A schedule the Euler steps can sample, checked before the first step: UsageError (exit 2) "<model>: the sigma
+// schedule is not finite (sigma i of n is nan): <cause_and_fix>" for the first sigma or timestep that is not finite
+// (Note [A non-finite schedule is refused before the first step] in docs/architecture.md).
+void require_finite(const FlowMatchSchedule & s, const std::string & model, const std::string & cause_and_fix);
+
 // FlowMatchEulerDiscreteScheduler.step without stochastic sampling: x upcast to float32 + (sigma_next - sigma) * v,
 // in the reference's dtypes (dt float32, the product in v's dtype). Returns float32.
 at::Tensor euler_step(const at::Tensor & x, const at::Tensor & velocity, float sigma, float sigma_next);
