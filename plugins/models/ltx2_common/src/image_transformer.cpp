@@ -6,51 +6,31 @@
 #include <string>
 
 #include "ddo/error.hpp"
+#include "transformer_specs.hpp"
 
 namespace ddo::ltx2 {
 namespace {
 
-constexpr int64_t kTimeProjChannels = 256;
-
-void add_linear(TensorSpecs & s, const std::string & p, int64_t out, int64_t in, bool bias = true) {
-    s.push_back({p + ".weight", {out, in}});
-    if (bias) s.push_back({p + ".bias", {out}});
-}
-
-void add_adaln(TensorSpecs & s, const std::string & p, int64_t dim, int64_t n) {
-    add_linear(s, p + ".emb.timestep_embedder.linear_1", dim, kTimeProjChannels);
-    add_linear(s, p + ".emb.timestep_embedder.linear_2", dim, dim);
-    add_linear(s, p + ".linear", n * dim, dim);
-}
-
 void add_attention(TensorSpecs & s, const TransformerConfig & c, const std::string & p, int64_t kv_dim) {
     const int64_t d = c.inner_dim();
-    add_linear(s, p + ".to_q", d, d, c.attention_bias);
-    add_linear(s, p + ".to_k", d, kv_dim, c.attention_bias);
-    add_linear(s, p + ".to_v", d, kv_dim, c.attention_bias);
-    add_linear(s, p + ".to_out.0", d, d, c.attention_out_bias);
+    add_linear_spec(s, p + ".to_q", d, d, c.attention_bias);
+    add_linear_spec(s, p + ".to_k", d, kv_dim, c.attention_bias);
+    add_linear_spec(s, p + ".to_v", d, kv_dim, c.attention_bias);
+    add_linear_spec(s, p + ".to_out.0", d, d, c.attention_out_bias);
     s.push_back({p + ".norm_q.weight", {d}});
     s.push_back({p + ".norm_k.weight", {d}});
-    if (c.gated_attn) add_linear(s, p + ".to_gate_logits", c.num_attention_heads, d);
+    if (c.gated_attn) add_linear_spec(s, p + ".to_gate_logits", c.num_attention_heads, d);
 }
 
 TensorSpecs global_specs(const TransformerConfig & c) {
     const int64_t d = c.inner_dim();
     TensorSpecs s;
-    add_linear(s, "proj_in", d, c.in_channels);
-    add_adaln(s, "time_embed", d, c.video_mod_params());
+    add_linear_spec(s, "proj_in", d, c.in_channels);
+    add_adaln_spec(s, "time_embed", d, c.video_mod_params());
     s.push_back({"scale_shift_table", {2, d}});
-    if (c.prompt_adaln()) add_adaln(s, "prompt_adaln", d, 2);
-    add_linear(s, "proj_out", c.out_channels, d);
+    if (c.prompt_adaln()) add_adaln_spec(s, "prompt_adaln", d, 2);
+    add_linear_spec(s, "proj_out", c.out_channels, d);
     return s;
-}
-
-std::string block_prefix(int64_t i) { return "transformer_blocks." + std::to_string(i); }
-
-// get_mod_params: table[None, None] + temb.reshape(B, T, n, D), unbound over n.
-std::vector<at::Tensor> mod_params(const at::Tensor & table, const at::Tensor & temb, int64_t batch) {
-    auto v = table.unsqueeze(0).unsqueeze(0) + temb.reshape({batch, temb.size(1), table.size(0), -1});
-    return v.unbind(2);
 }
 
 AttentionSpec attn_spec(const TransformerConfig & c, const std::string & prefix) {
@@ -82,24 +62,19 @@ TransformerConfig image_transformer_config_from_file(const std::filesystem::path
 
 TensorSpecs image_block_specs(const TransformerConfig & c, int64_t i) {
     const int64_t d = c.inner_dim();
-    const std::string p = block_prefix(i) + ".";
+    const std::string p = dit_block_prefix(i) + ".";
     TensorSpecs s;
     add_attention(s, c, p + "attn1", d);
     add_attention(s, c, p + "attn2", c.cross_attention_dim);
-    add_linear(s, p + "ff.net.0.proj", 4 * d, d, c.ff_bias);
-    add_linear(s, p + "ff.net.2", d, 4 * d, c.ff_bias);
+    add_linear_spec(s, p + "ff.net.0.proj", 4 * d, d, c.ff_bias);
+    add_linear_spec(s, p + "ff.net.2", d, 4 * d, c.ff_bias);
     s.push_back({p + "scale_shift_table", {c.video_mod_params(), d}});
     s.push_back({p + "prompt_scale_shift_table", {2, d}});
     return s;
 }
 
 TensorSpecs image_transformer_specs(const TransformerConfig & c) {
-    auto s = global_specs(c);
-    for (int64_t i = 0; i < c.num_layers; ++i) {
-        auto b = image_block_specs(c, i);
-        s.insert(s.end(), b.begin(), b.end());
-    }
-    return s;
+    return dit_tensor_specs(c, global_specs(c), image_block_specs);
 }
 
 void validate_image_transformer(const model::TensorFile & f, const TransformerConfig & c) {
@@ -107,15 +82,7 @@ void validate_image_transformer(const model::TensorFile & f, const TransformerCo
 }
 
 std::vector<model::GroupSpec> image_transformer_groups(const TransformerConfig & c) {
-    std::vector<model::GroupSpec> g;
-    g.push_back({"globals", {}});
-    for (const auto & [name, shape] : global_specs(c)) g[0].tensors.push_back(name);
-    for (int64_t i = 0; i < c.num_layers; ++i) {
-        model::GroupSpec b{block_prefix(i), {}};
-        for (const auto & [name, shape] : image_block_specs(c, i)) b.tensors.push_back(name);
-        g.push_back(std::move(b));
-    }
-    return g;
+    return dit_groups(c, global_specs(c), image_block_specs);
 }
 
 ImageTransformerState image_prepare(const TransformerConfig & c, Weights & w, const ImageTransformerInputs & in) {
@@ -151,7 +118,7 @@ ImageTransformerState image_prepare(const TransformerConfig & c, Weights & w, co
 }
 
 void image_run_block(const TransformerConfig & c, Weights & w, int64_t i, ImageTransformerState & s) {
-    const std::string p = block_prefix(i);
+    const std::string p = dit_block_prefix(i);
     const Weights::Scope scope(w, p);
     const int64_t batch = s.x.size(0);
     const double eps = c.norm_eps;

@@ -7,76 +7,64 @@
 #include <unordered_set>
 
 #include "ddo/error.hpp"
+#include "transformer_specs.hpp"
 
 namespace ddo::ltx2 {
 namespace {
 
 constexpr int64_t kTimeProjChannels = 256;  // PixArtAlphaCombinedTimestepSizeEmbeddings.time_proj
 
-void add_linear(TensorSpecs & s, const std::string & p, int64_t out, int64_t in, bool bias = true) {
-    s.push_back({p + ".weight", {out, in}});
-    if (bias) s.push_back({p + ".bias", {out}});
-}
-
-void add_adaln(TensorSpecs & s, const std::string & p, int64_t dim, int64_t n) {
-    add_linear(s, p + ".emb.timestep_embedder.linear_1", dim, kTimeProjChannels);
-    add_linear(s, p + ".emb.timestep_embedder.linear_2", dim, dim);
-    add_linear(s, p + ".linear", n * dim, dim);
-}
-
 void add_attention(TensorSpecs & s, const TransformerConfig & c, const std::string & p, int64_t q_dim, int64_t kv_dim,
                    int64_t heads, int64_t head_dim, bool gated) {
     const int64_t inner = heads * head_dim;
-    add_linear(s, p + ".to_q", inner, q_dim, c.attention_bias);
-    add_linear(s, p + ".to_k", inner, kv_dim, c.attention_bias);
-    add_linear(s, p + ".to_v", inner, kv_dim, c.attention_bias);
-    add_linear(s, p + ".to_out.0", q_dim, inner, c.attention_out_bias);
+    add_linear_spec(s, p + ".to_q", inner, q_dim, c.attention_bias);
+    add_linear_spec(s, p + ".to_k", inner, kv_dim, c.attention_bias);
+    add_linear_spec(s, p + ".to_v", inner, kv_dim, c.attention_bias);
+    add_linear_spec(s, p + ".to_out.0", q_dim, inner, c.attention_out_bias);
     s.push_back({p + ".norm_q.weight", {inner}});
     s.push_back({p + ".norm_k.weight", {inner}});
-    if (gated) add_linear(s, p + ".to_gate_logits", heads, q_dim);
+    if (gated) add_linear_spec(s, p + ".to_gate_logits", heads, q_dim);
 }
 
 void add_ff(TensorSpecs & s, const std::string & p, int64_t dim, bool bias) {
-    add_linear(s, p + ".net.0.proj", 4 * dim, dim, bias);
-    add_linear(s, p + ".net.2", dim, 4 * dim, bias);
+    add_linear_spec(s, p + ".net.0.proj", 4 * dim, dim, bias);
+    add_linear_spec(s, p + ".net.2", dim, 4 * dim, bias);
 }
 
 TensorSpecs global_specs(const TransformerConfig & c) {
     const int64_t d = c.inner_dim(), da = c.audio_inner_dim();
     TensorSpecs s;
-    add_linear(s, "proj_in", d, c.in_channels);
-    add_linear(s, "audio_proj_in", da, c.audio_in_channels);
+    add_linear_spec(s, "proj_in", d, c.in_channels);
+    add_linear_spec(s, "audio_proj_in", da, c.audio_in_channels);
     if (c.use_keyframes_abs_pos_embedding) s.push_back({"keyframes_abs_pos_embedding", {1, d}});
     if (c.use_prompt_embeddings) {
-        add_linear(s, "caption_projection.linear_1", d, c.caption_channels);
-        add_linear(s, "caption_projection.linear_2", d, d);
-        add_linear(s, "audio_caption_projection.linear_1", da, c.caption_channels);
-        add_linear(s, "audio_caption_projection.linear_2", da, da);
+        add_linear_spec(s, "caption_projection.linear_1", d, c.caption_channels);
+        add_linear_spec(s, "caption_projection.linear_2", d, d);
+        add_linear_spec(s, "audio_caption_projection.linear_1", da, c.caption_channels);
+        add_linear_spec(s, "audio_caption_projection.linear_2", da, da);
     }
-    add_adaln(s, "time_embed", d, c.video_mod_params());
-    add_adaln(s, "audio_time_embed", da, c.audio_mod_params());
-    add_adaln(s, "av_cross_attn_video_scale_shift", d, 4);
-    add_adaln(s, "av_cross_attn_audio_scale_shift", da, 4);
-    add_adaln(s, "av_cross_attn_video_a2v_gate", d, 1);
-    add_adaln(s, "av_cross_attn_audio_v2a_gate", da, 1);
+    add_adaln_spec(s, "time_embed", d, c.video_mod_params());
+    add_adaln_spec(s, "audio_time_embed", da, c.audio_mod_params());
+    add_adaln_spec(s, "av_cross_attn_video_scale_shift", d, 4);
+    add_adaln_spec(s, "av_cross_attn_audio_scale_shift", da, 4);
+    add_adaln_spec(s, "av_cross_attn_video_a2v_gate", d, 1);
+    add_adaln_spec(s, "av_cross_attn_audio_v2a_gate", da, 1);
     s.push_back({"scale_shift_table", {2, d}});
     s.push_back({"audio_scale_shift_table", {2, da}});
     if (c.prompt_adaln()) {
-        add_adaln(s, "prompt_adaln", d, 2);
-        add_adaln(s, "audio_prompt_adaln", da, 2);
+        add_adaln_spec(s, "prompt_adaln", d, 2);
+        add_adaln_spec(s, "audio_prompt_adaln", da, 2);
     }
-    add_linear(s, "proj_out", c.out_channels, d);
-    add_linear(s, "audio_proj_out", c.audio_out_channels, da);
+    add_linear_spec(s, "proj_out", c.out_channels, d);
+    add_linear_spec(s, "audio_proj_out", c.audio_out_channels, da);
     return s;
 }
-
-std::string block_prefix(int64_t i) { return "transformer_blocks." + std::to_string(i); }
 
 TensorSpecs block_specs(const TransformerConfig & c, int64_t i) {
     const int64_t d = c.inner_dim(), da = c.audio_inner_dim();
     const int64_t h = c.num_attention_heads, hd = c.attention_head_dim;
     const int64_t ha = c.audio_num_attention_heads, hda = c.audio_attention_head_dim;
-    const std::string p = block_prefix(i) + ".";
+    const std::string p = dit_block_prefix(i) + ".";
     TensorSpecs s;
     add_attention(s, c, p + "attn1", d, d, h, hd, c.gated_attn);
     add_attention(s, c, p + "audio_attn1", da, da, ha, hda, c.audio_gated_attn);
@@ -106,13 +94,6 @@ at::Tensor time_proj(const at::Tensor & t) {
     return at::cat({at::cos(emb), at::sin(emb)}, -1);
 }
 
-// get_mod_params: table[None, None] + temb.reshape(B, T, n, D), unbound over n.
-std::vector<at::Tensor> mod_params(const at::Tensor & table, const at::Tensor & temb, int64_t batch) {
-    const int64_t n = table.size(0);
-    auto v = table.unsqueeze(0).unsqueeze(0) + temb.reshape({batch, temb.size(1), n, -1});
-    return v.unbind(2);
-}
-
 // Binary [B, L] text mask -> additive (1 - m) * -10000, [B, 1, L].
 std::optional<at::Tensor> additive_mask(const std::optional<at::Tensor> & m, const at::Tensor & like) {
     if (!m) return std::nullopt;
@@ -125,6 +106,45 @@ AttentionSpec attn_spec(const TransformerConfig & c, const std::string & prefix,
 }
 
 }  // namespace
+
+void add_linear_spec(TensorSpecs & s, const std::string & p, int64_t out, int64_t in, bool bias) {
+    s.push_back({p + ".weight", {out, in}});
+    if (bias) s.push_back({p + ".bias", {out}});
+}
+
+void add_adaln_spec(TensorSpecs & s, const std::string & p, int64_t dim, int64_t n) {
+    add_linear_spec(s, p + ".emb.timestep_embedder.linear_1", dim, kTimeProjChannels);
+    add_linear_spec(s, p + ".emb.timestep_embedder.linear_2", dim, dim);
+    add_linear_spec(s, p + ".linear", n * dim, dim);
+}
+
+std::string dit_block_prefix(int64_t i) { return "transformer_blocks." + std::to_string(i); }
+
+TensorSpecs dit_tensor_specs(const TransformerConfig & c, TensorSpecs globals, BlockSpecs block) {
+    for (int64_t i = 0; i < c.num_layers; ++i) {
+        auto b = block(c, i);
+        globals.insert(globals.end(), b.begin(), b.end());
+    }
+    return globals;
+}
+
+std::vector<model::GroupSpec> dit_groups(const TransformerConfig & c, const TensorSpecs & globals, BlockSpecs block) {
+    std::vector<model::GroupSpec> g;
+    g.push_back({"globals", {}});
+    for (const auto & [name, shape] : globals) g[0].tensors.push_back(name);
+    for (int64_t i = 0; i < c.num_layers; ++i) {
+        model::GroupSpec b{dit_block_prefix(i), {}};
+        for (const auto & [name, shape] : block(c, i)) b.tensors.push_back(name);
+        g.push_back(std::move(b));
+    }
+    return g;
+}
+
+std::vector<at::Tensor> mod_params(const at::Tensor & table, const at::Tensor & temb, int64_t batch) {
+    const int64_t n = table.size(0);
+    auto v = table.unsqueeze(0).unsqueeze(0) + temb.reshape({batch, temb.size(1), n, -1});
+    return v.unbind(2);
+}
 
 void validate_tensors(const model::TensorFile & f, const TensorSpecs & specs, const std::string & component) {
     std::unordered_set<std::string> expected;
@@ -143,29 +163,14 @@ void validate_tensors(const model::TensorFile & f, const TensorSpecs & specs, co
                                " (the config implies no such tensor; is config.json from another model version?)");
 }
 
-TensorSpecs tensor_specs(const TransformerConfig & c) {
-    auto s = global_specs(c);
-    for (int64_t i = 0; i < c.num_layers; ++i) {
-        auto b = block_specs(c, i);
-        s.insert(s.end(), b.begin(), b.end());
-    }
-    return s;
-}
+TensorSpecs tensor_specs(const TransformerConfig & c) { return dit_tensor_specs(c, global_specs(c), block_specs); }
 
 void validate_transformer(const model::TensorFile & f, const TransformerConfig & c) {
     validate_tensors(f, tensor_specs(c), "LTX-2 transformer");
 }
 
 std::vector<model::GroupSpec> transformer_groups(const TransformerConfig & c) {
-    std::vector<model::GroupSpec> g;
-    g.push_back({"globals", {}});
-    for (const auto & [name, shape] : global_specs(c)) g[0].tensors.push_back(name);
-    for (int64_t i = 0; i < c.num_layers; ++i) {
-        model::GroupSpec b{block_prefix(i), {}};
-        for (const auto & [name, shape] : block_specs(c, i)) b.tensors.push_back(name);
-        g.push_back(std::move(b));
-    }
-    return g;
+    return dit_groups(c, global_specs(c), block_specs);
 }
 
 std::pair<at::Tensor, at::Tensor> adaln_single(Weights & w, const std::string & prefix, const at::Tensor & timestep) {
@@ -175,25 +180,11 @@ std::pair<at::Tensor, at::Tensor> adaln_single(Weights & w, const std::string & 
     return {linear(w, prefix + ".linear", at::silu(emb)), emb};
 }
 
-TransformerState prepare(const TransformerConfig & c, Weights & w, const TransformerInputs & in) {
-    const Weights::Scope scope(w, "globals");
-    const auto dev = w.device();
-    const auto dt = w.dtype();
-    auto x = in.hidden_states.to(dev, dt);
-    auto a = in.audio_hidden_states.to(dev, dt);
-    const int64_t batch = x.size(0);
-    const auto audio_timestep = in.audio_timestep ? *in.audio_timestep : in.timestep;
-    const auto audio_sigma = in.audio_sigma ? in.audio_sigma : in.sigma;
-    if ((c.prompt_adaln() || in.use_cross_timestep) && (!in.sigma || !audio_sigma))
-        throw UsageError("LTX-2 transformer: sigma is required (prompt AdaLN of cross_attn_mod checkpoints, or "
-                         "use_cross_timestep); pass the step's sigma * 1000 as sigma");
+namespace {
 
-    TransformerState s;
-    // 0. Text masks -> additive [B, 1, L].
-    s.text_mask = additive_mask(in.encoder_attention_mask, x);
-    s.audio_text_mask = additive_mask(in.audio_encoder_attention_mask, a);
-
-    // 1. RoPE.
+// Step 1 of prepare: the video, audio and cross-modal RoPE tables from the coordinates (given, or from the grid).
+void rope_from_inputs(const TransformerConfig & c, const TransformerInputs & in, int64_t batch, at::Device dev,
+                      TransformerState & s) {
     at::Tensor vc, ac;
     if (in.video_coords) {
         vc = in.video_coords->to(dev, at::kFloat);
@@ -213,16 +204,14 @@ TransformerState prepare(const TransformerConfig & c, Weights & w, const Transfo
     s.audio_rope = rope_tables(audio_rope(c), ac);
     s.cross_video_rope = rope_tables(cross_video_rope(c), vc.slice(1, 0, 1));
     s.cross_audio_rope = rope_tables(cross_audio_rope(c), ac.slice(1, 0, 1));
+}
 
-    // 2. Input projections (+ 2.5 keyframe marker).
-    x = linear(w, "proj_in", x);
-    a = linear(w, "audio_proj_in", a);
-    if (c.use_keyframes_abs_pos_embedding && in.video_keyframes_mask) {
-        auto marker = (in.video_keyframes_mask->to(dev) > 0).to(dt);
-        x = x + marker * w.get("keyframes_abs_pos_embedding");
-    }
-
-    // 3. Timestep embeddings and modulation.
+// Step 3 of prepare: the timestep embeddings and modulation of both streams, the prompt AdaLN and the a2v/v2a
+// scale-shift and gates.
+void embed_timesteps(const TransformerConfig & c, Weights & w, const TransformerInputs & in, int64_t batch,
+                     TransformerState & s) {
+    const auto audio_timestep = in.audio_timestep ? *in.audio_timestep : in.timestep;
+    const auto audio_sigma = in.audio_sigma ? in.audio_sigma : in.sigma;
     const double gate_factor = c.cross_attn_timestep_scale_multiplier / c.timestep_scale_multiplier;
     auto view3 = [&](const at::Tensor & t) { return t.view({batch, -1, t.size(-1)}); };
     auto [temb, emb] = adaln_single(w, "time_embed", in.timestep.flatten());
@@ -241,6 +230,40 @@ TransformerState prepare(const TransformerConfig & c, Weights & w, const Transfo
     const auto audio_ca_t = in.use_cross_timestep ? in.sigma->flatten() : audio_timestep.flatten();
     s.temb_ca_audio_scale_shift = view3(adaln_single(w, "av_cross_attn_audio_scale_shift", audio_ca_t).first);
     s.temb_ca_audio_gate = view3(adaln_single(w, "av_cross_attn_audio_v2a_gate", audio_ca_t * gate_factor).first);
+}
+
+}  // namespace
+
+TransformerState prepare(const TransformerConfig & c, Weights & w, const TransformerInputs & in) {
+    const Weights::Scope scope(w, "globals");
+    const auto dev = w.device();
+    const auto dt = w.dtype();
+    auto x = in.hidden_states.to(dev, dt);
+    auto a = in.audio_hidden_states.to(dev, dt);
+    const int64_t batch = x.size(0);
+    const auto audio_sigma = in.audio_sigma ? in.audio_sigma : in.sigma;
+    if ((c.prompt_adaln() || in.use_cross_timestep) && (!in.sigma || !audio_sigma))
+        throw UsageError("LTX-2 transformer: sigma is required (prompt AdaLN of cross_attn_mod checkpoints, or "
+                         "use_cross_timestep); pass the step's sigma * 1000 as sigma");
+
+    TransformerState s;
+    // 0. Text masks -> additive [B, 1, L].
+    s.text_mask = additive_mask(in.encoder_attention_mask, x);
+    s.audio_text_mask = additive_mask(in.audio_encoder_attention_mask, a);
+
+    // 1. RoPE.
+    rope_from_inputs(c, in, batch, dev, s);
+
+    // 2. Input projections (+ 2.5 keyframe marker).
+    x = linear(w, "proj_in", x);
+    a = linear(w, "audio_proj_in", a);
+    if (c.use_keyframes_abs_pos_embedding && in.video_keyframes_mask) {
+        auto marker = (in.video_keyframes_mask->to(dev) > 0).to(dt);
+        x = x + marker * w.get("keyframes_abs_pos_embedding");
+    }
+
+    // 3. Timestep embeddings and modulation.
+    embed_timesteps(c, w, in, batch, s);
 
     // 4. Prompt embeddings (2.0 caption projections).
     s.text = in.encoder_hidden_states.to(dev, dt);
@@ -266,8 +289,75 @@ TransformerState prepare(const TransformerConfig & c, Weights & w, const Transfo
     return s;
 }
 
+namespace {
+
+// Step 2 of run_block: the text cross-attention of both streams, with the 2.3 prompt K/V modulation (shift, scale).
+void text_cross_attention(const TransformerConfig & c, Weights & w, const std::string & p, const TransformerState & s,
+                          const std::vector<at::Tensor> & vp, const std::vector<at::Tensor> & ap, at::Tensor & x,
+                          at::Tensor & a) {
+    const int64_t batch = s.x.size(0);
+    const double eps = c.norm_eps;
+    auto text = s.text;
+    auto audio_text = s.audio_text;
+    if (c.prompt_modulation()) {
+        auto prompt = [&](const std::string & table, const std::optional<at::Tensor> & temb) {
+            auto t = w.get(p + "." + table);
+            if (temb) return mod_params(t, *temb, batch);
+            return t.unsqueeze(0).unsqueeze(0).unbind(2);
+        };
+        auto kv = prompt("prompt_scale_shift_table", s.temb_prompt);
+        text = text * (1 + kv[1]) + kv[0];
+        auto akv = prompt("audio_prompt_scale_shift_table", s.temb_prompt_audio);
+        audio_text = audio_text * (1 + akv[1]) + akv[0];
+    }
+    auto h = rms_norm(x, eps);
+    if (c.cross_attn_mod) h = h * (1 + vp[7]) + vp[6];
+    auto o = attention(w, attn_spec(c, p + ".attn2", c.num_attention_heads, c.gated_attn), h, text, s.text_mask,
+                       nullptr, nullptr);
+    if (c.cross_attn_mod) o = o * vp[8];
+    x = x + o;
+    h = rms_norm(a, eps);
+    if (c.audio_cross_attn_mod) h = h * (1 + ap[7]) + ap[6];
+    o = attention(w, attn_spec(c, p + ".audio_attn2", c.audio_num_attention_heads, c.audio_gated_attn), h,
+                  audio_text, s.audio_text_mask, nullptr, nullptr);
+    if (c.audio_cross_attn_mod) o = o * ap[8];
+    a = a + o;
+}
+
+// Step 3 of run_block, a2v / v2a: both norms from the streams before either update; tables (scale, shift, scale,
+// shift | gate).
+void av_cross_attention(const TransformerConfig & c, Weights & w, const std::string & p, const TransformerState & s,
+                        at::Tensor & x, at::Tensor & a) {
+    const int64_t batch = s.x.size(0);
+    const double eps = c.norm_eps;
+    auto nx = rms_norm(x, eps);
+    auto na = rms_norm(a, eps);
+    auto vt = w.get(p + ".video_a2v_cross_attn_scale_shift_table");
+    auto at_ = w.get(p + ".audio_a2v_cross_attn_scale_shift_table");
+    auto vca = mod_params(vt.slice(0, 0, 4), s.temb_ca_scale_shift, batch);
+    auto a2v_gate = mod_params(vt.slice(0, 4), s.temb_ca_gate, batch)[0];
+    auto aca = mod_params(at_.slice(0, 0, 4), s.temb_ca_audio_scale_shift, batch);
+    auto v2a_gate = mod_params(at_.slice(0, 4), s.temb_ca_audio_gate, batch)[0];
+    if (s.use_a2v) {
+        auto q = nx * (1 + vca[0]) + vca[1];
+        auto kv = na * (1 + aca[0]) + aca[1];
+        x = x + a2v_gate * attention(w, attn_spec(c, p + ".audio_to_video_attn", c.audio_num_attention_heads,
+                                                  c.gated_attn),
+                                     q, kv, std::nullopt, &s.cross_video_rope, &s.cross_audio_rope);
+    }
+    if (s.use_v2a) {
+        auto kv = nx * (1 + vca[2]) + vca[3];
+        auto q = na * (1 + aca[2]) + aca[3];
+        a = a + v2a_gate * attention(w, attn_spec(c, p + ".video_to_audio_attn", c.audio_num_attention_heads,
+                                                  c.audio_gated_attn),
+                                     q, kv, std::nullopt, &s.cross_audio_rope, &s.cross_video_rope);
+    }
+}
+
+}  // namespace
+
 void run_block(const TransformerConfig & c, Weights & w, int64_t i, TransformerState & s) {
-    const std::string p = block_prefix(i);
+    const std::string p = dit_block_prefix(i);
     const Weights::Scope scope(w, p);
     const int64_t batch = s.x.size(0);
     const double eps = c.norm_eps;
@@ -290,57 +380,10 @@ void run_block(const TransformerConfig & c, Weights & w, int64_t i, TransformerS
                 ap[2];
 
     // 2. Text cross-attention; 2.3 prompt K/V modulation (shift, scale).
-    auto text = s.text;
-    auto audio_text = s.audio_text;
-    if (c.prompt_modulation()) {
-        auto prompt = [&](const std::string & table, const std::optional<at::Tensor> & temb) {
-            auto t = w.get(p + "." + table);
-            if (temb) return mod_params(t, *temb, batch);
-            return t.unsqueeze(0).unsqueeze(0).unbind(2);
-        };
-        auto kv = prompt("prompt_scale_shift_table", s.temb_prompt);
-        text = text * (1 + kv[1]) + kv[0];
-        auto akv = prompt("audio_prompt_scale_shift_table", s.temb_prompt_audio);
-        audio_text = audio_text * (1 + akv[1]) + akv[0];
-    }
-    h = rms_norm(x, eps);
-    if (c.cross_attn_mod) h = h * (1 + vp[7]) + vp[6];
-    auto o = attention(w, attn_spec(c, p + ".attn2", c.num_attention_heads, c.gated_attn), h, text, s.text_mask,
-                       nullptr, nullptr);
-    if (c.cross_attn_mod) o = o * vp[8];
-    x = x + o;
-    h = rms_norm(a, eps);
-    if (c.audio_cross_attn_mod) h = h * (1 + ap[7]) + ap[6];
-    o = attention(w, attn_spec(c, p + ".audio_attn2", c.audio_num_attention_heads, c.audio_gated_attn), h,
-                  audio_text, s.audio_text_mask, nullptr, nullptr);
-    if (c.audio_cross_attn_mod) o = o * ap[8];
-    a = a + o;
+    text_cross_attention(c, w, p, s, vp, ap, x, a);
 
-    // 3. a2v / v2a: both norms from the streams before either update; tables (scale, shift, scale, shift | gate).
-    if (s.use_a2v || s.use_v2a) {
-        auto nx = rms_norm(x, eps);
-        auto na = rms_norm(a, eps);
-        auto vt = w.get(p + ".video_a2v_cross_attn_scale_shift_table");
-        auto at_ = w.get(p + ".audio_a2v_cross_attn_scale_shift_table");
-        auto vca = mod_params(vt.slice(0, 0, 4), s.temb_ca_scale_shift, batch);
-        auto a2v_gate = mod_params(vt.slice(0, 4), s.temb_ca_gate, batch)[0];
-        auto aca = mod_params(at_.slice(0, 0, 4), s.temb_ca_audio_scale_shift, batch);
-        auto v2a_gate = mod_params(at_.slice(0, 4), s.temb_ca_audio_gate, batch)[0];
-        if (s.use_a2v) {
-            auto q = nx * (1 + vca[0]) + vca[1];
-            auto kv = na * (1 + aca[0]) + aca[1];
-            x = x + a2v_gate * attention(w, attn_spec(c, p + ".audio_to_video_attn", c.audio_num_attention_heads,
-                                                      c.gated_attn),
-                                         q, kv, std::nullopt, &s.cross_video_rope, &s.cross_audio_rope);
-        }
-        if (s.use_v2a) {
-            auto kv = nx * (1 + vca[2]) + vca[3];
-            auto q = na * (1 + aca[2]) + aca[3];
-            a = a + v2a_gate * attention(w, attn_spec(c, p + ".video_to_audio_attn", c.audio_num_attention_heads,
-                                                      c.audio_gated_attn),
-                                         q, kv, std::nullopt, &s.cross_audio_rope, &s.cross_video_rope);
-        }
-    }
+    // 3. a2v / v2a.
+    if (s.use_a2v || s.use_v2a) av_cross_attention(c, w, p, s, x, a);
 
     // 4. Feed-forward.
     h = rms_norm(x, eps) * (1 + vp[4]) + vp[3];

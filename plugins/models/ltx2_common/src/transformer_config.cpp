@@ -30,9 +30,9 @@ nlohmann::json read_config_json(const std::filesystem::path & config_json) {
     }
 }
 
-TransformerConfig TransformerConfig::from_json(const nlohmann::json & j, const std::filesystem::path & file) {
-    const ConfigReader r(j, file);
-    TransformerConfig c;
+namespace {
+
+void read_video_stream(const ConfigReader & r, TransformerConfig & c) {
     r.read("in_channels", c.in_channels);
     c.out_channels = c.in_channels;  // out_channels=None -> in_channels
     r.read("out_channels", c.out_channels);
@@ -47,6 +47,9 @@ TransformerConfig TransformerConfig::from_json(const nlohmann::json & j, const s
     r.read("base_width", c.base_width);
     r.read("gated_attn", c.gated_attn);
     r.read("cross_attn_mod", c.cross_attn_mod);
+}
+
+void read_audio_stream(const ConfigReader & r, TransformerConfig & c) {
     r.read("audio_in_channels", c.audio_in_channels);
     c.audio_out_channels = c.audio_in_channels;
     r.read("audio_out_channels", c.audio_out_channels);
@@ -60,6 +63,9 @@ TransformerConfig TransformerConfig::from_json(const nlohmann::json & j, const s
     r.read("audio_hop_length", c.audio_hop_length);
     r.read("audio_gated_attn", c.audio_gated_attn);
     r.read("audio_cross_attn_mod", c.audio_cross_attn_mod);
+}
+
+void read_shared(const ConfigReader & r, TransformerConfig & c) {
     r.read("num_layers", c.num_layers);
     r.read("norm_eps", c.norm_eps);
     r.read("caption_channels", c.caption_channels);
@@ -77,8 +83,10 @@ TransformerConfig TransformerConfig::from_json(const nlohmann::json & j, const s
     r.read("audio_ff_bias", c.audio_ff_bias);
     r.read("use_prompt_adaln_single", c.use_prompt_adaln_single);
     r.read("use_keyframes_abs_pos_embedding", c.use_keyframes_abs_pos_embedding);
+}
 
-    // Settings diffusers accepts but this implementation does not (each names its key).
+// Settings diffusers accepts but this implementation does not (each names its key).
+void refuse_unimplemented(const ConfigReader & r) {
     std::string s = "gelu-approximate";
     r.read("activation_fn", s);
     if (s != "gelu-approximate") r.fail("activation_fn", "is '" + s + "'; only 'gelu-approximate' is implemented");
@@ -91,7 +99,9 @@ TransformerConfig TransformerConfig::from_json(const nlohmann::json & j, const s
     int64_t audio_patch = 1;
     r.read("audio_patch_size", audio_patch);
     if (audio_patch != 1) r.fail("audio_patch_size", "is " + std::to_string(audio_patch) + "; only 1 is implemented");
+}
 
+void check_sizes(const ConfigReader & r, const TransformerConfig & c) {
     auto positive = [&](const char * key, int64_t v) {
         if (v <= 0) r.fail(key, "is " + std::to_string(v) + "; it must be positive");
     };
@@ -130,6 +140,18 @@ TransformerConfig TransformerConfig::from_json(const nlohmann::json & j, const s
             (c.audio_cross_attention_dim / 2) % c.num_attention_heads != 0)
             r.fail("rope_type", "is 'split' but the audio / cross-modal widths do not split over the heads");
     }
+}
+
+}  // namespace
+
+TransformerConfig TransformerConfig::from_json(const nlohmann::json & j, const std::filesystem::path & file) {
+    const ConfigReader r(j, file);
+    TransformerConfig c;
+    read_video_stream(r, c);
+    read_audio_stream(r, c);
+    read_shared(r, c);
+    refuse_unimplemented(r);
+    check_sizes(r, c);
     return c;
 }
 

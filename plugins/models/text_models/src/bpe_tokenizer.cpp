@@ -372,6 +372,8 @@ struct BpeTokenizer::Impl {
 
     void load_pre_tokenizer(const Json & j, const std::string & path, const Loader & ld);
     void load_model(const Json & m, const Loader & ld);
+    void load_vocab(const Json & m, const Loader & ld);
+    void load_merges(const Json & m, const Loader & ld);
     void load_added_tokens(const Json & list, const Loader & ld);
 
     static std::uint64_t pair_key(std::int64_t a, std::int64_t b) {
@@ -643,13 +645,22 @@ void load_post_processor(const Json & j, const std::string & path, const Loader 
 void BpeTokenizer::Impl::load_model(const Json & m, const Loader & ld) {
     if (!m.is_object()) ld.fail("model", "expected an object");
     if (const Json * type = Loader::get(m, "type"); type && *type != "BPE") ld.unsupported("model.type", *type, "BPE");
-    for (const char * key : {"unk_token", "continuing_subword_prefix", "end_of_word_suffix"})
-        if (const Json * v = Loader::get(m, key)) ld.fail(std::string("model.") + key, v->dump() + " is not supported (only null)");
-    for (const char * key : {"fuse_unk", "byte_fallback"})
-        if (ld.flag(m, key, "model", false)) ld.fail(std::string("model.") + key, "true is not supported (only false)");
+    if (const Json * v = Loader::get(m, "unk_token")) ld.fail("model.unk_token", v->dump() + " is not supported (only null)");
+    // model.rs merge_word prepends the prefix and appends the suffix with format!: "" adds nothing, as null.
+    for (const char * key : {"continuing_subword_prefix", "end_of_word_suffix"})
+        if (const Json * v = Loader::get(m, key); v && *v != "")
+            ld.fail(std::string("model.") + key, v->dump() + " is not supported (only null or \"\")");
+    // fuse_unk only fuses unk ids: with unk_token null (the only one supported) true behaves as false.
+    ld.flag(m, "fuse_unk", "model", false);
+    if (ld.flag(m, "byte_fallback", "model", false)) ld.fail("model.byte_fallback", "true is not supported (only false)");
     if (const Json * d = Loader::get(m, "dropout"); d && !(d->is_number() && d->get<double>() == 0.0))
         ld.fail("model.dropout", d->dump() + " is not supported (only null or 0)");
     ignore_merges = ld.flag(m, "ignore_merges", "model", false);
+    load_vocab(m, ld);
+    load_merges(m, ld);
+}
+
+void BpeTokenizer::Impl::load_vocab(const Json & m, const Loader & ld) {
     const Json * vocab_json = Loader::get(m, "vocab");
     if (!vocab_json || !vocab_json->is_object()) ld.fail("model.vocab", "expected an object {token: id}");
     for (const auto & [token, id] : vocab_json->items()) {
@@ -657,6 +668,9 @@ void BpeTokenizer::Impl::load_model(const Json & m, const Loader & ld) {
             ld.fail("model.vocab." + token, "expected an id in [0, 2^32), got " + id.dump());
         vocab.emplace(token, id.get<std::int64_t>());
     }
+}
+
+void BpeTokenizer::Impl::load_merges(const Json & m, const Loader & ld) {
     const Json & list = ld.array(m, "merges", "model");
     for (std::size_t i = 0; i < list.size(); ++i) {
         const std::string key = "model.merges[" + std::to_string(i) + "]";

@@ -18,12 +18,14 @@
 //                   also counts U+180E; \p{L} \p{N}: Oniguruma has Unicode 16, PCRE2 10.42 Unicode 14).
 //   model           BPE: vocab, merges ([a, b] pairs or legacy "a b" strings), ignore_merges; merged by rank as
 //                   tokenizers' word.rs (lowest rank first, leftmost on ties). Characters not in the vocabulary are
-//                   dropped, as tokenizers does with unk_token null.
+//                   dropped, as tokenizers does with unk_token null. Values tokenizers treats as the defaults are
+//                   accepted: "" for continuing_subword_prefix/end_of_word_suffix, dropout 0, fuse_unk true (inert
+//                   with unk_token null).
 //   post_processor  null, ByteLevel (adds nothing), TemplateProcessing (the `single` template), Sequence of those.
 //   decoder         ignored (encode only).
 // Refused with ddo::UsageError naming the file and the JSON key: other normalizer/pre-tokenizer/model/post-processor
-// types, non-null truncation or padding, BPE unk_token/fuse_unk/byte_fallback/dropout/continuing_subword_prefix/
-// end_of_word_suffix other than their defaults, Split regexes using \w \W \b \B \h \H, \S inside a class, nested or
+// types, non-null truncation or padding, BPE unk_token, a non-empty continuing_subword_prefix/end_of_word_suffix,
+// dropout other than 0, byte_fallback true, Split regexes using \w \W \b \B \h \H, \S inside a class, nested or
 // POSIX classes (whose meaning differs between Oniguruma and PCRE2), and merges naming tokens not in the vocabulary.
 // Input text that is not valid UTF-8 is refused (ddo::UsageError with the byte offset). encode() is const and keeps
 // no mutable state: one tokenizer may be used from several threads.

@@ -6,11 +6,11 @@
 #include <ATen/ATen.h>
 
 #include <cmath>
-#include <fstream>
 
 #include <nlohmann/json.hpp>
 
 #include "ddo/error.hpp"
+#include "text_tower.hpp"
 
 namespace ddo::text {
 namespace {
@@ -57,14 +57,7 @@ at::Tensor rms_norm(const at::Tensor & x, const at::Tensor & w, double eps) {
     return (h * (1.0 + w.to(at::kFloat))).to(x.scalar_type());
 }
 
-at::Tensor rotate_half(const at::Tensor & x) {
-    const auto half = x.size(-1) / 2;
-    return at::cat({-x.narrow(-1, half, half), x.narrow(-1, 0, half)}, -1);
-}
-
-at::Tensor linear(const at::Tensor & x, const model::GroupTensors & t, const std::string & name, bool bias) {
-    return at::linear(x, t.at(name + ".weight"), bias ? std::optional<at::Tensor>(t.at(name + ".bias")) : std::nullopt);
-}
+using tower::linear;
 
 const char * const kNorms[] = {"input_layernorm.weight", "post_attention_layernorm.weight",
                                "pre_feedforward_layernorm.weight", "post_feedforward_layernorm.weight"};
@@ -109,15 +102,7 @@ std::pair<at::Tensor, at::Tensor> rope_tables(const Gemma3TextConfig::Rope & r, 
 }  // namespace
 
 Gemma3TextConfig Gemma3TextConfig::from_file(const std::filesystem::path & f) {
-    std::ifstream in(f);
-    if (!in) throw UsageError(f.string() + ": cannot read the text encoder's config.json; the checkpoint's "
-                              "text_encoder/ folder must hold the config save_pretrained wrote");
-    json root;
-    try {
-        root = json::parse(in);
-    } catch (const std::exception & e) {
-        throw UsageError(f.string() + ": not valid JSON (" + e.what() + ")");
-    }
+    const json root = tower::read_config_json(f);
     // Gemma3ForConditionalGeneration nests the language model under text_config; a plain Gemma3TextConfig does not.
     const bool nested = root.contains("text_config") && root.at("text_config").is_object();
     const json & j = nested ? root.at("text_config") : root;
@@ -192,20 +177,7 @@ std::vector<model::GroupSpec> gemma3_groups(Gemma3TextConfig & c, const std::vec
     // The language model's prefix: transformers 5 saves Gemma3ForConditionalGeneration as language_model.model.*,
     // 4.5x as model.language_model.*, Gemma3ForCausalLM as model.*, a bare Gemma3TextModel none.
     static const char * const kPrefixes[] = {"language_model.model.", "model.language_model.", "model.", ""};
-    bool found = false;
-    for (const char * p : kPrefixes) {
-        const std::string want = std::string(p) + "embed_tokens.weight";
-        for (const auto & n : names)
-            if (n == want) found = true;
-        if (found) {
-            c.weight_prefix = p;
-            break;
-        }
-    }
-    if (!found)
-        throw RuntimeError("text encoder checkpoint: no embed_tokens.weight under any of the prefixes "
-                           "language_model.model. / model.language_model. / model. / (none); is this a Gemma-3 text "
-                           "encoder saved by transformers?");
+    c.weight_prefix = tower::find_weight_prefix(names, kPrefixes, "a Gemma-3 text encoder");
     std::vector<model::GroupSpec> groups;
     groups.push_back({"embed_tokens", {c.weight_prefix + "embed_tokens.weight"}});
     for (std::int64_t i = 0; i < c.num_layers; ++i) {
@@ -224,42 +196,22 @@ void gemma3_check_weights(const model::TensorFile & f, const Gemma3TextConfig & 
     f.check(c.weight_prefix + "norm.weight", {c.hidden_size});
 }
 
-std::vector<at::Tensor> gemma3_hidden_states(model::ComponentWeights & weights, const Gemma3TextConfig & c,
-                                             const at::Tensor & ids_in, const at::Tensor & mask_in, at::ScalarType dtype,
-                                             at::Device device, const Gemma3Callbacks & cb) {
-    if (ids_in.dim() != 2 || mask_in.sizes() != ids_in.sizes())
-        throw RuntimeError("gemma3 text tower: ids and mask must both be [batch, length]");
-    if (weights.size() != std::size_t(c.num_layers + 2))
-        throw RuntimeError("gemma3 text tower: the weights hold " + std::to_string(weights.size()) +
-                           " execution groups, gemma3_groups gives " + std::to_string(c.num_layers + 2));
-    const auto ids = ids_in.to(device, at::kLong);
-    const auto mask = mask_in.to(device, at::kLong);
-    const int64_t B = ids.size(0), L = ids.size(1), H = c.num_heads, KV = c.num_kv_heads, D = c.head_dim;
-    if (at::logical_or(ids < 0, ids >= c.vocab_size).any().item<bool>())
-        throw RuntimeError("gemma3 text tower: a token id is outside the vocabulary (" + std::to_string(c.vocab_size) +
-                           "): the tokenizer and the text encoder's config do not belong together");
+namespace {
 
-    std::vector<at::Tensor> states;
-    at::Tensor h;
-    {
-        const auto & t = weights.acquire(0);
-        // Gemma3TextScaledWordEmbedding: the scale sqrt(hidden) is cast to the weight (here: compute) dtype.
-        const auto scale = at::scalar_tensor(std::sqrt(double(c.hidden_size)), at::TensorOptions().dtype(at::kFloat))
-                               .to(dtype).to(device);
-        h = at::embedding(t.at(c.weight_prefix + "embed_tokens.weight"), ids).to(dtype) * scale;
-        weights.release(0);
-    }
-    states.push_back(h);
+// Masks [B, 1, L, L] (true = attend): causal and key padding; sliding layers also j > i - window. Without padding
+// the full layers run plain causal SDPA (is_causal), as transformers skips the mask; so do the sliding ones while
+// the window covers the whole prompt.
+struct Masked {
+    std::optional<at::Tensor> allowed;  // none: is_causal
+    std::optional<at::Tensor> row_ok;   // queries that see a key, as dtype (rows without one give 0)
+};
+struct LayerMasks {
+    Masked full, sliding;
+};
 
-    bool any_sliding = false, any_full = false;
-    for (bool s : c.sliding) (s ? any_sliding : any_full) = true;
-    std::pair<at::Tensor, at::Tensor> full_rope, sliding_rope;
-    if (any_full) full_rope = rope_tables(c.full_rope, D, L, dtype, device);
-    if (any_sliding) sliding_rope = rope_tables(c.sliding_rope, D, L, dtype, device);
-
-    // Masks [B, 1, L, L] (true = attend): causal and key padding; sliding layers also j > i - window. Without
-    // padding the full layers run plain causal SDPA (is_causal), as transformers skips the mask; so do the sliding
-    // ones while the window covers the whole prompt.
+LayerMasks layer_masks(const Gemma3TextConfig & c, const at::Tensor & mask, bool any_full, bool any_sliding,
+                       at::ScalarType dtype, at::Device device) {
+    const int64_t B = mask.size(0), L = mask.size(1);
     const bool padded = !(mask != 0).all().item<bool>();
     const auto bools = at::TensorOptions().dtype(at::kBool).device(device);
     const auto i_idx = at::arange(L, at::TensorOptions().dtype(at::kLong).device(device)).view({L, 1});
@@ -267,10 +219,6 @@ std::vector<at::Tensor> gemma3_hidden_states(model::ComponentWeights & weights, 
     const auto causal = (j_idx <= i_idx).view({1, 1, L, L});
     const auto keys = (mask != 0).view({B, 1, 1, L});
     const auto eye = at::eye(L, bools).view({1, 1, L, L});
-    struct Masked {
-        std::optional<at::Tensor> allowed;  // none: is_causal
-        std::optional<at::Tensor> row_ok;   // queries that see a key, as dtype (rows without one give 0)
-    };
     const auto make_mask = [&](bool sliding) {
         Masked m;
         const bool window = sliding && L > c.sliding_window;
@@ -283,53 +231,76 @@ std::vector<at::Tensor> gemma3_hidden_states(model::ComponentWeights & weights, 
         m.row_ok = ok.to(dtype);
         return m;
     };
-    Masked full_mask, sliding_mask;
-    if (any_full) full_mask = make_mask(false);
-    if (any_sliding) sliding_mask = make_mask(true);
+    LayerMasks out;
+    if (any_full) out.full = make_mask(false);
+    if (any_sliding) out.sliding = make_mask(true);
+    return out;
+}
+
+// One decoder layer (Gemma3DecoderLayer): h [B, L, hidden] -> the layer's output.
+at::Tensor decoder_layer(at::Tensor h, const model::GroupTensors & t, const std::string & p, const Gemma3TextConfig & c,
+                         const std::pair<at::Tensor, at::Tensor> & rope, const Masked & m, double scale) {
+    const int64_t B = h.size(0), L = h.size(1), H = c.num_heads, KV = c.num_kv_heads, D = c.head_dim;
+    auto x = rms_norm(h, t.at(p + "input_layernorm.weight"), c.rms_norm_eps);
+    auto q = rms_norm(linear(x, t, p + "self_attn.q_proj", c.attention_bias).view({B, L, H, D}).transpose(1, 2),
+                      t.at(p + "self_attn.q_norm.weight"), c.rms_norm_eps);
+    auto k = rms_norm(linear(x, t, p + "self_attn.k_proj", c.attention_bias).view({B, L, KV, D}).transpose(1, 2),
+                      t.at(p + "self_attn.k_norm.weight"), c.rms_norm_eps);
+    auto v = linear(x, t, p + "self_attn.v_proj", c.attention_bias).view({B, L, KV, D}).transpose(1, 2);
+    const auto a = tower::attend(q, k, v, rope.first, rope.second, m.allowed, m.row_ok, scale);
+    h = h + rms_norm(linear(a, t, p + "self_attn.o_proj", c.attention_bias), t.at(p + "post_attention_layernorm.weight"),
+                     c.rms_norm_eps);
+    x = rms_norm(h, t.at(p + "pre_feedforward_layernorm.weight"), c.rms_norm_eps);
+    auto mlp = at::linear(at::gelu(at::linear(x, t.at(p + "mlp.gate_proj.weight")), "tanh") *
+                              at::linear(x, t.at(p + "mlp.up_proj.weight")),
+                          t.at(p + "mlp.down_proj.weight"));
+    return h + rms_norm(mlp, t.at(p + "post_feedforward_layernorm.weight"), c.rms_norm_eps);
+}
+
+}  // namespace
+
+std::vector<at::Tensor> gemma3_hidden_states(model::ComponentWeights & weights, const Gemma3TextConfig & c,
+                                             const at::Tensor & ids_in, const at::Tensor & mask_in, at::ScalarType dtype,
+                                             at::Device device, const Gemma3Callbacks & cb) {
+    if (ids_in.dim() != 2 || mask_in.sizes() != ids_in.sizes())
+        throw RuntimeError("gemma3 text tower: ids and mask must both be [batch, length]");
+    if (weights.size() != std::size_t(c.num_layers + 2))
+        throw RuntimeError("gemma3 text tower: the weights hold " + std::to_string(weights.size()) +
+                           " execution groups, gemma3_groups gives " + std::to_string(c.num_layers + 2));
+    const auto ids = ids_in.to(device, at::kLong);
+    const auto mask = mask_in.to(device, at::kLong);
+    const int64_t L = ids.size(1), D = c.head_dim;
+    if (at::logical_or(ids < 0, ids >= c.vocab_size).any().item<bool>())
+        throw RuntimeError("gemma3 text tower: a token id is outside the vocabulary (" + std::to_string(c.vocab_size) +
+                           "): the tokenizer and the text encoder's config do not belong together");
+
+    std::vector<at::Tensor> states;
+    at::Tensor h = tower::with_group(weights, 0, [&](const model::GroupTensors & t) {
+        // Gemma3TextScaledWordEmbedding: the scale sqrt(hidden) is cast to the weight (here: compute) dtype.
+        const auto scale = at::scalar_tensor(std::sqrt(double(c.hidden_size)), at::TensorOptions().dtype(at::kFloat))
+                               .to(dtype).to(device);
+        return at::embedding(t.at(c.weight_prefix + "embed_tokens.weight"), ids).to(dtype) * scale;
+    });
+    states.push_back(h);
+
+    bool any_sliding = false, any_full = false;
+    for (bool s : c.sliding) (s ? any_sliding : any_full) = true;
+    std::pair<at::Tensor, at::Tensor> full_rope, sliding_rope;
+    if (any_full) full_rope = rope_tables(c.full_rope, D, L, dtype, device);
+    if (any_sliding) sliding_rope = rope_tables(c.sliding_rope, D, L, dtype, device);
+    const LayerMasks masks = layer_masks(c, mask, any_full, any_sliding, dtype, device);
 
     const double scale = 1.0 / std::sqrt(c.query_pre_attn_scalar);
-    const int total = int(c.num_layers);
-    for (int64_t i = 0; i < c.num_layers; ++i) {
-        if (cb.check_interrupted) cb.check_interrupted(int(i));
+    tower::for_each_layer(weights, c.num_layers, c.weight_prefix, cb, [&](const model::GroupTensors & t,
+                                                                         const std::string & p, std::int64_t i) {
         const bool sliding = c.sliding[std::size_t(i)];
-        const auto & [cos, sin] = sliding ? sliding_rope : full_rope;
-        const Masked & m = sliding ? sliding_mask : full_mask;
-        const auto & t = weights.acquire(std::size_t(i + 1));
-        const std::string p = c.weight_prefix + "layers." + std::to_string(i) + ".";
-        auto x = rms_norm(h, t.at(p + "input_layernorm.weight"), c.rms_norm_eps);
-        auto q = rms_norm(linear(x, t, p + "self_attn.q_proj", c.attention_bias).view({B, L, H, D}).transpose(1, 2),
-                          t.at(p + "self_attn.q_norm.weight"), c.rms_norm_eps);
-        auto k = rms_norm(linear(x, t, p + "self_attn.k_proj", c.attention_bias).view({B, L, KV, D}).transpose(1, 2),
-                          t.at(p + "self_attn.k_norm.weight"), c.rms_norm_eps);
-        auto v = linear(x, t, p + "self_attn.v_proj", c.attention_bias).view({B, L, KV, D}).transpose(1, 2);
-        q = q * cos + rotate_half(q) * sin;
-        k = k * cos + rotate_half(k) * sin;
-        if (KV != H) {  // transformers' repeat_kv: each key/value head serves num_heads / num_kv_heads queries
-            k = k.repeat_interleave(H / KV, 1);
-            v = v.repeat_interleave(H / KV, 1);
-        }
-        auto a = m.allowed ? at::scaled_dot_product_attention(q, k, v, *m.allowed, 0.0, false, scale)
-                           : at::scaled_dot_product_attention(q, k, v, std::nullopt, 0.0, true, scale);
-        if (m.row_ok) a = a * *m.row_ok;
-        a = a.transpose(1, 2).reshape({B, L, H * D});
-        h = h + rms_norm(linear(a, t, p + "self_attn.o_proj", c.attention_bias), t.at(p + "post_attention_layernorm.weight"),
-                         c.rms_norm_eps);
-        x = rms_norm(h, t.at(p + "pre_feedforward_layernorm.weight"), c.rms_norm_eps);
-        auto mlp = at::linear(at::gelu(at::linear(x, t.at(p + "mlp.gate_proj.weight")), "tanh") *
-                                  at::linear(x, t.at(p + "mlp.up_proj.weight")),
-                              t.at(p + "mlp.down_proj.weight"));
-        h = h + rms_norm(mlp, t.at(p + "post_feedforward_layernorm.weight"), c.rms_norm_eps);
-        weights.release(std::size_t(i + 1));
+        h = decoder_layer(h, t, p, c, sliding ? sliding_rope : full_rope, sliding ? masks.sliding : masks.full, scale);
         // hidden_states[i + 1] is layer i's output; the last is replaced by the final norm's output below.
         if (i + 1 < c.num_layers) states.push_back(h);
-        if (cb.on_layer) cb.on_layer(int(i + 1), total);
-    }
-    {
-        const std::size_t g = std::size_t(c.num_layers + 1);
-        const auto & t = weights.acquire(g);
-        states.push_back(rms_norm(h, t.at(c.weight_prefix + "norm.weight"), c.rms_norm_eps));
-        weights.release(g);
-    }
+    });
+    states.push_back(tower::with_group(weights, std::size_t(c.num_layers + 1), [&](const model::GroupTensors & t) {
+        return rms_norm(h, t.at(c.weight_prefix + "norm.weight"), c.rms_norm_eps);
+    }));
     return states;
 }
 

@@ -2,11 +2,11 @@
 
 #include <ATen/ATen.h>
 
-#include <fstream>
 
 #include <nlohmann/json.hpp>
 
 #include "ddo/error.hpp"
+#include "text_tower.hpp"
 
 namespace ddo::text {
 namespace {
@@ -32,14 +32,7 @@ at::Tensor rms_norm(const at::Tensor & x, const at::Tensor & w, double eps) {
     return w * h.to(x.scalar_type());
 }
 
-at::Tensor rotate_half(const at::Tensor & x) {
-    const auto half = x.size(-1) / 2;
-    return at::cat({-x.narrow(-1, half, half), x.narrow(-1, 0, half)}, -1);
-}
-
-at::Tensor linear(const at::Tensor & x, const model::GroupTensors & t, const std::string & name, bool bias) {
-    return at::linear(x, t.at(name + ".weight"), bias ? std::optional<at::Tensor>(t.at(name + ".bias")) : std::nullopt);
-}
+using tower::linear;
 
 const char * const kLayerTensors[] = {
     "input_layernorm.weight", "post_attention_layernorm.weight", "self_attn.q_proj.weight", "self_attn.k_proj.weight",
@@ -49,15 +42,7 @@ const char * const kLayerTensors[] = {
 }  // namespace
 
 Qwen3TextConfig Qwen3TextConfig::from_file(const std::filesystem::path & f) {
-    std::ifstream in(f);
-    if (!in) throw UsageError(f.string() + ": cannot read the text encoder's config.json; the checkpoint's "
-                              "text_encoder/ folder must hold the config save_pretrained wrote");
-    json root;
-    try {
-        root = json::parse(in);
-    } catch (const std::exception & e) {
-        throw UsageError(f.string() + ": not valid JSON (" + e.what() + ")");
-    }
+    const json root = tower::read_config_json(f);
     // Qwen3VLForConditionalGeneration nests the language model under text_config; a plain Qwen3 model does not.
     const json & j = root.contains("text_config") ? root.at("text_config") : root;
     const std::string k = root.contains("text_config") ? "text_config." : "";
@@ -94,25 +79,11 @@ Qwen3TextConfig Qwen3TextConfig::from_file(const std::filesystem::path & f) {
     return c;
 }
 
-std::vector<model::GroupSpec> qwen3_text_groups(Qwen3TextConfig & c, const std::vector<std::string> & names) {
+std::vector<model::GroupSpec> qwen3_text_groups(Qwen3TextConfig & c, const std::vector<std::string> & tensor_names) {
     // The language model's prefix in the checkpoint: Qwen3VLForConditionalGeneration (transformers >= 4.52) saves
     // model.language_model.*, older exports model.*, a bare text model none.
     static const char * const kPrefixes[] = {"model.language_model.", "language_model.model.", "model.", ""};
-    c.weight_prefix.clear();
-    bool found = false;
-    for (const char * p : kPrefixes) {
-        const std::string want = std::string(p) + "embed_tokens.weight";
-        for (const auto & n : names)
-            if (n == want) found = true;
-        if (found) {
-            c.weight_prefix = p;
-            break;
-        }
-    }
-    if (!found)
-        throw RuntimeError("text encoder checkpoint: no embed_tokens.weight under any of the prefixes "
-                           "model.language_model. / language_model.model. / model. / (none); is this a Qwen3-VL "
-                           "text encoder saved by transformers?");
+    c.weight_prefix = tower::find_weight_prefix(tensor_names, kPrefixes, "a Qwen3-VL text encoder");
     std::vector<model::GroupSpec> groups;
     groups.push_back({"embed_tokens", {c.weight_prefix + "embed_tokens.weight"}});
     for (std::int64_t i = 0; i < c.num_layers; ++i) {
@@ -138,12 +109,9 @@ at::Tensor qwen3_last_hidden_before_norm(model::ComponentWeights & weights, cons
         throw RuntimeError("qwen3 text tower: a token id is outside the vocabulary (" + std::to_string(c.vocab_size) +
                            "): the tokenizer and the text encoder's config do not belong together");
 
-    at::Tensor h;
-    {
-        const auto & t = weights.acquire(0);
-        h = at::embedding(t.at(c.weight_prefix + "embed_tokens.weight"), ids).to(dtype);
-        weights.release(0);
-    }
+    at::Tensor h = tower::with_group(weights, 0, [&](const model::GroupTensors & t) {
+        return at::embedding(t.at(c.weight_prefix + "embed_tokens.weight"), ids).to(dtype);
+    });
 
     // RoPE: inv_freq in float32 as the reference, angles pos * inv_freq, cos/sin duplicated over the two halves,
     // cast to the activation dtype.
@@ -168,35 +136,23 @@ at::Tensor qwen3_last_hidden_before_norm(model::ComponentWeights & weights, cons
     }
 
     const double scale = 1.0 / std::sqrt(double(D));
-    const int total = int(c.num_layers);
-    for (int64_t i = 0; i < c.num_layers; ++i) {
-        if (cb.check_interrupted) cb.check_interrupted(int(i));
-        const auto & t = weights.acquire(std::size_t(i + 1));
-        const std::string p = c.weight_prefix + "layers." + std::to_string(i) + ".";
+    const std::optional<at::Tensor> attend_mask = no_padding ? std::nullopt : std::optional<at::Tensor>(allowed);
+    tower::for_each_layer(weights, c.num_layers, c.weight_prefix, cb, [&](const model::GroupTensors & t,
+                                                                         const std::string & p, std::int64_t) {
         auto x = rms_norm(h, t.at(p + "input_layernorm.weight"), c.rms_norm_eps);
         auto q = rms_norm(linear(x, t, p + "self_attn.q_proj", c.attention_bias).view({B, L, H, D}),
                           t.at(p + "self_attn.q_norm.weight"), c.rms_norm_eps).transpose(1, 2);
         auto k = rms_norm(linear(x, t, p + "self_attn.k_proj", c.attention_bias).view({B, L, KV, D}),
                           t.at(p + "self_attn.k_norm.weight"), c.rms_norm_eps).transpose(1, 2);
         auto v = linear(x, t, p + "self_attn.v_proj", c.attention_bias).view({B, L, KV, D}).transpose(1, 2);
-        q = q * cos + rotate_half(q) * sin;
-        k = k * cos + rotate_half(k) * sin;
-        if (KV != H) {  // transformers' repeat_kv: each key/value head serves num_heads / num_kv_heads queries
-            k = k.repeat_interleave(H / KV, 1);
-            v = v.repeat_interleave(H / KV, 1);
-        }
-        auto a = no_padding ? at::scaled_dot_product_attention(q, k, v, std::nullopt, 0.0, true, scale)
-                            : at::scaled_dot_product_attention(q, k, v, allowed, 0.0, false, scale);
-        a = a.transpose(1, 2).reshape({B, L, H * D});
+        const auto a = tower::attend(q, k, v, cos, sin, attend_mask, std::nullopt, scale);
         h = h + linear(a, t, p + "self_attn.o_proj", c.attention_bias);
         x = rms_norm(h, t.at(p + "post_attention_layernorm.weight"), c.rms_norm_eps);
         auto mlp = at::linear(at::silu(at::linear(x, t.at(p + "mlp.gate_proj.weight"))) *
                                   at::linear(x, t.at(p + "mlp.up_proj.weight")),
                               t.at(p + "mlp.down_proj.weight"));
         h = h + mlp;
-        weights.release(std::size_t(i + 1));
-        if (cb.on_layer) cb.on_layer(int(i + 1), total);
-    }
+    });
     return h;
 }
 

@@ -247,97 +247,113 @@ struct SentencePieceTokenizer::Impl {
         encode_piece(s.substr(start), out);
         return out;
     }
+
+    void check_vocab(const json & model, const fs::path & tj_file) const;
+    void add_listed_tokens(const json & list, const fs::path & tj_file);
+    void load_added_tokens(const std::vector<std::pair<std::string, int>> & pieces);
+    void load_config();
 };
+
+namespace {
+
+std::string read_model_bytes(const fs::path & model_file) {
+    std::ifstream in(model_file, std::ios::binary);
+    if (!in) throw UsageError(model_file.string() + ": cannot read the SentencePiece model; the checkpoint's "
+                              "tokenizer/ folder must hold the tokenizer.model it was released with");
+    return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+}
+
+}  // namespace
+
+// tokenizer.json's model.vocab must name the pieces of tokenizer.model (same tokenizer); model.type absent or null
+// is BPE, as tokenizers' default.
+void SentencePieceTokenizer::Impl::check_vocab(const json & m, const fs::path & tj_file) const {
+    const auto type_it = m.find("type");
+    const bool bpe = type_it == m.end() || type_it->is_null() || *type_it == "BPE";
+    if (!bpe) refuse(tj_file, "model.type", "is " + type_it->dump() + " (only BPE is implemented)");
+    if (!m.contains("vocab") || !m.at("vocab").is_object()) return;
+    for (const auto & [piece, id_json] : m.at("vocab").items()) {
+        const int id = id_json.get<int>();
+        const bool same = id >= 0 && id < sp.GetPieceSize() && sp.IdToPiece(id) == piece;
+        // GemmaSentencePieceExtractor maps a missing "\t" onto the byte-fallback piece <0x09>.
+        const bool tab_alias = piece == "\t" && id >= 0 && id < sp.GetPieceSize() && sp.IdToPiece(id) == "<0x09>";
+        if (!same && !tab_alias)
+            throw UsageError(tj_file.string() + ": model.vocab[\"" + piece + "\"] is id " + std::to_string(id) +
+                             " but tokenizer.model gives that piece id " + std::to_string(sp.PieceToId(piece)) +
+                             "; tokenizer.json and tokenizer.model are not from the same tokenizer");
+    }
+}
+
+void SentencePieceTokenizer::Impl::add_listed_tokens(const json & list, const fs::path & tj_file) {
+    for (std::size_t i = 0; i < list.size(); ++i) {
+        const auto & t = list[i];
+        const std::string key = "added_tokens[" + std::to_string(i) + "]";
+        for (const char * flag : {"lstrip", "rstrip", "single_word", "normalized"})
+            if (t.value(flag, false))
+                refuse(tj_file, key + "." + flag, "is true (only added tokens matched as written are implemented)");
+        const std::string content = t.at("content").get<std::string>();
+        const auto id = t.at("id").get<std::int64_t>();
+        const auto piece = piece_id(content);
+        if (piece && *piece != id)
+            refuse(tj_file, key + ".id", "is " + std::to_string(id) + " for \"" + content +
+                                             "\" but tokenizer.model gives it id " + std::to_string(*piece));
+        if (!piece && id < sp.GetPieceSize())
+            refuse(tj_file, key + ".id", "is " + std::to_string(id) + " for \"" + content +
+                                             "\", a piece id of tokenizer.model that names another piece");
+        add(content, id);
+    }
+}
+
+// Added tokens: tokenizer.json's list when present (what the pipeline's tokenizer splits out), else the model's
+// control, unknown and user-defined pieces (what transformers' conversion of tokenizer.model declares).
+void SentencePieceTokenizer::Impl::load_added_tokens(const std::vector<std::pair<std::string, int>> & pieces) {
+    const fs::path tj_file = dir / "tokenizer.json";
+    if (const auto tj = read_json(tj_file)) {
+        if (tj->contains("model")) check_vocab(tj->at("model"), tj_file);
+        if (tj->contains("added_tokens")) add_listed_tokens(tj->at("added_tokens"), tj_file);
+        return;
+    }
+    for (std::size_t i = 0; i < pieces.size(); ++i) {
+        const int type = pieces[i].second;
+        if (type == kControl || type == kUnknown || type == kUserDefined) add(pieces[i].first, std::int64_t(i));
+    }
+}
+
+void SentencePieceTokenizer::Impl::load_config() {
+    const fs::path cfg_file = dir / "tokenizer_config.json";
+    const json cfg = read_json(cfg_file).value_or(json::object());
+    if (cfg.contains("add_bos_token")) add_bos = cfg.at("add_bos_token").get<bool>();
+    if (cfg.contains("add_eos_token")) add_eos = cfg.at("add_eos_token").get<bool>();
+    if (cfg.value("truncation_side", std::string("right")) != "right")
+        refuse(cfg_file, "truncation_side", "is \"" + cfg.at("truncation_side").get<std::string>() +
+                                                "\" (only \"right\" is implemented)");
+    const auto resolve = [&](const char * key, const std::string & fallback) -> std::int64_t {
+        const std::string token = token_setting(cfg, key).value_or(fallback);
+        const auto id = id_of(token);
+        if (!id) refuse(cfg_file, key, "is \"" + token + "\", which is neither a piece nor an added token");
+        return *id;
+    };
+    const auto piece_or = [&](int id, const char * name) { return id >= 0 ? sp.IdToPiece(id) : std::string(name); };
+    bos = resolve("bos_token", piece_or(sp.bos_id(), "<bos>"));
+    eos = resolve("eos_token", piece_or(sp.eos_id(), "<eos>"));
+    // LTX2Pipeline: `if tokenizer.pad_token is None: tokenizer.pad_token = tokenizer.eos_token`.
+    pad = cfg.contains("pad_token") ? (token_setting(cfg, "pad_token") ? resolve("pad_token", "") : eos)
+                                    : resolve("pad_token", piece_or(sp.pad_id(), "<pad>"));
+}
 
 SentencePieceTokenizer SentencePieceTokenizer::from_dir(const fs::path & dir) {
     auto impl = std::make_unique<Impl>();
     impl->dir = dir;
     const fs::path model_file = dir / "tokenizer.model";
-    std::string bytes;
-    {
-        std::ifstream in(model_file, std::ios::binary);
-        if (!in) throw UsageError(model_file.string() + ": cannot read the SentencePiece model; the checkpoint's "
-                                  "tokenizer/ folder must hold the tokenizer.model it was released with");
-        bytes.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
-    }
+    const std::string bytes = read_model_bytes(model_file);
     const ModelSettings settings = read_settings(bytes, model_file);
     check_settings(settings, model_file);
     if (const auto st = impl->sp.LoadFromSerializedProto(bytes); !st.ok())
         throw RuntimeError(model_file.string() + ": libsentencepiece refused the model (" + st.ToString() +
                            "); replace tokenizer.model with the checkpoint's original file");
     impl->size = std::size_t(impl->sp.GetPieceSize());
-
-    // Added tokens: tokenizer.json's list when present (what the pipeline's tokenizer splits out), else the model's
-    // control, unknown and user-defined pieces (what transformers' conversion of tokenizer.model declares).
-    const fs::path tj_file = dir / "tokenizer.json";
-    if (const auto tj = read_json(tj_file)) {
-        if (tj->contains("model")) {
-            const auto & m = tj->at("model");
-            if (m.value("type", std::string("BPE")) != "BPE")
-                refuse(tj_file, "model.type", "is \"" + m.value("type", std::string()) + "\" (only BPE is implemented)");
-            if (m.contains("vocab") && m.at("vocab").is_object())
-                for (const auto & [piece, id_json] : m.at("vocab").items()) {
-                    const int id = id_json.get<int>();
-                    const bool same = id >= 0 && id < impl->sp.GetPieceSize() && impl->sp.IdToPiece(id) == piece;
-                    // GemmaSentencePieceExtractor maps a missing "\t" onto the byte-fallback piece <0x09>.
-                    const bool tab_alias = piece == "\t" && id >= 0 && id < impl->sp.GetPieceSize() &&
-                                           impl->sp.IdToPiece(id) == "<0x09>";
-                    if (!same && !tab_alias)
-                        throw UsageError(tj_file.string() + ": model.vocab[\"" + piece + "\"] is id " +
-                                         std::to_string(id) + " but tokenizer.model gives that piece id " +
-                                         std::to_string(impl->sp.PieceToId(piece)) +
-                                         "; tokenizer.json and tokenizer.model are not from the same tokenizer");
-                }
-        }
-        if (tj->contains("added_tokens")) {
-            const auto & list = tj->at("added_tokens");
-            for (std::size_t i = 0; i < list.size(); ++i) {
-                const auto & t = list[i];
-                const std::string key = "added_tokens[" + std::to_string(i) + "]";
-                for (const char * flag : {"lstrip", "rstrip", "single_word", "normalized"})
-                    if (t.value(flag, false))
-                        refuse(tj_file, key + "." + flag, "is true (only added tokens matched as written are implemented)");
-                const std::string content = t.at("content").get<std::string>();
-                const auto id = t.at("id").get<std::int64_t>();
-                const auto piece = impl->piece_id(content);
-                if (piece && *piece != id)
-                    refuse(tj_file, key + ".id", "is " + std::to_string(id) + " for \"" + content +
-                                                     "\" but tokenizer.model gives it id " + std::to_string(*piece));
-                if (!piece && id < impl->sp.GetPieceSize())
-                    refuse(tj_file, key + ".id", "is " + std::to_string(id) + " for \"" + content +
-                                                     "\", a piece id of tokenizer.model that names another piece");
-                impl->add(content, id);
-            }
-        }
-    } else {
-        for (std::size_t i = 0; i < settings.pieces.size(); ++i) {
-            const int type = settings.pieces[i].second;
-            if (type == kControl || type == kUnknown || type == kUserDefined)
-                impl->add(settings.pieces[i].first, std::int64_t(i));
-        }
-    }
-
-    const fs::path cfg_file = dir / "tokenizer_config.json";
-    const json cfg = read_json(cfg_file).value_or(json::object());
-    if (cfg.contains("add_bos_token")) impl->add_bos = cfg.at("add_bos_token").get<bool>();
-    if (cfg.contains("add_eos_token")) impl->add_eos = cfg.at("add_eos_token").get<bool>();
-    if (cfg.value("truncation_side", std::string("right")) != "right")
-        refuse(cfg_file, "truncation_side", "is \"" + cfg.at("truncation_side").get<std::string>() +
-                                                "\" (only \"right\" is implemented)");
-    const auto resolve = [&](const char * key, const std::string & fallback) -> std::int64_t {
-        const std::string token = token_setting(cfg, key).value_or(fallback);
-        const auto id = impl->id_of(token);
-        if (!id) refuse(cfg_file, key, "is \"" + token + "\", which is neither a piece nor an added token");
-        return *id;
-    };
-    const auto piece_or = [&](int id, const char * name) {
-        return id >= 0 ? impl->sp.IdToPiece(id) : std::string(name);
-    };
-    impl->bos = resolve("bos_token", piece_or(impl->sp.bos_id(), "<bos>"));
-    impl->eos = resolve("eos_token", piece_or(impl->sp.eos_id(), "<eos>"));
-    // LTX2Pipeline: `if tokenizer.pad_token is None: tokenizer.pad_token = tokenizer.eos_token`.
-    impl->pad = cfg.contains("pad_token") ? (token_setting(cfg, "pad_token") ? resolve("pad_token", "") : impl->eos)
-                                          : resolve("pad_token", piece_or(impl->sp.pad_id(), "<pad>"));
+    impl->load_added_tokens(settings.pieces);
+    impl->load_config();
     return SentencePieceTokenizer(std::move(impl));
 }
 
