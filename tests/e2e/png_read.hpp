@@ -19,16 +19,17 @@ struct Png {
     std::map<std::string, std::string> text;
 };
 
-inline Png read_png(const std::filesystem::path & path) {
-    Png out;
-    std::FILE * fp = std::fopen(path.c_str(), "rb");
-    if (!fp) return out;
+namespace detail {
+
+// Reads the PNG of `fp` (borrowed, open for reading) into `out`; false on a libpng error, which longjmps back to
+// this frame. The FILE is closed by the caller, outside the setjmp frame: every call after setjmp may return to it,
+// so a close here would be reached again on that path (-Wuse-after-free).
+inline bool read_png_stream(std::FILE * fp, Png & out) {
     png_structp png = png_create_read_struct(PNG_LIBPNG_VER_STRING, nullptr, nullptr, nullptr);
     png_infop info = png_create_info_struct(png);
     if (setjmp(png_jmpbuf(png))) {
         png_destroy_read_struct(&png, &info, nullptr);
-        std::fclose(fp);
-        return Png{};
+        return false;
     }
     png_init_io(png, fp);
     png_read_info(png, info);
@@ -45,8 +46,19 @@ inline Png read_png(const std::filesystem::path & path) {
     png_get_text(png, info, &text, &n);
     for (int i = 0; i < n; ++i) out.text[text[i].key] = text[i].text;
     png_destroy_read_struct(&png, &info, nullptr);
+    return true;
+}
+
+}  // namespace detail
+
+// The PNG at `path`; an empty Png (width 0, color_type -1) when it cannot be opened or read.
+inline Png read_png(const std::filesystem::path & path) {
+    std::FILE * fp = std::fopen(path.c_str(), "rb");
+    if (!fp) return {};
+    Png out;
+    const bool ok = detail::read_png_stream(fp, out);
     std::fclose(fp);
-    return out;
+    return ok ? out : Png{};
 }
 
 }  // namespace ddo::test

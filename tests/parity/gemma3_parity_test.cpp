@@ -15,14 +15,17 @@
 
 #include <nlohmann/json.hpp>
 
+#include "cpu_plan.hpp"
 #include "ddo/error.hpp"
 #include "ddo/model/tensor_file.hpp"
-#include "ddo/plugin/plugin_registry.hpp"
 #include "gemma3_text_model.hpp"
+#include "parity/parity_support.hpp"
 #include "sentencepiece_tokenizer.hpp"
 
 namespace fs = std::filesystem;
 namespace text = ddo::text;
+using ddo::test::max_abs;
+using ddo::test::message_of;
 
 namespace {
 
@@ -30,23 +33,10 @@ const fs::path kDir = GEMMA3_FIXTURE_DIR;
 const fs::path kTextEncoder = kDir / "checkpoint" / "text_encoder";
 constexpr double kTol = 1e-4;
 
-const nlohmann::json & reference() {
-    static nlohmann::json j = nlohmann::json::parse(std::ifstream(kDir / "reference.json"));
-    return j;
-}
+const nlohmann::json & reference() { return ddo::test::reference_of(kDir, "gemma3_fixtures"); }
 
 ddo::model::ComponentPlan plan(ddo::Route route, double resident_gb = 0) {
-    static auto registry = ddo::PluginRegistry::discover({fs::path(GEMMA3_PLUGIN_DIR)});
-    ddo::model::ComponentPlan p;  // what ModelRun::plan makes from a preset (CPU placement)
-    p.component = "text_encoder";
-    p.route = route;
-    p.capacities.resident_budget_gb = resident_gb;
-    p.capacities.staging_slots = 2;
-    p.capacities.prefetch_depth = 1;
-    p.capacities.ram_headroom_gb = 0;
-    p.allocator = registry.load("linear", "allocator").allocator;
-    p.allocator_name = "linear";
-    return p;
+    return ddo::test::cpu_plan("text_encoder", route, ddo::test::linear_allocator(GEMMA3_PLUGIN_DIR), resident_gb);
 }
 
 struct Tower {
@@ -61,22 +51,6 @@ struct Tower {
         return ddo::model::ComponentWeights::open(kTextEncoder, groups, plan(route, gb), at::kFloat);
     }
 };
-
-double max_abs(const at::Tensor & a, const at::Tensor & b) {
-    EXPECT_EQ(a.sizes(), b.sizes());
-    if (a.sizes() != b.sizes()) return 1e30;
-    return (a.to(at::kDouble) - b.to(at::kDouble)).abs().max().item<double>();
-}
-
-template <class E, class F>
-std::string error_of(F && f) {
-    try {
-        f();
-    } catch (const E & e) {
-        return e.what();
-    }
-    return "(no error of the expected type)";
-}
 
 class Gemma3Parity : public ::testing::Test {
 protected:
@@ -170,12 +144,12 @@ TEST_F(Gemma3Parity, CheckpointErrorsNameTensorAndFile) {
         auto c = text::Gemma3TextConfig::from_file(kDir / dir / "config.json");
         const auto f = ddo::model::TensorFile::open_component(kDir / dir);
         (void)text::gemma3_groups(c, f.names());
-        const auto m = error_of<ddo::RuntimeError>([&] { text::gemma3_check_weights(f, c); });
+        const auto m = message_of<ddo::RuntimeError>([&] { text::gemma3_check_weights(f, c); });
         EXPECT_NE(m.find(victim), std::string::npos) << dir << ": " << m;
         EXPECT_NE(m.find("model.safetensors"), std::string::npos) << dir << ": " << m;
         std::cout << "[ errors    ] " << dir << ": " << m << "\n";
     }
-    const auto m = error_of<ddo::RuntimeError>([] {
+    const auto m = message_of<ddo::RuntimeError>([] {
         text::Gemma3TextConfig c;
         (void)text::gemma3_groups(c, {"vision_tower.x.weight"});
     });
@@ -197,7 +171,7 @@ TEST_F(Gemma3Parity, UnimplementedConfigsAreRefusedNamingFileAndKey) {
         auto j = base;
         change(j);
         std::ofstream(dir / "config.json") << j.dump();
-        const auto m = error_of<ddo::UsageError>([&] { (void)text::Gemma3TextConfig::from_file(dir / "config.json"); });
+        const auto m = message_of<ddo::UsageError>([&] { (void)text::Gemma3TextConfig::from_file(dir / "config.json"); });
         EXPECT_NE(m.find((dir / "config.json").string() + ": " + key), std::string::npos) << m;
     }
     fs::remove_all(dir);

@@ -21,6 +21,7 @@
 #include "audio_vae_decoder.hpp"
 #include "ddo/error.hpp"
 #include "ddo/model/tensor_file.hpp"
+#include "parity/parity_support.hpp"
 #include "vocoder.hpp"
 #include "vocoder_bwe.hpp"
 #include "vocoder_config.hpp"
@@ -37,43 +38,17 @@ constexpr double kWaveTol = 1e-4;
 constexpr double kMelTol = 1e-4;
 constexpr double kPackTol = 1e-6;
 
-bool have_fixtures() { return fs::exists(kDir / "reference.json"); }
+using ddo::test::error_of;
+using ddo::test::expect_close;
 
-const nlohmann::json & reference() {
-    static nlohmann::json j = [] {
-        std::ifstream in(kDir / "reference.json");
-        return nlohmann::json::parse(in);
-    }();
-    return j;
-}
+const nlohmann::json & reference() { return ddo::test::reference_of(kDir, "ltx2_audio_fixtures"); }
 
-class Ltx2Audio : public ::testing::Test {
+class Ltx2Audio : public ddo::test::ParitySuite {
 protected:
-    void SetUp() override {
-        if (!have_fixtures()) GTEST_SKIP() << kDir << "/reference.json missing: build target ltx2_audio_fixtures";
-        const auto & r = reference();
-        const std::string who = r.at("reference").get<std::string>() + " " +
-                                r.at("reference_version").get<std::string>() + " (torch " +
-                                r.at("torch_version").get<std::string>() + ", seed " +
-                                std::to_string(r.at("seed").get<int>()) + ")";
-        std::cout << "[ reference ] " << who << "\n";
-        RecordProperty("reference", who);
-    }
+    Ltx2Audio() : ParitySuite(kDir, "ltx2_audio_fixtures") {}
 };
 
 TensorFile fixture(const std::string & name) { return TensorFile::open_file(kDir / name); }
-
-double max_abs(const at::Tensor & a, const at::Tensor & b) {
-    EXPECT_EQ(a.sizes(), b.sizes());
-    if (a.sizes() != b.sizes()) return 1e30;
-    return (a.to(at::kDouble) - b.to(at::kDouble)).abs().max().item<double>();
-}
-
-void expect_close(const std::string & what, const at::Tensor & got, const at::Tensor & want, double tol) {
-    const double e = max_abs(got, want);
-    std::cout << "[ parity    ] " << what << ": max abs error " << e << " (tolerance " << tol << ")\n";
-    EXPECT_LE(e, tol) << what;
-}
 
 // A component of the fixture set, read resident in fp32 on the CPU.
 struct Component {
@@ -96,19 +71,6 @@ std::set<std::string> names_under(const TensorFile & file, const std::vector<std
         }
     }
     return out;
-}
-
-// What `f` throws, as "<type>: <message>" ("" when nothing is thrown).
-template <class F>
-std::string error_of(F && f) {
-    try {
-        f();
-    } catch (const ddo::UsageError & e) {
-        return std::string("usage: ") + e.what();
-    } catch (const ddo::RuntimeError & e) {
-        return std::string("runtime: ") + e.what();
-    }
-    return "";
 }
 
 // The engine's contract over a resident source: get() succeeds only inside an open scope whose execution group

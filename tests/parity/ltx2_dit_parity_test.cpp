@@ -20,6 +20,7 @@
 #include "connectors.hpp"
 #include "ddo/error.hpp"
 #include "ddo/model/tensor_file.hpp"
+#include "parity/parity_support.hpp"
 #include "rope.hpp"
 #include "transformer.hpp"
 #include "transformer_config.hpp"
@@ -36,61 +37,30 @@ constexpr double kRopeTol = 1e-6;
 constexpr double kAdaLnTol = 1e-5;
 constexpr double kOutTol = 1e-4;
 
-const nlohmann::json & reference() {
-    static nlohmann::json j = [] {
-        std::ifstream in(kDir / "reference.json");
-        return nlohmann::json::parse(in);
-    }();
-    return j;
-}
+using ddo::test::error_of;
+using ddo::test::expect_close;
 
-class Ltx2DitParity : public ::testing::Test {
+const nlohmann::json & reference() { return ddo::test::reference_of(kDir, "ltx2_dit_fixtures"); }
+
+class Ltx2DitParity : public ddo::test::ParitySuite {
 protected:
-    void SetUp() override {
-        if (!fs::exists(kDir / "reference.json"))
-            GTEST_SKIP() << (kDir / "reference.json").string() << " missing: build target ltx2_dit_fixtures";
-        const auto & r = reference();
-        const std::string who = r.at("reference").get<std::string>() + " " +
-                                r.at("reference_version").get<std::string>() + " (torch " +
-                                r.at("torch_version").get<std::string>() + ", seed " +
-                                std::to_string(r.at("seed").get<int>()) + ")";
-        std::cout << "[ reference ] " << who << "\n";
-        RecordProperty("reference", who);
-    }
+    Ltx2DitParity() : ParitySuite(kDir, "ltx2_dit_fixtures") {}
 };
 
 TensorFile fixture(const std::string & name) { return TensorFile::open_file(kDir / name); }
 
-double max_abs(const at::Tensor & a, const at::Tensor & b) {
-    EXPECT_EQ(a.sizes(), b.sizes());
-    if (a.sizes() != b.sizes()) return 1e30;
-    return (a.to(at::kDouble) - b.to(at::kDouble)).abs().max().item<double>();
-}
-
-void expect_close(const std::string & what, const at::Tensor & got, const at::Tensor & want, double tol) {
-    const double e = max_abs(got, want);
-    std::cout << "[ parity    ] " << what << ": max abs error " << e << " (tolerance " << tol << ")\n";
-    EXPECT_LE(e, tol) << what;
-}
-
-// A tiny checkpoint folder of the fixtures: config + weights, resident fp32 on the CPU.
-struct Dit {
-    explicit Dit(const std::string & name)
-        : config(lt::TransformerConfig::from_file(kDir / name / "config.json")),
-          file(TensorFile::open_component(kDir / name)), w(file, at::kFloat, at::kCPU) {}
-    lt::TransformerConfig config;
+// A tiny checkpoint folder of the fixtures: config (a Config::from_file) + weights, resident fp32 on the CPU.
+template <class Config>
+struct Tiny {
+    explicit Tiny(const std::string & name)
+        : config(Config::from_file(kDir / name / "config.json")), file(TensorFile::open_component(kDir / name)),
+          w(file, at::kFloat, at::kCPU) {}
+    Config config;
     TensorFile file;
     lt::ResidentWeights w;
 };
-
-struct Connectors {
-    explicit Connectors(const std::string & name)
-        : config(lt::ConnectorsConfig::from_file(kDir / name / "config.json")),
-          file(TensorFile::open_component(kDir / name)), w(file, at::kFloat, at::kCPU) {}
-    lt::ConnectorsConfig config;
-    TensorFile file;
-    lt::ResidentWeights w;
-};
+using Dit = Tiny<lt::TransformerConfig>;
+using Connectors = Tiny<lt::ConnectorsConfig>;
 
 // Resident weights that, like EngineWeights, only hand out a tensor while a scope naming its execution group is
 // open: the forward's scopes must cover every tensor it reads. Counts the tensors read.
@@ -165,18 +135,6 @@ lt::TransformerInputs inputs_of(const TensorFile & f, const std::string & p, con
     in.use_cross_timestep = scalars.value("use_cross_timestep", false);
     in.spatio_temporal_guidance_blocks = scalars.value("spatio_temporal_guidance_blocks", std::vector<int64_t>{});
     return in;
-}
-
-template <class F>
-std::string error_of(F && f) {
-    try {
-        f();
-    } catch (const ddo::RuntimeError & e) {
-        return std::string("runtime: ") + e.what();
-    } catch (const ddo::UsageError & e) {
-        return std::string("usage: ") + e.what();
-    }
-    return "no error";
 }
 
 void expect_mentions(const std::string & msg, const std::vector<std::string> & parts) {

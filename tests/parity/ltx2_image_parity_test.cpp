@@ -16,12 +16,13 @@
 
 #include <nlohmann/json.hpp>
 
+#include "cpu_plan.hpp"
 #include "ddo/model/component_weights.hpp"
 #include "ddo/model/tensor_file.hpp"
-#include "ddo/plugin/plugin_registry.hpp"
 #include "image_connectors.hpp"
 #include "image_pipeline.hpp"
 #include "image_transformer.hpp"
+#include "parity/parity_support.hpp"
 #include "video_denoise.hpp"
 #include "video_vae_decoder.hpp"
 #include "weights.hpp"
@@ -29,41 +30,20 @@
 namespace fs = std::filesystem;
 namespace lt = ddo::ltx2;
 using ddo::model::TensorFile;
+using ddo::test::expect_close;
 
 namespace {
 
 const fs::path kDir = LTX2_IMAGE_FIXTURE_DIR;
 
-const nlohmann::json & reference() {
-    static nlohmann::json j = [] {
-        std::ifstream in(kDir / "reference.json");
-        if (!in) throw std::runtime_error((kDir / "reference.json").string() +
-                                          " missing: build target ltx2_image_fixtures (tools/ddo build)");
-        return nlohmann::json::parse(in);
-    }();
-    return j;
-}
+const nlohmann::json & reference() { return ddo::test::reference_of(kDir, "ltx2_image_fixtures"); }
 
 class Ltx2ImageParity : public ::testing::Test {
 protected:
     void SetUp() override {
-        const auto & r = reference();
-        const std::string who = r.at("reference").get<std::string>() + " " + r.at("reference_version").get<std::string>() +
-                                " (torch " + r.at("torch_version").get<std::string>() + ", seed " +
-                                std::to_string(r.at("seed").get<int>()) + ")";
-        std::cout << "[ reference ] " << who << "\n";
-        RecordProperty("reference", who);
+        ddo::test::announce_reference(reference());
     }
 };
-
-double expect_close(const std::string & what, const at::Tensor & got, const at::Tensor & want, double tol) {
-    EXPECT_EQ(got.sizes(), want.sizes()) << what;
-    if (got.sizes() != want.sizes()) return -1;
-    const double e = (got.to(at::kDouble) - want.to(at::kDouble)).abs().max().item<double>();
-    std::cout << "[ parity    ] " << what << ": max abs error " << e << " (tolerance " << tol << ")\n";
-    EXPECT_LE(e, tol) << what;
-    return e;
-}
 
 struct Outputs {
     at::Tensor latents, image;
@@ -135,8 +115,7 @@ TEST_F(Ltx2ImageParity, FromPromptEmbeddingsOfText) {
 }
 
 TEST_F(Ltx2ImageParity, DitRoutesGiveBitwiseEqualLatents) {
-    static auto registry = ddo::PluginRegistry::discover({fs::path(LTX2_IMAGE_PLUGIN_DIR)});
-    const ddo_allocator_vtable * linear = registry.load("linear", "allocator").allocator;
+    const ddo_allocator_vtable * linear = ddo::test::linear_allocator(LTX2_IMAGE_PLUGIN_DIR);
     ASSERT_NE(linear, nullptr);
     const std::string name = "base_pag";  // CFG and PAG: every pass kind streams the blocks
     const auto want = run_image(name);
@@ -156,15 +135,7 @@ TEST_F(Ltx2ImageParity, DitRoutesGiveBitwiseEqualLatents) {
     for (const Route & r : {Route{ddo::Route::resident, 0, "resident"},
                             Route{ddo::Route::dynamic, double(resident_bytes + 1024) / 1073741824.0, "dynamic"},
                             Route{ddo::Route::disk, 0, "disk"}}) {
-        ddo::model::ComponentPlan plan;  // what ModelRun::plan makes from a preset (CPU placement)
-        plan.component = "transformer";
-        plan.route = r.route;
-        plan.capacities.resident_budget_gb = r.resident_gb;
-        plan.capacities.staging_slots = 2;
-        plan.capacities.prefetch_depth = 1;
-        plan.capacities.ram_headroom_gb = 0;
-        plan.allocator = linear;
-        plan.allocator_name = "linear";
+        const auto plan = ddo::test::cpu_plan("transformer", r.route, linear, r.resident_gb);
         auto cw = ddo::model::ComponentWeights::open(ckpt, groups, plan, at::kFloat);
         lt::EngineWeights ew(*cw, groups, at::kFloat, at::kCPU);
         const auto got = run_image(name, &ew);

@@ -17,10 +17,11 @@
 
 #include "audio_vae_decoder.hpp"
 #include "connectors.hpp"
+#include "cpu_plan.hpp"
 #include "ddo/model/component_weights.hpp"
 #include "ddo/model/tensor_file.hpp"
-#include "ddo/plugin/plugin_registry.hpp"
 #include "latents.hpp"
+#include "parity/parity_support.hpp"
 #include "transformer.hpp"
 #include "video_denoise.hpp"
 #include "video_model.hpp"
@@ -32,39 +33,20 @@
 namespace fs = std::filesystem;
 namespace lt = ddo::ltx2;
 using ddo::model::TensorFile;
+using ddo::test::expect_close;
 
 namespace {
 
 const fs::path kDir = LTX2_PIPELINE_FIXTURE_DIR;
 
-const nlohmann::json & reference() {
-    static nlohmann::json j = [] {
-        std::ifstream in(kDir / "reference.json");
-        if (!in) throw std::runtime_error((kDir / "reference.json").string() +
-                                          " missing: build target ltx2_pipeline_fixtures (tools/ddo build)");
-        return nlohmann::json::parse(in);
-    }();
-    return j;
-}
+const nlohmann::json & reference() { return ddo::test::reference_of(kDir, "ltx2_pipeline_fixtures"); }
 
 class Ltx2PipelineParity : public ::testing::Test {
 protected:
     void SetUp() override {
-        const auto & r = reference();
-        const std::string who = r.at("reference").get<std::string>() + " " + r.at("reference_version").get<std::string>() +
-                                " (torch " + r.at("torch_version").get<std::string>() + ", seed " +
-                                std::to_string(r.at("seed").get<int>()) + ")";
-        std::cout << "[ reference ] " << who << "\n";
-        RecordProperty("reference", who);
+        ddo::test::announce_reference(reference());
     }
 };
-
-void expect_close(const std::string & what, const at::Tensor & got, const at::Tensor & want, double tol) {
-    ASSERT_EQ(got.sizes(), want.sizes()) << what;
-    const double e = (got.to(at::kDouble) - want.to(at::kDouble)).abs().max().item<double>();
-    std::cout << "[ parity    ] " << what << ": max abs error " << e << " (tolerance " << tol << ")\n";
-    EXPECT_LE(e, tol) << what;
-}
 
 struct Case {
     std::string name;
@@ -181,8 +163,7 @@ TEST_F(Ltx2PipelineParity, Guided23) {
 }
 
 TEST_F(Ltx2PipelineParity, DitRoutesGiveBitwiseEqualLatents) {
-    static auto registry = ddo::PluginRegistry::discover({fs::path(LTX2_PIPELINE_PLUGIN_DIR)});
-    const ddo_allocator_vtable * linear = registry.load("linear", "allocator").allocator;
+    const ddo_allocator_vtable * linear = ddo::test::linear_allocator(LTX2_PIPELINE_PLUGIN_DIR);
     ASSERT_NE(linear, nullptr);
     const auto k = case_of("23");  // every pass kind (CFG batch, STG, isolation) streams the blocks
     // Note [Mapped residents]: on the host every engine route presents a tensor at its file alignment (mod 64), as
@@ -206,15 +187,7 @@ TEST_F(Ltx2PipelineParity, DitRoutesGiveBitwiseEqualLatents) {
     for (const Route & r : {Route{ddo::Route::resident, 0, "resident"},
                             Route{ddo::Route::dynamic, double(block_bytes + 1024) / 1073741824.0, "dynamic"},
                             Route{ddo::Route::disk, 0, "disk"}}) {
-        ddo::model::ComponentPlan plan;  // what ModelRun::plan makes from a preset (CPU placement)
-        plan.component = "transformer";
-        plan.route = r.route;
-        plan.capacities.resident_budget_gb = r.resident_gb;
-        plan.capacities.staging_slots = 2;
-        plan.capacities.prefetch_depth = 1;
-        plan.capacities.ram_headroom_gb = 0;
-        plan.allocator = linear;
-        plan.allocator_name = "linear";
+        const auto plan = ddo::test::cpu_plan("transformer", r.route, linear, r.resident_gb);
         auto cw = ddo::model::ComponentWeights::open(k.ckpt / "transformer", groups, plan, at::kFloat);
         lt::EngineWeights ew(*cw, groups, at::kFloat, at::kCPU);
         const auto got = run_pipeline(k, &ew);
@@ -230,7 +203,9 @@ TEST_F(Ltx2PipelineParity, DitRoutesGiveBitwiseEqualLatents) {
             EXPECT_TRUE(at::equal(got.audio_latents, want->audio_latents)) << r.name << ": audio latents differ";
             EXPECT_TRUE(at::equal(got.audio, want->audio)) << r.name << ": waveform differs";
         }
-        if (r.route != ddo::Route::resident) EXPECT_GT(cw->bytes_streamed(), 0u) << r.name;
+        if (r.route != ddo::Route::resident) {
+            EXPECT_GT(cw->bytes_streamed(), 0u) << r.name;
+        }
         std::cout << "[ routes    ] transformer on " << r.name << ": latents bitwise equal to the resident route's, "
                   << cw->bytes_streamed()
                   << " bytes streamed\n";

@@ -16,13 +16,16 @@
 
 #include <nlohmann/json.hpp>
 
+#include "cpu_plan.hpp"
 #include "ddo/error.hpp"
 #include "ddo/model/tensor_file.hpp"
-#include "ddo/plugin/plugin_registry.hpp"
+#include "parity/parity_support.hpp"
 #include "prompt_encoder.hpp"
 
 namespace fs = std::filesystem;
 namespace ltx2 = ddo::ltx2;
+using ddo::test::max_abs;
+using ddo::test::message_of;
 
 namespace {
 
@@ -30,22 +33,10 @@ const fs::path kDir = LTX2_TEXT_FIXTURE_DIR;
 const fs::path kCheckpoint = kDir / "checkpoint_text";
 constexpr double kTol = 1e-4;
 
-const nlohmann::json & reference() {
-    static nlohmann::json j = nlohmann::json::parse(std::ifstream(kDir / "reference.json"));
-    return j;
-}
+const nlohmann::json & reference() { return ddo::test::reference_of(kDir, "ltx2_text_fixtures"); }
 
 ddo::model::ComponentPlan plan() {
-    static auto registry = ddo::PluginRegistry::discover({fs::path(LTX2_TEXT_PLUGIN_DIR)});
-    ddo::model::ComponentPlan p;  // what ModelRun::plan makes from a preset (CPU placement)
-    p.component = "text_encoder";
-    p.route = ddo::Route::resident;
-    p.capacities.staging_slots = 2;
-    p.capacities.prefetch_depth = 1;
-    p.capacities.ram_headroom_gb = 0;
-    p.allocator = registry.load("linear", "allocator").allocator;
-    p.allocator_name = "linear";
-    return p;
+    return ddo::test::cpu_plan("text_encoder", ddo::Route::resident, ddo::test::linear_allocator(LTX2_TEXT_PLUGIN_DIR));
 }
 
 std::unique_ptr<ddo::model::ComponentWeights> weights(const ltx2::Ltx2PromptEncoder & e) {
@@ -56,22 +47,6 @@ std::vector<std::string> strings(const nlohmann::json & j) {
     std::vector<std::string> v;
     for (const auto & s : j) v.push_back(s.get<std::string>());
     return v;
-}
-
-double max_abs(const at::Tensor & a, const at::Tensor & b) {
-    EXPECT_EQ(a.sizes(), b.sizes());
-    if (a.sizes() != b.sizes()) return 1e30;
-    return (a.to(at::kDouble) - b.to(at::kDouble)).abs().max().item<double>();
-}
-
-template <class E, class F>
-std::string error_of(F && f) {
-    try {
-        f();
-    } catch (const E & e) {
-        return e.what();
-    }
-    return "(no error of the expected type)";
 }
 
 // One side of a case against the reference's <case>.<side>_embeds / <side>_attention_mask; the max abs error.
@@ -179,11 +154,11 @@ TEST_F(Ltx2TextParity, UnimplementedTextEncodersAreRefusedNamingFileAndKey) {
         {"refuse_no_text_encoder", (kDir / "refuse_no_text_encoder" / "model_index.json").string() + ": text_encoder is null"},
     };
     for (const auto & [dir, want] : cases) {
-        const auto m = error_of<ddo::UsageError>([&] { (void)ltx2::Ltx2PromptEncoder::open(kDir / dir); });
+        const auto m = message_of<ddo::UsageError>([&] { (void)ltx2::Ltx2PromptEncoder::open(kDir / dir); });
         EXPECT_NE(m.find(want), std::string::npos) << dir << ": " << m;
         std::cout << "[ errors    ] " << dir << ": " << m << "\n";
     }
-    EXPECT_NE(error_of<ddo::UsageError>([] { (void)ltx2::Ltx2PromptEncoder::open(kDir / "refuse_gemma4"); }).find("LTX-2.5"),
+    EXPECT_NE(message_of<ddo::UsageError>([] { (void)ltx2::Ltx2PromptEncoder::open(kDir / "refuse_gemma4"); }).find("LTX-2.5"),
               std::string::npos);
 }
 
@@ -192,7 +167,7 @@ TEST_F(Ltx2TextParity, BadSettingsAreRefused) {
     auto w = weights(enc);
     const auto run = [&](std::vector<std::string> p, std::optional<std::vector<std::string>> n, std::int64_t videos,
                          std::int64_t len) {
-        return error_of<ddo::UsageError>(
+        return message_of<ddo::UsageError>(
             [&] { (void)enc.encode_prompt(*w, p, n, true, videos, len, at::kFloat, at::kCPU); });
     };
     EXPECT_NE(run({}, std::nullopt, 1, 16).find("no prompt"), std::string::npos);

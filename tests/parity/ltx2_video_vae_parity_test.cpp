@@ -22,10 +22,11 @@
 
 #include <nlohmann/json.hpp>
 
+#include "cpu_plan.hpp"
 #include "ddo/error.hpp"
 #include "ddo/model/component_weights.hpp"
 #include "ddo/model/tensor_file.hpp"
-#include "ddo/plugin/plugin_registry.hpp"
+#include "parity/parity_support.hpp"
 #include "video_vae_choice.hpp"
 #include "video_vae_config.hpp"
 #include "video_vae_decoder.hpp"
@@ -42,43 +43,17 @@ const fs::path kDir = LTX2_VIDEO_VAE_FIXTURE_DIR;
 constexpr double kVideoTol = 1e-4;
 constexpr double kDenormTol = 1e-6;
 
-bool have_fixtures() { return fs::exists(kDir / "reference.json"); }
+using ddo::test::error_of;
+using ddo::test::expect_close;
 
-const nlohmann::json & reference() {
-    static nlohmann::json j = [] {
-        std::ifstream in(kDir / "reference.json");
-        return nlohmann::json::parse(in);
-    }();
-    return j;
-}
+const nlohmann::json & reference() { return ddo::test::reference_of(kDir, "ltx2_video_vae_fixtures"); }
 
-class Ltx2VideoVae : public ::testing::Test {
+class Ltx2VideoVae : public ddo::test::ParitySuite {
 protected:
-    void SetUp() override {
-        if (!have_fixtures()) GTEST_SKIP() << kDir << "/reference.json missing: build target ltx2_video_vae_fixtures";
-        const auto & r = reference();
-        const std::string who = r.at("reference").get<std::string>() + " " +
-                                r.at("reference_version").get<std::string>() + " (torch " +
-                                r.at("torch_version").get<std::string>() + ", seed " +
-                                std::to_string(r.at("seed").get<int>()) + ")";
-        std::cout << "[ reference ] " << who << "\n";
-        RecordProperty("reference", who);
-    }
+    Ltx2VideoVae() : ParitySuite(kDir, "ltx2_video_vae_fixtures") {}
 };
 
 TensorFile decode_fixture() { return TensorFile::open_file(kDir / "decode.safetensors"); }
-
-double max_abs(const at::Tensor & a, const at::Tensor & b) {
-    EXPECT_EQ(a.sizes(), b.sizes());
-    if (a.sizes() != b.sizes()) return 1e30;
-    return (a.to(at::kDouble) - b.to(at::kDouble)).abs().max().item<double>();
-}
-
-void expect_close(const std::string & what, const at::Tensor & got, const at::Tensor & want, double tol) {
-    const double e = max_abs(got, want);
-    std::cout << "[ parity    ] " << what << ": max abs error " << e << " (tolerance " << tol << ")\n";
-    EXPECT_LE(e, tol) << what;
-}
 
 // One tiny VAE of the fixture set, read resident in fp32 on the CPU.
 struct Vae {
@@ -138,19 +113,6 @@ nlohmann::json config_json(const fs::path & dir) {
     return nlohmann::json::parse(in);
 }
 
-// What `f` throws, as "<type>: <message>" ("" when nothing is thrown).
-template <class F>
-std::string error_of(F && f) {
-    try {
-        f();
-    } catch (const ddo::UsageError & e) {
-        return std::string("usage: ") + e.what();
-    } catch (const ddo::RuntimeError & e) {
-        return std::string("runtime: ") + e.what();
-    }
-    return "";
-}
-
 }  // namespace
 
 TEST_F(Ltx2VideoVae, DecodeSingleLatentFrame) { EXPECT_EQ(run_cases("resident", "_single"), 2); }
@@ -194,8 +156,7 @@ TEST_F(Ltx2VideoVae, SpecsAndLeafGroupsCoverTheDecoder) {
 }
 
 TEST_F(Ltx2VideoVae, LeafOffloadThroughTheEngineEqualsResidentBitwise) {
-    static auto registry = ddo::PluginRegistry::discover({fs::path(LTX2_VIDEO_VAE_PLUGIN_DIR)});
-    const ddo_allocator_vtable * linear = registry.load("linear", "allocator").allocator;
+    const ddo_allocator_vtable * linear = ddo::test::linear_allocator(LTX2_VIDEO_VAE_PLUGIN_DIR);
     ASSERT_NE(linear, nullptr);
     auto f = decode_fixture();
     for (const std::string name : {"v23_multi", "tcond_multi"}) {
@@ -205,14 +166,8 @@ TEST_F(Ltx2VideoVae, LeafOffloadThroughTheEngineEqualsResidentBitwise) {
         const auto ts = f.contains(name + ".timestep") ? f.read(name + ".timestep") : at::Tensor();
         const auto want = vae.decoder.decode(z, ts);
 
-        ddo::model::ComponentPlan plan;  // what ModelRun::plan makes for vae.strategy = leaf_offload on the CPU
-        plan.component = "vae";
-        plan.route = ddo::Route::group_leaf;
-        plan.capacities.staging_slots = 2;
-        plan.capacities.prefetch_depth = 1;
-        plan.capacities.ram_headroom_gb = 0;
-        plan.allocator = linear;
-        plan.allocator_name = "linear";
+        // What ModelRun::plan makes for vae.strategy = leaf_offload on the CPU.
+        const auto plan = ddo::test::cpu_plan("vae", ddo::Route::group_leaf, linear);
         const auto groups = lt::video_vae_leaf_groups(vae.config);
         auto cw = ddo::model::ComponentWeights::open(kDir / vname, groups, plan, at::kFloat);
         at::Tensor got;

@@ -15,10 +15,11 @@
 #include <nlohmann/json.hpp>
 
 #include "block_source.hpp"
-#include "ddo/plugin/plugin_registry.hpp"
 #include "checkpoint.hpp"
 #include "config.hpp"
+#include "cpu_plan.hpp"
 #include "ddo/error.hpp"
+#include "parity/parity_support.hpp"
 #include "pipeline.hpp"
 #include "scheduler.hpp"
 #include "transformer.hpp"
@@ -27,47 +28,23 @@
 
 namespace qi = ddo::qwen_image_21;
 namespace fs = std::filesystem;
+using ddo::test::expect_close;
+using ddo::test::max_abs;
 
 namespace {
 
 const fs::path kDir = QI21_FIXTURE_DIR;
 
-const nlohmann::json & reference() {
-    static nlohmann::json j = [] {
-        std::ifstream in(kDir / "reference.json");
-        if (!in) throw std::runtime_error((kDir / "reference.json").string() +
-                                          " missing: build target qwen_image_21_fixtures (tools/ddo build)");
-        return nlohmann::json::parse(in);
-    }();
-    return j;
-}
+const nlohmann::json & reference() { return ddo::test::reference_of(kDir, "qwen_image_21_fixtures"); }
 
 class Qi21Parity : public ::testing::Test {
 protected:
     void SetUp() override {
-        const auto & r = reference();
-        const std::string who = r.at("reference").get<std::string>() + " " +
-                                r.at("reference_version").get<std::string>() + " (torch " +
-                                r.at("torch_version").get<std::string>() + ", seed " +
-                                std::to_string(r.at("seed").get<int>()) + ")";
-        std::cout << "[ reference ] " << who << "\n";
-        RecordProperty("reference", who);
+        ddo::test::announce_reference(reference());
     }
 };
 
 qi::TensorFile fixture(const std::string & name) { return qi::TensorFile::open_file(kDir / name); }
-
-double max_abs(const at::Tensor & a, const at::Tensor & b) {
-    EXPECT_EQ(a.sizes(), b.sizes());
-    if (a.sizes() != b.sizes()) return 1e30;
-    return (a.to(at::kDouble) - b.to(at::kDouble)).abs().max().item<double>();
-}
-
-void expect_close(const std::string & what, const at::Tensor & got, const at::Tensor & want, double tol) {
-    const double e = max_abs(got, want);
-    std::cout << "[ parity    ] " << what << ": max abs error " << e << " (tolerance " << tol << ")\n";
-    EXPECT_LE(e, tol) << what;
-}
 
 at::Tensor complex_of(const at::Tensor & real) { return at::view_as_complex(real.contiguous()); }
 
@@ -84,6 +61,12 @@ at::Tensor run_all(const Tiny & t, qi::BlockSource & src, const qi::TransformerI
         src.release(i);
         return out;
     });
+}
+
+// A tiling of reference.json: diffusers' tile_sample_min_height / _width and tile_sample_stride_height / _width.
+qi::VaeTiling tiling_of(const nlohmann::json & tj) {
+    return {tj.at("tile_sample_min_height").get<int64_t>(), tj.at("tile_sample_min_width").get<int64_t>(),
+            tj.at("tile_sample_stride_height").get<int64_t>(), tj.at("tile_sample_stride_width").get<int64_t>()};
 }
 
 std::vector<qi::ImageShape> shapes_of(const nlohmann::json & j) {
@@ -185,10 +168,7 @@ TEST_F(Qi21Parity, VaeDecodePlainTiledLeafOffload) {
     auto f = fixture("vae.safetensors");
     Tiny t;
     auto z = f.read("z");
-    const auto & tj = reference().at("vae_tiling");
-    qi::VaeTiling tiling{tj.at("tile_sample_min_height").get<int64_t>(), tj.at("tile_sample_min_width").get<int64_t>(),
-                         tj.at("tile_sample_stride_height").get<int64_t>(),
-                         tj.at("tile_sample_stride_width").get<int64_t>()};
+    const auto tiling = tiling_of(reference().at("vae_tiling"));
     qi::VaeDecoder resident(t.m.vae, t.m.vae_config, at::kFloat, at::kCPU, qi::VaeStrategy::resident);
     expect_close("vae decode (resident)", resident.decode(z), f.read("decode"), 1e-4);
     qi::VaeDecoder leaf(t.m.vae, t.m.vae_config, at::kFloat, at::kCPU, qi::VaeStrategy::leaf_offload);
@@ -238,10 +218,7 @@ TEST_F(Qi21Parity, VaeEncodeTiled) {
     auto f = fixture("vae_encode.safetensors");
     Tiny t;
     auto x = f.read("pixels");
-    const auto & tj = reference().at("vae_encode_tiling");
-    qi::VaeTiling tiling{tj.at("tile_sample_min_height").get<int64_t>(), tj.at("tile_sample_min_width").get<int64_t>(),
-                         tj.at("tile_sample_stride_height").get<int64_t>(),
-                         tj.at("tile_sample_stride_width").get<int64_t>()};
+    const auto tiling = tiling_of(reference().at("vae_encode_tiling"));
     qi::VaeEncoder tiled(t.m.vae, t.m.vae_config, at::kFloat, at::kCPU, qi::VaeStrategy::tiled, tiling);
     auto got = tiled.encode(x);
     EXPECT_TRUE(tiled.last_encode_tiled()) << "the fixture image is larger than one tile";
@@ -297,8 +274,7 @@ TEST_F(Qi21Parity, PipelineEmbeddingsToPixels) {
 TEST_F(Qi21Parity, RoutesGiveBitwiseEqualLatents) {
     // Every route runs through the core offload engine (one execution group per block, CPU transport, the
     // linear allocator plugin), against the in-plugin resident reference.
-    static auto registry = ddo::PluginRegistry::discover({fs::path(QI21_PLUGIN_DIR)});
-    const ddo_allocator_vtable * linear = registry.load("linear", "allocator").allocator;
+    const ddo_allocator_vtable * linear = ddo::test::linear_allocator(QI21_PLUGIN_DIR);
     ASSERT_NE(linear, nullptr);
     Tiny t;
     auto embeds = qi::load_prompt_embeds(kDir / "prompt_embeds.safetensors", t.m.transformer_config.context_in_dim);
@@ -321,15 +297,7 @@ TEST_F(Qi21Parity, RoutesGiveBitwiseEqualLatents) {
                            Case{ddo::Route::dynamic, one_block_gb, "dynamic"},
                            Case{ddo::Route::disk, 0, "disk"}, Case{ddo::Route::group_block, 0, "group_block"},
                            Case{ddo::Route::group_leaf, 0, "group_leaf"}}) {
-        ddo::model::ComponentPlan plan;  // what ModelRun::plan makes from a preset (CPU placement)
-        plan.component = "transformer";
-        plan.route = k.route;
-        plan.capacities.resident_budget_gb = k.resident_gb;
-        plan.capacities.staging_slots = 2;
-        plan.capacities.prefetch_depth = 1;
-        plan.capacities.ram_headroom_gb = 0;
-        plan.allocator = linear;
-        plan.allocator_name = "linear";
+        const auto plan = ddo::test::cpu_plan("transformer", k.route, linear, k.resident_gb);
         auto src = qi::make_engine_blocks(kDir / "checkpoint" / "transformer", t.m.transformer_config, at::kFloat, plan);
         auto got = qi::denoise(t.m, t.transformer, *src, embeds, o);
         EXPECT_EQ(src->finish(), 0u) << k.executed;
@@ -348,7 +316,9 @@ TEST_F(Qi21Parity, RoutesGiveBitwiseEqualLatents) {
             EXPECT_GT(c.at("pinned").get<uint64_t>() + c.at("pageable").get<uint64_t>(), 0u)
                 << rep.dump();
         }
-        if (k.route == ddo::Route::disk) EXPECT_GT(c.at("file").get<uint64_t>(), 0u) << rep.dump();
+        if (k.route == ddo::Route::disk) {
+            EXPECT_GT(c.at("file").get<uint64_t>(), 0u) << rep.dump();
+        }
         std::cout << "[ routes    ] engine " << k.executed << " == resident reference bitwise; groups "
                   << rep.at("execution_groups") << ", bytes moved " << src->bytes_streamed() << "\n";
     }
