@@ -121,3 +121,32 @@ TEST(Qi21Settings, KeysWithoutAReaderAreRefused) {
         EXPECT_NE(r.log.find("unknown key"), std::string::npos) << key << "\n" << r.log;
     }
 }
+
+// vae.strategy = tiled on an image that fits one tile decodes in one piece (as diffusers' decode does): the report's
+// route note, the VAE's counters and `report summarize` say why the executed strategy is not the requested one.
+TEST(Qi21Settings, TiledVaeOnAnImageThatFitsOneTileSaysWhyItRanResident) {
+    std::string summary;
+    const auto r = ddo::test::run_ddo_host(
+        "vae_one_tile",
+        "--plugin qwen_image --preset low_ram_safe.toml --model '" + (kFixtures / "checkpoint").string() +
+            "' --prompt-embeds '" + (kFixtures / "prompt_embeds.safetensors").string() +
+            "' --steps 1 --width 64 --height 64 --set vae.strategy=tiled",
+        [&](const fs::path & dir) {
+            const std::string cmd = std::string("'") + DDO_HOST_BIN + "' report summarize '" + (dir / "report.json").string() +
+                                    "' > '" + (dir / "summary").string() + "' 2>&1";
+            ASSERT_EQ(std::system(cmd.c_str()), 0);
+            std::ifstream in(dir / "summary");
+            summary.assign(std::istreambuf_iterator<char>(in), {});
+        });
+    ASSERT_EQ(r.exit_code, 0) << r.log;
+    const auto & route = r.report.at("routes").at("vae");
+    EXPECT_EQ(route.at("intended"), "tiled") << route.dump();
+    EXPECT_EQ(route.at("executed"), "resident") << route.dump();
+    const std::string why = "the image (64x64) fits in one tile (256x256)";
+    EXPECT_NE(route.at("executed_note").get<std::string>().find(why), std::string::npos) << route.dump();
+    const auto & vae = r.report.at("counters").at("vae");
+    EXPECT_NE(vae.at("reason").get<std::string>().find(why), std::string::npos) << vae.dump();
+    const auto line = summary.find("vae              intended tiled");
+    ASSERT_NE(line, std::string::npos) << summary;
+    EXPECT_NE(summary.substr(line, summary.find('\n', line) - line).find(why), std::string::npos) << summary;
+}

@@ -183,11 +183,15 @@ TEST_F(Qi21Text, LatentsFromAFileReplaceTheSeededDraw) {
     fs::remove(file);
 }
 
-TEST_F(Qi21Text, ANonFiniteStepFailsNamingTheStepAndCause) {
+// One step ends the grid at sigma 1, where the checkpoint's shift_terminal divides by zero: the schedule is refused
+// before the first step (exit 2, a usage error: the settings ask for it), naming the cause and the fix (issue 25).
+TEST_F(Qi21Text, ANonFiniteScheduleIsRefusedBeforeTheFirstStepNamingTheCause) {
     auto r = run("one_step", "-p 'a cat' --width 64 --height 64 --steps 1");
-    EXPECT_EQ(r.exit_code, 4) << r.log;
+    EXPECT_EQ(r.exit_code, 2) << r.log;
     EXPECT_EQ(r.report.at("status").get<std::string>(), "failed") << r.report.dump();
-    EXPECT_NE(r.log.find("not finite after step 1 of 1"), std::string::npos) << r.log;
+    EXPECT_NE(r.log.find("schedule is not finite"), std::string::npos) << r.log;
+    EXPECT_NE(r.log.find("use 2 or more steps"), std::string::npos) << r.log;
+    EXPECT_TRUE(r.report.at("steps").empty()) << r.report.at("steps").dump();
     EXPECT_NE(r.log.find("shift_terminal"), std::string::npos) << r.log;
     EXPECT_TRUE(r.report.at("outputs").empty());
 }

@@ -299,12 +299,17 @@ at::Tensor decode_image(model::ModelRun & run, const ModelFiles & m, const RunPl
     auto image = decode_latents(m, vae, latents, o);
     const bool fell_back = choice.strategy == VaeStrategy::tiled && !vae.last_decode_tiled();
     const std::string executed = fell_back ? "resident" : vae_strategy_name(choice.strategy);
+    // The reason names why the executed strategy is not the requested one, with the sizes that decided it.
     std::string note = choice.reason;
-    if (fell_back) note += std::string(note.empty() ? "" : "; ") + "the image fits in one tile: decoded in one piece";
+    if (fell_back)
+        note += std::string(note.empty() ? "" : "; ") + "the image (" + std::to_string(o.width) + "x" +
+                std::to_string(o.height) + ") fits in one tile (" + std::to_string(choice.tiling.tile_sample_min_width) +
+                "x" + std::to_string(choice.tiling.tile_sample_min_height) + "): decoded in one piece, as diffusers' "
+                "decode does with tiling enabled";
     run.record_route("vae", choice.requested, executed, note);
     nlohmann::json counters = {{"strategy", executed}, {"requested", choice.requested},
                                {"weight_bytes", vae.weight_bytes()}, {"leaf_uploads", vae.uploads()}};
-    if (!choice.reason.empty()) counters["reason"] = choice.reason;
+    if (!note.empty()) counters["reason"] = note;
     if (!choice.facts.is_null()) counters["auto"] = choice.facts;
     run.record_counters("vae", counters);
     return image;
