@@ -21,6 +21,9 @@ struct HostRun {
     std::string log;
 };
 
+// `p` in single quotes, for a command line (a path without a quote in it).
+inline std::string quoted(const std::filesystem::path & p) { return "'" + p.string() + "'"; }
+
 // args: everything but --output/--report (quoted by the caller as needed).
 inline HostRun run_ddo_host(const std::string & tag, const std::string & args,
                             const std::function<void(const std::filesystem::path & dir)> & inspect = {}) {

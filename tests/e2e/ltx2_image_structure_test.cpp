@@ -22,9 +22,6 @@
 
 #include <ATen/ATen.h>
 
-#include <fcntl.h>
-#include <unistd.h>
-
 #include <algorithm>
 #include <filesystem>
 #include <fstream>
@@ -35,79 +32,26 @@
 
 #include <nlohmann/json.hpp>
 
+#include "cpu_plan.hpp"
 #include "ddo/model/component_weights.hpp"
 #include "ddo/model/tensor_file.hpp"
-#include "ddo/plugin/plugin_registry.hpp"
+#include "e2e/structure_support.hpp"
 #include "image_transformer.hpp"
 #include "weights.hpp"
 
 namespace lt = ddo::ltx2;
 namespace fs = std::filesystem;
+using ddo::test::mib;
+using ddo::test::stored_bytes;
 
 namespace {
 
 // LTX2ImageTransformer2DModel's config with the LTX-2.3 video stream's values (get_ltx2_transformer_config("2.3")),
 // num_layers = 2.
 nlohmann::json real_ltx23_image_config() {
-    return {{"_class_name", "LTX2ImageTransformer2DModel"},
-            {"in_channels", 128},
-            {"out_channels", 128},
-            {"patch_size", 1},
-            {"patch_size_t", 1},
-            {"num_attention_heads", 32},
-            {"attention_head_dim", 128},
-            {"cross_attention_dim", 4096},
-            {"num_layers", 2},
-            {"activation_fn", "gelu-approximate"},
-            {"qk_norm", "rms_norm_across_heads"},
-            {"norm_elementwise_affine", false},
-            {"norm_eps", 1e-6},
-            {"attention_bias", true},
-            {"attention_out_bias", true},
-            {"rope_theta", 10000.0},
-            {"rope_double_precision", true},
-            {"causal_offset", 1},
-            {"gated_attn", true},
-            {"cross_attn_mod", true},
-            {"ff_bias", true},
-            {"rope_type", "split"},
-            {"vae_scale_factors", {8, 32, 32}},
-            {"pos_embed_max_pos", 20},
-            {"base_height", 2048},
-            {"base_width", 2048},
-            {"use_prompt_adaln_single", true}};
-}
-
-// Writes a bf16 safetensors header and extends the file to its full size without writing the payload (sparse),
-// except the tensors in `filled` (borrowed; bf16, each of its spec's shape), whose bytes are written in place.
-void write_sparse_safetensors(const fs::path & path, const lt::TensorSpecs & specs,
-                              const std::map<std::string, at::Tensor> & filled) {
-    nlohmann::json h = nlohmann::json::object();
-    std::map<std::string, uint64_t> offset;
-    uint64_t off = 0;
-    for (const auto & [name, shape] : specs) {
-        uint64_t n = 2;
-        for (auto d : shape) n *= uint64_t(d);
-        h[name] = {{"dtype", "BF16"}, {"shape", shape}, {"data_offsets", {off, off + n}}};
-        offset[name] = off;
-        off += n;
-    }
-    std::string header = h.dump();
-    while ((header.size() + 8) % 8) header += ' ';
-    const uint64_t len = header.size();
-    int fd = ::open(path.c_str(), O_CREAT | O_TRUNC | O_WRONLY, 0644);
-    ASSERT_GE(fd, 0) << path;
-    ASSERT_EQ(::write(fd, &len, 8), 8);
-    ASSERT_EQ(::write(fd, header.data(), len), ssize_t(len));
-    ASSERT_EQ(::ftruncate(fd, off_t(8 + len + off)), 0);
-    for (const auto & [name, t] : filled) {
-        ASSERT_TRUE(offset.count(name)) << name;
-        const auto c = t.contiguous();
-        ASSERT_EQ(c.scalar_type(), at::kBFloat16) << name;
-        const auto n = ssize_t(c.numel() * 2);
-        ASSERT_EQ(::pwrite(fd, c.data_ptr(), size_t(n), off_t(8 + len + offset[name])), n) << name;
-    }
-    ::close(fd);
+    auto j = ddo::test::ltx23_video_stream_config();
+    j.update({{"_class_name", "LTX2ImageTransformer2DModel"}, {"ff_bias", true}, {"use_prompt_adaln_single", true}});
+    return j;
 }
 
 // Parameters of one LTX2ImageTransformerBlock at the real widths, D = 4096 (32 x 128), text width 4096: attn1 and
@@ -123,25 +67,14 @@ uint64_t image_block_params(bool weights_only) {
     return 2 * attn + ff_weights + 4 * D + D + 9 * D + 2 * D;
 }
 
-uint64_t stored_bytes(const ddo::model::TensorFile & f, const ddo::model::GroupSpec & g) {
-    uint64_t b = 0;
-    for (const auto & t : g.tensors) b += f.nbytes_of(t);
-    return b;
-}
-
-double mib(uint64_t b) { return double(b) / double(1 << 20); }
-
 }  // namespace
 
 TEST(Ltx2ImageStructure, RealLtx23ImageConfigTwoBlocksThroughEngineDiskRoute) {
-    static auto registry = ddo::PluginRegistry::discover({fs::path(LTX2_PLUGIN_DIR)});
-    const ddo_allocator_vtable * linear = registry.load("linear", "allocator").allocator;
+    const ddo_allocator_vtable * linear = ddo::test::linear_allocator(LTX2_PLUGIN_DIR);
     ASSERT_NE(linear, nullptr);
 
     // 1. The real 2.3 image config (2 blocks) and a sparse checkpoint of its tensors.
-    const fs::path dir = fs::path(DDO_BINARY_DIR) / "fixtures" / "ltx2_image_real_structure" / "transformer";
-    fs::create_directories(dir);
-    std::ofstream(dir / "config.json") << real_ltx23_image_config().dump(2);
+    const fs::path dir = ddo::test::write_transformer_config("ltx2_image_real_structure", real_ltx23_image_config());
     const auto c = lt::image_transformer_config_from_file(dir / "config.json");
     EXPECT_EQ(c.inner_dim(), 4096);
     EXPECT_EQ(c.num_layers, 2);
@@ -154,7 +87,7 @@ TEST(Ltx2ImageStructure, RealLtx23ImageConfigTwoBlocksThroughEngineDiskRoute) {
     for (const auto & [name, shape] : specs) EXPECT_EQ(name.find("audio"), std::string::npos) << name;
     // Every weight is zero but the output bias: the velocity must come out as exactly that bias (see step 3).
     const auto bias = (at::arange(128, at::kFloat) / 128).to(at::kBFloat16);
-    write_sparse_safetensors(dir / "diffusion_pytorch_model.safetensors", specs, {{"proj_out.bias", bias}});
+    ddo::test::write_sparse_safetensors(dir / "diffusion_pytorch_model.safetensors", specs, {{"proj_out.bias", bias}});
     const auto f = ddo::model::TensorFile::open_component(dir);
     lt::validate_image_transformer(f, c);  // names, shapes and floating dtypes, nothing else
     EXPECT_EQ(f.shape_of("time_embed.linear.weight"), (std::vector<int64_t>{9 * 4096, 4096}));
@@ -197,14 +130,7 @@ TEST(Ltx2ImageStructure, RealLtx23ImageConfigTwoBlocksThroughEngineDiskRoute) {
               "row modulation tables; two slots need 2 x " << mib(largest) << " = " << 2 * mib(largest) << " MiB\n";
 
     // 3. The whole 2-block DiT through the engine's disk route, bf16 weights computed in bf16 on the CPU.
-    ddo::model::ComponentPlan plan;  // what ModelRun::plan makes from a preset (CPU placement)
-    plan.component = "transformer";
-    plan.route = ddo::Route::disk;
-    plan.capacities.staging_slots = 2;
-    plan.capacities.prefetch_depth = 1;
-    plan.capacities.ram_headroom_gb = 0;
-    plan.allocator = linear;
-    plan.allocator_name = "linear";
+    const auto plan = ddo::test::cpu_plan("transformer", ddo::Route::disk, linear);
     auto cw = ddo::model::ComponentWeights::open(dir, groups, plan, at::kBFloat16);
     EXPECT_EQ(cw->route(), "disk");
     const int64_t B = 1, Hl = 2, Wl = 2, N = Hl * Wl, L = 4;
@@ -237,36 +163,9 @@ TEST(Ltx2ImageStructure, RealLtx23ImageConfigTwoBlocksThroughEngineDiskRoute) {
     EXPECT_TRUE(at::equal(out, bias.view({1, 1, 128}).expand({B, N, 128})));
     EXPECT_EQ(cw->finish(), 0u);  // engine end_phase: no lease or upload outstanding
 
-    // Bytes streamed: two slots, prefetch depth 1 (each acquire uploads the next group in execution order, wrapping,
-    // into the least recently used free slot): globals (prefetch block 0), block 0 (prefetch block 1 over globals),
-    // block 1 (prefetch globals over block 0), finish's globals (a hit; prefetch block 0 over block 1) = globals,
-    // block 0, block 1, globals, block 0. Each group's bytes are its payload plus at most 256 bytes of
-    // alignment per tensor.
-    const auto rep = cw->report();
-    const auto & engine = rep.at("engine");
-    const auto & planned = engine.at("plan").at("groups");
-    ASSERT_EQ(planned.size(), 3u);
-    std::vector<uint64_t> group_bytes;
-    for (std::size_t g = 0; g < 3; ++g) {
-        EXPECT_EQ(planned[g].at("residency"), "file") << planned[g].dump();
-        const uint64_t b = planned[g].at("bytes").get<uint64_t>();
-        const uint64_t p = stored_bytes(f, groups[g]);
-        EXPECT_GE(b, p) << groups[g].name;
-        // Padding per tensor: the 256-byte slot layout + its file alignment mod 64 (host placements).
-        EXPECT_LE(b, p + groups[g].tensors.size() * (256 + 64)) << groups[g].name;
-        group_bytes.push_back(b);
-    }
-    const uint64_t expected = 2 * group_bytes[0] + 2 * group_bytes[1] + group_bytes[2];
-    EXPECT_EQ(cw->bytes_streamed(), expected);
-    EXPECT_EQ(engine.at("counters").at("bytes_moved").at("file").get<uint64_t>(), expected) << engine.dump();
-    EXPECT_EQ(engine.at("counters").at("outstanding_owners"), 0);
-    EXPECT_EQ(engine.at("counters").at("failures"), 0);
-    const uint64_t slot = engine.at("plan").at("slot_bytes").get<uint64_t>();
-    EXPECT_GE(slot, largest);
-    std::cout << "[ structure ] engine disk route: " << cw->bytes_streamed()
-              << " bytes streamed from the file in one pass (globals " << group_bytes[0] << " x 2, block 0 "
-              << group_bytes[1] << " x 2, block 1 " << group_bytes[2] << "; slot " << mib(slot) << " MiB x "
-              << engine.at("plan").at("slots") << ")\n";
+    // Bytes streamed: the groups the engine reads in one pass (globals, block 0, block 1, globals, block 0).
+    ASSERT_NO_FATAL_FAILURE(ddo::test::expect_one_pass_over_two_blocks(*cw, f, groups));
+    EXPECT_GE(cw->report().at("engine").at("plan").at("slot_bytes").get<uint64_t>(), largest);
     cw.reset();
     fs::remove_all(dir.parent_path());
 }

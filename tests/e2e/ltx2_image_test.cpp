@@ -25,16 +25,16 @@
 #include "ddo/model/tensor_file.hpp"
 #include "ddo/model/tensor_output.hpp"
 #include "e2e/host_run.hpp"
+#include "e2e/ltx2_e2e_support.hpp"
 #include "e2e/png_read.hpp"
 
 namespace fs = std::filesystem;
+using ddo::test::quoted;
 using ddo::test::run_ddo_host;
 
 namespace {
 
 const fs::path kFixtures = LTX2_IMAGE_FIXTURE_DIR;
-
-std::string q(const fs::path & p) { return "'" + p.string() + "'"; }
 
 const nlohmann::json & reference() {
     static const nlohmann::json j = nlohmann::json::parse(std::ifstream(kFixtures / "reference.json"));
@@ -61,7 +61,7 @@ std::string case_args(const std::string & name) {
 // The "text" case from `source` (-p or --prompt-embeds) on `ckpt` (extra: more flags).
 std::string text_args(const std::string & source, const std::string & extra = "",
                       const fs::path & ckpt = kFixtures / "checkpoint_text") {
-    return "--plugin ltx2_image --model " + q(ckpt) + " " + source + case_args("text") + " " + extra;
+    return "--plugin ltx2_image --model " + quoted(ckpt) + " " + source + case_args("text") + " " + extra;
 }
 
 std::string prompt_flag() {
@@ -70,7 +70,8 @@ std::string prompt_flag() {
 
 // The base + PAG case from prompt embeddings on `ckpt`.
 std::string embeds_args(const fs::path & ckpt, const std::string & extra = "") {
-    return "--plugin ltx2_image --model " + q(ckpt) + " --prompt-embeds " + q(kFixtures / "prompt_embeds.safetensors") +
+    return "--plugin ltx2_image --model " + quoted(ckpt) + " --prompt-embeds " +
+           quoted(kFixtures / "prompt_embeds.safetensors") +
            case_args("base_pag") + " " + extra;
 }
 
@@ -122,9 +123,9 @@ TEST(Ltx2ImageHost, FromTextEqualsReferenceAndEncodeReproducesIt) {
     const fs::path encode_report = embeds.string() + ".report.json";
     fs::remove(encode_report);
     const std::string cmd = std::string("'") + DDO_HOST_BIN + "' encode --plugin ltx2_image --model " +
-                            q(kFixtures / "checkpoint_text") + " " + prompt_flag() + " -n '' --set " +
-                            "plugin.ltx2_image.max_sequence_length=16 -o " + q(embeds) + " --report " +
-                            q(encode_report) + " > /dev/null 2>&1";
+                            quoted(kFixtures / "checkpoint_text") + " " + prompt_flag() + " -n '' --set " +
+                            "plugin.ltx2_image.max_sequence_length=16 -o " + quoted(embeds) + " --report " +
+                            quoted(encode_report) + " > /dev/null 2>&1";
     ASSERT_EQ(std::system(cmd.c_str()), 0) << cmd;
     const auto er = nlohmann::json::parse(std::ifstream(encode_report));
     EXPECT_EQ(er.at("status"), "completed");
@@ -142,7 +143,7 @@ TEST(Ltx2ImageHost, FromTextEqualsReferenceAndEncodeReproducesIt) {
     }
     for (const char * n : {"prompt_attention_mask", "negative_prompt_attention_mask"})
         EXPECT_TRUE(at::equal(got.read(n), want.read(n))) << n;
-    const auto again = run_ddo_host("ltx2_image_from_encoded", text_args("--prompt-embeds " + q(embeds)),
+    const auto again = run_ddo_host("ltx2_image_from_encoded", text_args("--prompt-embeds " + quoted(embeds)),
                                     [&](const fs::path & dir) {
         EXPECT_EQ(ddo::test::read_png(dir / "image.png").pixels, pixels_text) << "the same pixels as from -p";
     });
@@ -153,14 +154,15 @@ TEST(Ltx2ImageHost, FromTextEqualsReferenceAndEncodeReproducesIt) {
 TEST(Ltx2ImageHost, TextRefusalsExit2) {
     // -p and --prompt-embeds together; -n without -p; encode without a prompt.
     auto r = run_ddo_host("ltx2_image_both", text_args(prompt_flag() + " --prompt-embeds " +
-                                                       q(kFixtures / "prompt_embeds.safetensors")));
+                                                       quoted(kFixtures / "prompt_embeds.safetensors")));
     EXPECT_EQ(r.exit_code, 2) << r.log;
     EXPECT_NE(r.log.find("Pass one of them"), std::string::npos) << r.log;
     r = run_ddo_host("ltx2_image_neg", embeds_args(kFixtures / "checkpoint", "-n 'blurry'"));
     EXPECT_EQ(r.exit_code, 2) << r.log;
     EXPECT_NE(r.log.find("negative_prompt_embeds"), std::string::npos) << r.log;
     // -p on a checkpoint saved without its text encoder names the missing file.
-    r = run_ddo_host("ltx2_image_no_te", "--plugin ltx2_image --model " + q(kFixtures / "checkpoint") + " " + prompt_flag());
+    r = run_ddo_host("ltx2_image_no_te",
+                     "--plugin ltx2_image --model " + quoted(kFixtures / "checkpoint") + " " + prompt_flag());
     EXPECT_EQ(r.exit_code, 2) << r.log;
     EXPECT_NE(r.log.find("text_encoder"), std::string::npos) << r.log;
     EXPECT_EQ(r.report.at("status"), "failed");
@@ -203,68 +205,15 @@ TEST(Ltx2ImageHost, DitRoutesWriteTheSamePixels) {
     EXPECT_TRUE(pixels["disk"] == pixels["resident"]) << "disk route: other pixels";
 }
 
-namespace {
-
-// A copy of the image checkpoint (components linked, the transformer copied) to break.
-fs::path broken_copy(const std::string & tag) {
-    const fs::path src = kFixtures / "checkpoint";
-    const fs::path dst = fs::temp_directory_path() / ("ltx2_image_broken_" + tag + "_" + std::to_string(::getpid()));
-    fs::remove_all(dst);
-    fs::create_directories(dst / "transformer");
-    for (const auto & e : fs::directory_iterator(src))
-        if (e.path().filename() != "transformer") fs::create_symlink(e.path(), dst / e.path().filename());
-    for (const auto & e : fs::directory_iterator(src / "transformer"))
-        fs::copy(e.path(), dst / "transformer" / e.path().filename());
-    return dst;
-}
-
-void rewrite_transformer(const fs::path & ckpt, const std::function<void(ddo::model::NamedTensors &)> & edit) {
-    const fs::path file = ckpt / "transformer" / "diffusion_pytorch_model.safetensors";
-    const auto f = ddo::model::TensorFile::open_file(file);
-    ddo::model::NamedTensors t;
-    for (const auto & n : f.names()) t.push_back({n, f.read(n)});
-    edit(t);
-    const auto bytes = ddo::model::encode_safetensors(t, {{"format", "pt"}});
-    fs::remove(file);
-    std::ofstream(file, std::ios::binary) << bytes;
-}
-
-void expect_exit4_before_denoise(const std::string & tag, const fs::path & ckpt, const std::string & names) {
-    const auto r = run_ddo_host("ltx2_image_bad_" + tag, embeds_args(ckpt));
-    EXPECT_EQ(r.exit_code, 4) << tag << "\n" << r.log;
-    EXPECT_NE(r.log.find(names), std::string::npos) << tag << ": names " << names << "\n" << r.log;
-    EXPECT_NE(r.log.find((ckpt / "transformer").string()), std::string::npos) << tag << ": names the file\n" << r.log;
-    EXPECT_EQ(r.report.at("status"), "failed") << tag;
-    EXPECT_TRUE(r.report.at("steps").empty()) << tag << ": failed before denoising";
-    EXPECT_TRUE(r.report.at("outputs").empty()) << tag;
-}
-
-}  // namespace
-
 TEST(Ltx2ImageHost, MalformedCheckpointsFailBeforeDenoisingExit4) {
-    {  // a tensor missing
-        const auto ckpt = broken_copy("missing");
-        rewrite_transformer(ckpt, [](ddo::model::NamedTensors & t) {
-            std::erase_if(t, [](const auto & e) { return e.first == "transformer_blocks.1.attn2.to_k.weight"; });
-        });
-        expect_exit4_before_denoise("missing", ckpt, "transformer_blocks.1.attn2.to_k.weight");
-        fs::remove_all(ckpt);
-    }
-    {  // a tensor of the wrong shape
-        const auto ckpt = broken_copy("shape");
-        rewrite_transformer(ckpt, [](ddo::model::NamedTensors & t) {
-            for (auto & [n, v] : t)
-                if (n == "transformer_blocks.0.ff.net.2.weight") v = at::zeros({v.size(0), v.size(1) + 1});
-        });
-        expect_exit4_before_denoise("shape", ckpt, "transformer_blocks.0.ff.net.2.weight");
-        fs::remove_all(ckpt);
-    }
+    ddo::test::expect_missing_and_misshapen_tensors_exit4(kFixtures / "checkpoint", "ltx2_image",
+                                                          [](const fs::path & ckpt) { return embeds_args(ckpt); });
     {  // the audio+video DiT's weights (an LTX-2.3 video checkpoint's transformer) under the image config
-        const auto ckpt = broken_copy("audio_video");
+        const auto ckpt = ddo::test::broken_copy(kFixtures / "checkpoint", "ltx2_image_broken_audio_video");
         fs::copy_file(fs::path(LTX2_PIPELINE_FIXTURE_DIR) / "checkpoint_23" / "transformer" /
                           "diffusion_pytorch_model.safetensors",
                       ckpt / "transformer" / "diffusion_pytorch_model.safetensors", fs::copy_options::overwrite_existing);
-        expect_exit4_before_denoise("audio_video", ckpt, "audio_");
+        ddo::test::expect_exit4_before_denoise("ltx2_image_bad_audio_video", embeds_args(ckpt), ckpt, "audio_");
         fs::remove_all(ckpt);
     }
     {  // a text encoder of another checkpoint: checkpoint_text with the connectors of checkpoint (3 text layers, not 5)

@@ -18,9 +18,6 @@
 
 #include <ATen/ATen.h>
 
-#include <fcntl.h>
-#include <unistd.h>
-
 #include <filesystem>
 #include <fstream>
 #include <iostream>
@@ -31,95 +28,45 @@
 
 #include <nlohmann/json.hpp>
 
+#include "cpu_plan.hpp"
 #include "ddo/model/component_weights.hpp"
 #include "ddo/model/tensor_file.hpp"
-#include "ddo/plugin/plugin_registry.hpp"
+#include "e2e/structure_support.hpp"
 #include "transformer.hpp"
 #include "transformer_config.hpp"
 #include "weights.hpp"
 
 namespace lt = ddo::ltx2;
 namespace fs = std::filesystem;
+using ddo::test::mib;
+using ddo::test::stored_bytes;
 
 namespace {
 
-// diffusers' get_ltx2_transformer_config("2.3")["diffusers_config"] with num_layers = 2.
+// diffusers' get_ltx2_transformer_config("2.3")["diffusers_config"] with num_layers = 2: the video stream's values
+// and the audio stream's.
 nlohmann::json real_ltx23_config() {
-    return {{"_class_name", "LTX2VideoTransformer3DModel"},
-            {"in_channels", 128},
-            {"out_channels", 128},
-            {"patch_size", 1},
-            {"patch_size_t", 1},
-            {"num_attention_heads", 32},
-            {"attention_head_dim", 128},
-            {"cross_attention_dim", 4096},
-            {"vae_scale_factors", {8, 32, 32}},
-            {"pos_embed_max_pos", 20},
-            {"base_height", 2048},
-            {"base_width", 2048},
-            {"gated_attn", true},
-            {"cross_attn_mod", true},
-            {"audio_in_channels", 128},
-            {"audio_out_channels", 128},
-            {"audio_patch_size", 1},
-            {"audio_patch_size_t", 1},
-            {"audio_num_attention_heads", 32},
-            {"audio_attention_head_dim", 64},
-            {"audio_cross_attention_dim", 2048},
-            {"audio_scale_factor", 4},
-            {"audio_pos_embed_max_pos", 20},
-            {"audio_sampling_rate", 16000},
-            {"audio_hop_length", 160},
-            {"audio_gated_attn", true},
-            {"audio_cross_attn_mod", true},
-            {"num_layers", 2},
-            {"activation_fn", "gelu-approximate"},
-            {"qk_norm", "rms_norm_across_heads"},
-            {"norm_elementwise_affine", false},
-            {"norm_eps", 1e-6},
-            {"caption_channels", 3840},
-            {"attention_bias", true},
-            {"attention_out_bias", true},
-            {"rope_theta", 10000.0},
-            {"rope_double_precision", true},
-            {"causal_offset", 1},
-            {"timestep_scale_multiplier", 1000},
-            {"cross_attn_timestep_scale_multiplier", 1000},
-            {"rope_type", "split"},
-            {"use_prompt_embeddings", false},
-            {"perturbed_attn", true}};
-}
-
-// Writes a bf16 safetensors header and extends the file to its full size without writing the payload (sparse),
-// except the tensors in `filled` (borrowed; bf16, each of its spec's shape), whose bytes are written in place.
-void write_sparse_safetensors(const fs::path & path, const lt::TensorSpecs & specs,
-                              const std::map<std::string, at::Tensor> & filled) {
-    nlohmann::json h = nlohmann::json::object();
-    std::map<std::string, uint64_t> offset;
-    uint64_t off = 0;
-    for (const auto & [name, shape] : specs) {
-        uint64_t n = 2;
-        for (auto d : shape) n *= uint64_t(d);
-        h[name] = {{"dtype", "BF16"}, {"shape", shape}, {"data_offsets", {off, off + n}}};
-        offset[name] = off;
-        off += n;
-    }
-    std::string header = h.dump();
-    while ((header.size() + 8) % 8) header += ' ';
-    const uint64_t len = header.size();
-    int fd = ::open(path.c_str(), O_CREAT | O_TRUNC | O_WRONLY, 0644);
-    ASSERT_GE(fd, 0) << path;
-    ASSERT_EQ(::write(fd, &len, 8), 8);
-    ASSERT_EQ(::write(fd, header.data(), len), ssize_t(len));
-    ASSERT_EQ(::ftruncate(fd, off_t(8 + len + off)), 0);
-    for (const auto & [name, t] : filled) {
-        ASSERT_TRUE(offset.count(name)) << name;
-        const auto c = t.contiguous();
-        ASSERT_EQ(c.scalar_type(), at::kBFloat16) << name;
-        const auto n = ssize_t(c.numel() * 2);
-        ASSERT_EQ(::pwrite(fd, c.data_ptr(), size_t(n), off_t(8 + len + offset[name])), n) << name;
-    }
-    ::close(fd);
+    auto j = ddo::test::ltx23_video_stream_config();
+    j.update({{"_class_name", "LTX2VideoTransformer3DModel"},
+              {"audio_in_channels", 128},
+              {"audio_out_channels", 128},
+              {"audio_patch_size", 1},
+              {"audio_patch_size_t", 1},
+              {"audio_num_attention_heads", 32},
+              {"audio_attention_head_dim", 64},
+              {"audio_cross_attention_dim", 2048},
+              {"audio_scale_factor", 4},
+              {"audio_pos_embed_max_pos", 20},
+              {"audio_sampling_rate", 16000},
+              {"audio_hop_length", 160},
+              {"audio_gated_attn", true},
+              {"audio_cross_attn_mod", true},
+              {"caption_channels", 3840},
+              {"timestep_scale_multiplier", 1000},
+              {"cross_attn_timestep_scale_multiplier", 1000},
+              {"use_prompt_embeddings", false},
+              {"perturbed_attn", true}});
+    return j;
 }
 
 // Parameters of one LTX2Attention (models.md §5.3): to_q (q_dim -> inner), to_k / to_v (kv_dim -> inner), to_out.0
@@ -149,25 +96,14 @@ uint64_t block_params(bool v23) {
     return p;
 }
 
-uint64_t stored_bytes(const ddo::model::TensorFile & f, const ddo::model::GroupSpec & g) {
-    uint64_t b = 0;
-    for (const auto & t : g.tensors) b += f.nbytes_of(t);
-    return b;
-}
-
-double mib(uint64_t b) { return double(b) / double(1 << 20); }
-
 }  // namespace
 
 TEST(Ltx2Structure, RealLtx23ConfigTwoBlocksThroughEngineDiskRoute) {
-    static auto registry = ddo::PluginRegistry::discover({fs::path(LTX2_PLUGIN_DIR)});
-    const ddo_allocator_vtable * linear = registry.load("linear", "allocator").allocator;
+    const ddo_allocator_vtable * linear = ddo::test::linear_allocator(LTX2_PLUGIN_DIR);
     ASSERT_NE(linear, nullptr);
 
     // 1. The real 2.3 config (2 blocks) and a sparse checkpoint of its tensors.
-    const fs::path dir = fs::path(DDO_BINARY_DIR) / "fixtures" / "ltx2_real_structure" / "transformer";
-    fs::create_directories(dir);
-    std::ofstream(dir / "config.json") << real_ltx23_config().dump(2);
+    const fs::path dir = ddo::test::write_transformer_config("ltx2_real_structure", real_ltx23_config());
     const auto c = lt::TransformerConfig::from_file(dir / "config.json");
     EXPECT_EQ(c.inner_dim(), 4096);
     EXPECT_EQ(c.audio_inner_dim(), 2048);
@@ -181,7 +117,7 @@ TEST(Ltx2Structure, RealLtx23ConfigTwoBlocksThroughEngineDiskRoute) {
     // Every weight is zero but the output biases: the velocities must come out as exactly these (see step 3).
     const auto video_bias = (at::arange(128, at::kFloat) / 128).to(at::kBFloat16);
     const auto audio_bias = (-at::arange(128, at::kFloat) / 64).to(at::kBFloat16);
-    write_sparse_safetensors(dir / "diffusion_pytorch_model.safetensors", lt::tensor_specs(c),
+    ddo::test::write_sparse_safetensors(dir / "diffusion_pytorch_model.safetensors", lt::tensor_specs(c),
                              {{"proj_out.bias", video_bias}, {"audio_proj_out.bias", audio_bias}});
     const auto f = ddo::model::TensorFile::open_component(dir);
     lt::validate_transformer(f, c);  // names, shapes and floating dtypes of the real model, nothing else
@@ -215,14 +151,7 @@ TEST(Ltx2Structure, RealLtx23ConfigTwoBlocksThroughEngineDiskRoute) {
               << " MiB; whole 48-block DiT " << globals / 2 + 48 * block_params(true) << " params\n";
 
     // 3. The whole 2-block DiT through the engine's disk route, bf16 weights computed in bf16 on the CPU.
-    ddo::model::ComponentPlan plan;  // what ModelRun::plan makes from a preset (CPU placement)
-    plan.component = "transformer";
-    plan.route = ddo::Route::disk;
-    plan.capacities.staging_slots = 2;
-    plan.capacities.prefetch_depth = 1;
-    plan.capacities.ram_headroom_gb = 0;
-    plan.allocator = linear;
-    plan.allocator_name = "linear";
+    const auto plan = ddo::test::cpu_plan("transformer", ddo::Route::disk, linear);
     auto cw = ddo::model::ComponentWeights::open(dir, groups, plan, at::kBFloat16);
     EXPECT_EQ(cw->route(), "disk");
     const int64_t B = 1, F = 1, Hl = 2, Wl = 2, Nv = F * Hl * Wl, Na = 2, L = 4;
@@ -269,34 +198,8 @@ TEST(Ltx2Structure, RealLtx23ConfigTwoBlocksThroughEngineDiskRoute) {
     EXPECT_TRUE(at::equal(out.second, audio_bias.view({1, 1, 128}).expand({B, Na, 128})));
     EXPECT_EQ(cw->finish(), 0u);  // engine end_phase: no lease or upload outstanding
 
-    // Bytes streamed: the groups the engine reads in one pass. Two slots, prefetch depth 1 (each acquire uploads the
-    // next group in execution order, wrapping into the next step, into the least recently used free slot):
-    // acquire globals (read globals, prefetch block 0), block 0 (prefetch block 1 over globals), block 1 (prefetch
-    // globals over block 0), finish's globals (a hit; prefetch block 0 over block 1) = globals, block 0, block 1,
-    // globals, block 0. Each group's bytes are its payload plus the padding aligning each tensor to 256 bytes.
-    const auto rep = cw->report();
-    const auto & engine = rep.at("engine");
-    const auto & planned = engine.at("plan").at("groups");
-    ASSERT_EQ(planned.size(), 3u);
-    std::vector<uint64_t> group_bytes;
-    for (std::size_t g = 0; g < 3; ++g) {
-        EXPECT_EQ(planned[g].at("residency"), "file") << planned[g].dump();
-        const uint64_t b = planned[g].at("bytes").get<uint64_t>();
-        const uint64_t p = stored_bytes(f, groups[g]);
-        EXPECT_GE(b, p) << groups[g].name;
-        // Padding per tensor: the 256-byte slot layout + its file alignment mod 64 (host placements).
-        EXPECT_LE(b, p + groups[g].tensors.size() * (256 + 64)) << groups[g].name;
-        group_bytes.push_back(b);
-    }
-    const uint64_t expected = 2 * group_bytes[0] + 2 * group_bytes[1] + group_bytes[2];
-    EXPECT_EQ(cw->bytes_streamed(), expected);
-    EXPECT_EQ(engine.at("counters").at("bytes_moved").at("file").get<uint64_t>(), expected) << engine.dump();
-    EXPECT_EQ(engine.at("counters").at("outstanding_owners"), 0);
-    EXPECT_EQ(engine.at("counters").at("failures"), 0);
-    std::cout << "[ structure ] engine disk route: " << cw->bytes_streamed()
-              << " bytes streamed from the file in one pass (globals " << group_bytes[0] << " x 2, block 0 "
-              << group_bytes[1] << " x 2, block 1 " << group_bytes[2] << "; slot " << mib(engine.at("plan").at("slot_bytes").get<uint64_t>())
-              << " MiB x " << engine.at("plan").at("slots") << ")\n";
+    // Bytes streamed: the groups the engine reads in one pass (globals, block 0, block 1, globals, block 0).
+    ASSERT_NO_FATAL_FAILURE(ddo::test::expect_one_pass_over_two_blocks(*cw, f, groups));
     cw.reset();
     fs::remove_all(dir.parent_path());
 }

@@ -23,22 +23,23 @@
 #include "ddo/model/tensor_output.hpp"
 #include "ddo/util/file_digest.hpp"
 #include "e2e/host_run.hpp"
+#include "e2e/ltx2_e2e_support.hpp"
 
 namespace fs = std::filesystem;
+using ddo::test::quoted;
 using ddo::test::run_ddo_host;
 
 namespace {
 
 const fs::path kFixtures = LTX2_PIPELINE_FIXTURE_DIR;
 
-std::string q(const fs::path & p) { return "'" + p.string() + "'"; }
-
 // The guided LTX-2.3 case of the fixtures, as ddo-host flags (plugin options = LTX2Pipeline's arguments).
 std::string guided_args(const fs::path & ckpt, const std::string & extra = "") {
     const auto ref = nlohmann::json::parse(std::ifstream(kFixtures / "reference.json"));
     std::string sig;
     for (double v : ref.at("cases").at("23").at("settings").at("sigmas")) sig += (sig.empty() ? "" : ",") + nlohmann::json(v).dump();
-    return "--plugin ltx2 --model " + q(ckpt) + " --prompt-embeds " + q(kFixtures / "prompt_embeds.safetensors") +
+    return "--plugin ltx2 --model " + quoted(ckpt) + " --prompt-embeds " +
+           quoted(kFixtures / "prompt_embeds.safetensors") +
            " --width 32 --height 32 --frames 5 --fps 25 --cfg-scale 3 --set 'workload.sigmas=[" + sig + "]'" +
            " --set plugin.ltx2_video.stg_blocks=[1] --set plugin.ltx2_video.audio_guidance_scale=7 " + extra;
 }
@@ -132,80 +133,30 @@ TEST(Ltx2VideoHost, DitRoutesWriteTheSameBytes) {
                                     });
         ASSERT_EQ(r.exit_code, 0) << route << "\n" << r.log;
         EXPECT_EQ(r.report.at("routes").at("transformer").at("executed"), route);
-        if (std::string(route) != "resident")
+        if (std::string(route) != "resident") {
             EXPECT_GT(r.report.at("counters").at("transformer").at("bytes_streamed").get<uint64_t>(), 0u) << route;
+        }
     }
     EXPECT_EQ(sha["dynamic"], sha["resident"]);
     EXPECT_EQ(sha["disk"], sha["resident"]);
 }
 
-namespace {
-
-// A copy of a fixture checkpoint (components linked, the transformer copied) to break.
-fs::path broken_copy(const std::string & tag) {
-    const fs::path src = kFixtures / "checkpoint_23";
-    const fs::path dst = fs::temp_directory_path() / ("ltx2_broken_" + tag + "_" + std::to_string(::getpid()));
-    fs::remove_all(dst);
-    fs::create_directories(dst / "transformer");
-    for (const auto & e : fs::directory_iterator(src))
-        if (e.path().filename() != "transformer") fs::create_symlink(e.path(), dst / e.path().filename());
-    for (const auto & e : fs::directory_iterator(src / "transformer")) fs::copy(e.path(), dst / "transformer" / e.path().filename());
-    return dst;
-}
-
-void rewrite_transformer(const fs::path & ckpt, const std::function<void(ddo::model::NamedTensors &)> & edit) {
-    const fs::path file = ckpt / "transformer" / "diffusion_pytorch_model.safetensors";
-    const auto f = ddo::model::TensorFile::open_file(file);
-    ddo::model::NamedTensors t;
-    for (const auto & n : f.names()) t.push_back({n, f.read(n)});
-    edit(t);
-    const auto bytes = ddo::model::encode_safetensors(t, {{"format", "pt"}});
-    fs::remove(file);
-    std::ofstream(file, std::ios::binary) << bytes;
-}
-
-void expect_exit4_before_denoise(const std::string & tag, const fs::path & ckpt, const std::string & names) {
-    const auto r = run_ddo_host("ltx2_bad_" + tag, guided_args(ckpt));
-    EXPECT_EQ(r.exit_code, 4) << tag << "\n" << r.log;
-    EXPECT_NE(r.log.find(names), std::string::npos) << tag << ": names " << names << "\n" << r.log;
-    EXPECT_NE(r.log.find((ckpt / "transformer").string()), std::string::npos) << tag << ": names the file\n" << r.log;
-    EXPECT_EQ(r.report.at("status"), "failed") << tag;
-    EXPECT_TRUE(r.report.at("steps").empty()) << tag << ": failed before denoising";
-    EXPECT_TRUE(r.report.at("outputs").empty()) << tag;
-}
-
-}  // namespace
-
 TEST(Ltx2VideoHost, MalformedCheckpointsFailBeforeDenoisingExit4) {
-    {  // a tensor missing
-        const auto ckpt = broken_copy("missing");
-        rewrite_transformer(ckpt, [](ddo::model::NamedTensors & t) {
-            std::erase_if(t, [](const auto & e) { return e.first == "transformer_blocks.1.attn2.to_k.weight"; });
-        });
-        expect_exit4_before_denoise("missing", ckpt, "transformer_blocks.1.attn2.to_k.weight");
-        fs::remove_all(ckpt);
-    }
-    {  // a tensor of the wrong shape
-        const auto ckpt = broken_copy("shape");
-        rewrite_transformer(ckpt, [](ddo::model::NamedTensors & t) {
-            for (auto & [n, v] : t)
-                if (n == "transformer_blocks.0.ff.net.2.weight") v = at::zeros({v.size(0), v.size(1) + 1});
-        });
-        expect_exit4_before_denoise("shape", ckpt, "transformer_blocks.0.ff.net.2.weight");
-        fs::remove_all(ckpt);
-    }
+    ddo::test::expect_missing_and_misshapen_tensors_exit4(kFixtures / "checkpoint_23", "ltx2",
+                                                          [](const fs::path & ckpt) { return guided_args(ckpt); });
     {  // an LTX-2.0 config over LTX-2.3 weights: the 2.0 caption projection is missing
-        const auto ckpt = broken_copy("config20");
+        const auto ckpt = ddo::test::broken_copy(kFixtures / "checkpoint_23", "ltx2_broken_config20");
         fs::copy_file(kFixtures / "checkpoint_20" / "transformer" / "config.json", ckpt / "transformer" / "config.json",
                       fs::copy_options::overwrite_existing);
-        expect_exit4_before_denoise("config20", ckpt, "caption_projection");
+        ddo::test::expect_exit4_before_denoise("ltx2_bad_config20", guided_args(ckpt), ckpt, "caption_projection");
         fs::remove_all(ckpt);
     }
 }
 
 TEST(Ltx2VideoHost, RefusalsBeforeLoadingExit2) {
     // A text prompt needs the Gemma-3 encoder.
-    auto r = run_ddo_host("ltx2_prompt", "--plugin ltx2 --model " + q(kFixtures / "checkpoint_23") + " -p 'a cat'");
+    auto r =
+        run_ddo_host("ltx2_prompt", "--plugin ltx2 --model " + quoted(kFixtures / "checkpoint_23") + " -p 'a cat'");
     EXPECT_EQ(r.exit_code, 2) << r.log;
     EXPECT_NE(r.log.find("--prompt-embeds"), std::string::npos) << r.log;
     // A block that does not exist.
@@ -226,7 +177,7 @@ const fs::path kTextFixtures = LTX2_TEXT_FIXTURE_DIR;
 // The text fixtures' "guidance_3" run (tools/reference/ltx2_text_fixtures.py): 2 steps, CFG 3 for video and audio,
 // every other guidance off, max_sequence_length 16.
 std::string text_args(const std::string & source) {
-    return "--plugin ltx2 --model " + q(kTextFixtures / "checkpoint_text") + " " + source +
+    return "--plugin ltx2 --model " + quoted(kTextFixtures / "checkpoint_text") + " " + source +
            " --cfg-scale 3 --width 32 --height 32 --frames 5 --fps 25 --steps 2 --set plugin.ltx2_video.stg_scale=0"
            " --set plugin.ltx2_video.modality_scale=1 --set plugin.ltx2_video.guidance_rescale=0"
            " --set plugin.ltx2_video.audio_guidance_scale=3 --set plugin.ltx2_video.audio_stg_scale=0"
@@ -271,9 +222,9 @@ TEST(Ltx2VideoHost, FromTextEqualsDiffusersAndEncodeReproducesIt) {
     fs::remove(embeds);
     const fs::path encode_report = embeds.string() + ".report.json";
     const std::string cmd = std::string("'") + DDO_HOST_BIN + "' encode --plugin ltx2 --model " +
-                            q(kTextFixtures / "checkpoint_text") + " -p 'a robot dancing in the rain' -n '' --set "
-                            "plugin.ltx2_video.max_sequence_length=16 -o " + q(embeds) + " --report " + q(encode_report) +
-                            " > /dev/null 2>&1";
+                            quoted(kTextFixtures / "checkpoint_text") + " -p 'a robot dancing in the rain' -n '' --set "
+                            "plugin.ltx2_video.max_sequence_length=16 -o " + quoted(embeds) + " --report " +
+                            quoted(encode_report) + " > /dev/null 2>&1";
     ASSERT_EQ(std::system(cmd.c_str()), 0) << cmd;
     ASSERT_TRUE(fs::exists(embeds));
     const auto er = nlohmann::json::parse(std::ifstream(encode_report));
@@ -282,9 +233,10 @@ TEST(Ltx2VideoHost, FromTextEqualsDiffusersAndEncodeReproducesIt) {
     fs::remove(encode_report);
     const auto f = ddo::model::TensorFile::open_file(embeds);
     EXPECT_TRUE(f.contains("negative_prompt_embeds"));
-    const auto again = run_ddo_host("ltx2_from_encoded", text_args("--prompt-embeds " + q(embeds)), [&](const fs::path & dir) {
-        EXPECT_EQ(ddo::file_sha256(dir / "audio.wav").value_or("!"), sha_text);
-    });
+    const auto again =
+        run_ddo_host("ltx2_from_encoded", text_args("--prompt-embeds " + quoted(embeds)), [&](const fs::path & dir) {
+            EXPECT_EQ(ddo::file_sha256(dir / "audio.wav").value_or("!"), sha_text);
+        });
     EXPECT_EQ(again.exit_code, 0) << again.log;
     fs::remove(embeds);
 }

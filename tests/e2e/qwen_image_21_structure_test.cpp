@@ -9,63 +9,33 @@
 // weights are viewed in place in the slot (checkpoint dtype = compute dtype), so the test stays under ~2.5 GB.
 #include <gtest/gtest.h>
 
-#include <fcntl.h>
-#include <unistd.h>
-
 #include <fstream>
 #include <iostream>
 
 #include <nlohmann/json.hpp>
 
 #include "block_source.hpp"
-#include "ddo/plugin/plugin_registry.hpp"
 #include "checkpoint.hpp"
 #include "config.hpp"
+#include "cpu_plan.hpp"
+#include "e2e/structure_support.hpp"
 #include "transformer.hpp"
 
 namespace qi = ddo::qwen_image_21;
 namespace fs = std::filesystem;
 
-namespace {
-
-// Writes a safetensors header and extends the file to its full size without writing the payload (sparse).
-void write_sparse_safetensors(const fs::path & path, const std::vector<std::pair<std::string, std::vector<int64_t>>> & specs) {
-    nlohmann::json h = nlohmann::json::object();
-    uint64_t off = 0;
-    for (auto & [name, shape] : specs) {
-        uint64_t n = 2;
-        for (auto d : shape) n *= uint64_t(d);
-        h[name] = {{"dtype", "BF16"}, {"shape", shape}, {"data_offsets", {off, off + n}}};
-        off += n;
-    }
-    std::string header = h.dump();
-    while ((header.size() + 8) % 8) header += ' ';
-    const uint64_t len = header.size();
-    int fd = ::open(path.c_str(), O_CREAT | O_TRUNC | O_WRONLY, 0644);
-    ASSERT_GE(fd, 0) << path;
-    ASSERT_EQ(::write(fd, &len, 8), 8);
-    ASSERT_EQ(::write(fd, header.data(), len), ssize_t(len));
-    ASSERT_EQ(::ftruncate(fd, off_t(8 + len + off)), 0);
-    ::close(fd);
-}
-
-}  // namespace
-
 TEST(Qi21Structure, RealConfigTwoBlocksThroughEngineDiskRoute) {
-    static auto registry = ddo::PluginRegistry::discover({fs::path(QI21_PLUGIN_DIR)});
-    const ddo_allocator_vtable * linear = registry.load("linear", "allocator").allocator;
+    const ddo_allocator_vtable * linear = ddo::test::linear_allocator(QI21_PLUGIN_DIR);
     ASSERT_NE(linear, nullptr);
     auto c = qi::TransformerConfig::real();
     c.num_layers = 2;
     EXPECT_EQ(c.inner_dim(), 4096);
-    const fs::path dir = fs::path(DDO_BINARY_DIR) / "fixtures" / "qwen_image_21_real_structure" / "transformer";
-    fs::create_directories(dir);
-    nlohmann::json cfg = {{"_class_name", "QwenImage21Transformer2DModel"}, {"num_layers", 2}};
-    std::ofstream(dir / "config.json") << cfg.dump(2);
+    const fs::path dir = ddo::test::write_transformer_config(
+        "qwen_image_21_real_structure", {{"_class_name", "QwenImage21Transformer2DModel"}, {"num_layers", 2}});
     auto specs = qi::global_tensor_specs(c);
     for (int64_t i = 0; i < c.num_layers; ++i)
         for (auto & s : qi::block_tensor_specs(c, i)) specs.push_back(s);
-    write_sparse_safetensors(dir / "diffusion_pytorch_model.safetensors", specs);
+    ddo::test::write_sparse_safetensors(dir / "diffusion_pytorch_model.safetensors", specs);
 
     std::ifstream in(dir / "config.json");
     auto parsed = qi::TransformerConfig::from_json(nlohmann::json::parse(in), dir / "config.json");
@@ -81,14 +51,7 @@ TEST(Qi21Structure, RealConfigTwoBlocksThroughEngineDiskRoute) {
               << " MiB bf16); 32 blocks: " << double(payload) * 32 / (1ull << 30) << " GiB\n";
 
     qi::Transformer tr(parsed, qi::load_transformer_globals(f, parsed, at::kBFloat16));
-    ddo::model::ComponentPlan plan;  // what ModelRun::plan makes from a preset (CPU placement)
-    plan.component = "transformer";
-    plan.route = ddo::Route::disk;
-    plan.capacities.staging_slots = 2;
-    plan.capacities.prefetch_depth = 1;
-    plan.capacities.ram_headroom_gb = 0;
-    plan.allocator = linear;
-    plan.allocator_name = "linear";
+    const auto plan = ddo::test::cpu_plan("transformer", ddo::Route::disk, linear);
     auto disk = qi::make_engine_blocks(dir, parsed, at::kBFloat16, plan);
     EXPECT_EQ(disk->route(), "disk");
     const int64_t L = 4, h = 4, w = 4;
@@ -121,9 +84,7 @@ TEST(Qi21Structure, RealConfigTwoBlocksThroughEngineDiskRoute) {
     EXPECT_GE(group_bytes, 2 * payload);
     EXPECT_LE(group_bytes, 2 * payload + tensors * (256 + 64));  // slot padding + the file alignment mod 64
     EXPECT_EQ(disk->bytes_streamed(), group_bytes);
-    EXPECT_EQ(engine.at("counters").at("bytes_moved").at("file").get<uint64_t>(), group_bytes) << engine.dump();
-    EXPECT_EQ(engine.at("counters").at("outstanding_owners"), 0);
-    EXPECT_EQ(engine.at("counters").at("failures"), 0);
+    ddo::test::expect_file_pass(engine, group_bytes);
     std::cout << "[ structure ] engine disk route: " << group_bytes << " bytes streamed from the file (payload "
               << 2 * payload << " + alignment " << group_bytes - 2 * payload << ")\n";
     disk.reset();

@@ -12,8 +12,9 @@
 #include <nlohmann/json.hpp>
 
 #include "checkpoint.hpp"
+#include "cpu_plan.hpp"
 #include "ddo/error.hpp"
-#include "ddo/plugin/plugin_registry.hpp"
+#include "parity/parity_support.hpp"
 #include "prompt_encoder.hpp"
 
 namespace qi = ddo::qwen_image_21;
@@ -26,25 +27,12 @@ constexpr double kTol = 1e-4;
 
 bool have_fixtures() { return fs::exists(kDir / "reference.json"); }
 
-const nlohmann::json & reference() {
-    static nlohmann::json j = nlohmann::json::parse(std::ifstream(kDir / "reference.json"));
-    return j;
-}
+const nlohmann::json & reference() { return ddo::test::reference_of(kDir, "qwen_image_21_text_fixtures"); }
 
 qi::TensorFile fixtures() { return qi::TensorFile::open_file(kDir / "text_encoder.safetensors"); }
 
 ddo::model::ComponentPlan plan(ddo::Route route, double resident_gb = 0) {
-    static auto registry = ddo::PluginRegistry::discover({fs::path(QI21_PLUGIN_DIR)});
-    ddo::model::ComponentPlan p;  // what ModelRun::plan makes from a preset (CPU placement)
-    p.component = "text_encoder";
-    p.route = route;
-    p.capacities.resident_budget_gb = resident_gb;
-    p.capacities.staging_slots = 2;
-    p.capacities.prefetch_depth = 1;
-    p.capacities.ram_headroom_gb = 0;
-    p.allocator = registry.load("linear", "allocator").allocator;
-    p.allocator_name = "linear";
-    return p;
+    return ddo::test::cpu_plan("text_encoder", route, ddo::test::linear_allocator(QI21_PLUGIN_DIR), resident_gb);
 }
 
 double max_abs(const at::Tensor & a, const at::Tensor & b) { return (a.to(at::kDouble) - b.to(at::kDouble)).abs().max().item<double>(); }
