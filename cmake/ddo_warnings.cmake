@@ -2,7 +2,8 @@
 add_library(ddo_compile_options INTERFACE)
 target_compile_options(ddo_compile_options INTERFACE -Wall -Wextra -Wno-unused-parameter)
 if(DDO_FATAL_WARNINGS AND CMAKE_CXX_COMPILER_ID STREQUAL "GNU")
-  # GCC only: the fuzz build (clang, tools/ddo fuzz) keeps its warnings as warnings.
+  # GCC only: the fuzz build (clang, tools/ddo fuzz) keeps its warnings as warnings. CI checks the build log instead
+  # (tools/ddo, DDO_FAIL_ON_WARNINGS).
   target_compile_options(ddo_compile_options INTERFACE -Werror)
 endif()
 if(DDO_SANITIZE)

@@ -139,7 +139,7 @@ TEST(Safetensors, ValidFileAllDtypesAndMetadataAndReadModes) {
 // buffered pread with the same bytes, and says how often and why; on one that takes it, nothing falls back.
 TEST(Safetensors, DirectReadsThatFallBackAreCountedWithTheirReason) {
     const std::vector<unsigned char> bytes(20000, 9);
-    for (const fs::path dir : {fs::path("/dev/shm"), tmpdir()}) {
+    for (const fs::path & dir : {fs::path("/dev/shm"), tmpdir()}) {
         if (!fs::is_directory(dir)) continue;
         const fs::path p = dir / ("ddo_direct_" + std::to_string(::getpid()) + ".safetensors");
         ddo::bench::write_safetensors(p, {{"w", "U8", {20000}, bytes}});
