@@ -34,7 +34,7 @@ function(ddo_add_gtest name)
   set_target_properties(${name} PROPERTIES RUNTIME_OUTPUT_DIRECTORY ${CMAKE_BINARY_DIR}/tests/bin)
   target_include_directories(${name} PRIVATE ${CMAKE_SOURCE_DIR}/tests ${CMAKE_BINARY_DIR}/generated)
   target_link_libraries(${name} PRIVATE ddo_compile_options GTest::gtest GTest::gtest_main ddo_test_paths ${T_LIBS})
-  target_compile_options(${name} PRIVATE -include test_paths.hpp)
+  target_compile_options(${name} PRIVATE $<$<COMPILE_LANGUAGE:CXX>:-include test_paths.hpp>)
   target_compile_definitions(${name} PRIVATE
     DDO_SOURCE_DIR="${CMAKE_SOURCE_DIR}" DDO_BINARY_DIR="${CMAKE_BINARY_DIR}")
   set_property(GLOBAL APPEND PROPERTY DDO_GTEST_TARGETS ${name})

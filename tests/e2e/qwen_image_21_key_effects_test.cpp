@@ -85,9 +85,14 @@ std::vector<std::string> residencies(const KeyRun & r) {
 
 // A key's evidence: base and changed arguments (dry run or a real one) and what must differ; or a test elsewhere.
 struct Effect {
+    using Check = std::function<void(const KeyRun & base, const KeyRun & changed)>;
+    Effect() = default;
+    // The table's rows name base, changed, dry and check; shown_by is set on its own (-Wmissing-field-initializers).
+    Effect(std::string b, std::string c, bool d = true, Check ch = {})
+        : base(std::move(b)), changed(std::move(c)), dry(d), check(std::move(ch)) {}
     std::string base, changed;
     bool dry = true;
-    std::function<void(const KeyRun & base, const KeyRun & changed)> check;
+    Check check;
     std::string shown_by;  // "Suite.Name" of a test that shows it (instead of base/changed)
 };
 
