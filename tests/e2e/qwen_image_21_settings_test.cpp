@@ -130,7 +130,7 @@ TEST(Qi21Settings, TiledVaeOnAnImageThatFitsOneTileSaysWhyItRanResident) {
         "vae_one_tile",
         "--plugin qwen_image --preset low_ram_safe.toml --model '" + (kFixtures / "checkpoint").string() +
             "' --prompt-embeds '" + (kFixtures / "prompt_embeds.safetensors").string() +
-            "' --steps 1 --width 64 --height 64 --set vae.strategy=tiled",
+            "' --steps 2 --width 64 --height 64 --set vae.strategy=tiled",
         [&](const fs::path & dir) {
             const std::string cmd = std::string("'") + DDO_HOST_BIN + "' report summarize '" + (dir / "report.json").string() +
                                     "' > '" + (dir / "summary").string() + "' 2>&1";
