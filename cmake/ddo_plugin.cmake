@@ -77,5 +77,36 @@ function(ddo_write_artifact_manifest)
       COMMENT "ddo: writing ${dir}/artifacts.toml"
       VERBATIM)
     add_custom_target(ddo_manifest_${group} ALL DEPENDS ${dir}/artifacts.toml)
+    if(group STREQUAL "main")
+      ddo_add_runtime_targets("${entries}" "${entries_arg}" ${dir})
+    endif()
+  endforeach()
+endfunction()
+
+# ddo_runtime_<model> (one per main model plugin; tools/ddo demo builds the one it runs): ddo-host, its presets, the
+# allocator plugins and that model plugin, then the manifest of the main plugins whose files exist
+# (write_manifest.cmake EXISTING_ONLY). After a full build every file exists, so that manifest equals the full one;
+# in a tree where only this target was built it lists what was built, each entry hashed from the file it names.
+function(ddo_add_runtime_targets entries entries_arg dir)
+  set(allocators)
+  set(models)
+  foreach(e IN LISTS entries)
+    string(REPLACE "|" ";" parts "${e}")
+    list(GET parts 0 name)
+    list(GET parts 1 kind)
+    if(kind STREQUAL "allocator")
+      list(APPEND allocators ${name})
+    else()
+      list(APPEND models ${name})
+    endif()
+  endforeach()
+  foreach(m IN LISTS models)
+    add_custom_target(ddo_runtime_${m}
+      COMMAND ${CMAKE_COMMAND} -DENTRIES=${entries_arg} -DOUT=${dir}/artifacts.toml -DEXISTING_ONLY=ON
+              "-DFINGERPRINT=${DDO_BUILD_FINGERPRINT}" -DPLATFORM=linux-${CMAKE_SYSTEM_PROCESSOR}
+              -P ${CMAKE_SOURCE_DIR}/cmake/write_manifest.cmake
+      COMMENT "ddo: writing ${dir}/artifacts.toml (the main plugins built so far)"
+      VERBATIM)
+    add_dependencies(ddo_runtime_${m} ddo-host ddo_presets ${allocators} ${m})
   endforeach()
 endfunction()

@@ -1,5 +1,7 @@
-# cmake -DENTRIES=name|kind|path@... -DOUT=... -DFINGERPRINT=... -DPLATFORM=... -P write_manifest.cmake
-# Writes the artifact manifest of one plugin directory (format: docs/architecture.md).
+# cmake -DENTRIES=name|kind|path@... -DOUT=... -DFINGERPRINT=... -DPLATFORM=... [-DEXISTING_ONLY=ON] -P write_manifest.cmake
+# Writes the artifact manifest of one plugin directory (format: docs/architecture.md). EXISTING_ONLY: entries whose
+# file is not built are left out (the ddo_runtime_<model> targets, cmake/ddo_plugin.cmake); otherwise every entry is
+# hashed and a missing file is an error.
 string(REPLACE "@" ";" entries "${ENTRIES}")
 get_filename_component(out_dir "${OUT}" DIRECTORY)
 set(text "# Written by the build (cmake/write_manifest.cmake). Each [[artifact]] is verified before load.\n")
@@ -9,6 +11,9 @@ foreach(entry IN LISTS entries)
   list(GET parts 0 name)
   list(GET parts 1 kind)
   list(GET parts 2 path)
+  if(EXISTING_ONLY AND NOT EXISTS "${path}")
+    continue()
+  endif()
   file(SHA256 "${path}" digest)
   file(SIZE "${path}" size)
   file(RELATIVE_PATH rel "${out_dir}" "${path}")

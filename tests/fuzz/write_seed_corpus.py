@@ -61,6 +61,50 @@ def write_safetensors():
          ("f", "I32", [1])], pad=False))
 
 
+# ---------------------------------------------------------------- GGUF (ggml include/gguf.h; little-endian v3)
+GGML_BLOCK = {0: (1, 4), 1: (1, 2), 30: (1, 2), 8: (32, 34), 2: (32, 18), 12: (256, 144), 14: (256, 210)}
+
+
+def gguf_string(s):
+    b = s.encode()
+    return struct.pack("<Q", len(b)) + b
+
+
+def gguf(tensors, kv=(), alignment=32, version=3):
+    """tensors: [(name, ggml type, shape in PyTorch order)]; kv: [(key, gguf value type, packed value bytes)]."""
+    out = b"GGUF" + struct.pack("<IqQ", version, len(tensors), len(kv))
+    for key, vtype, value in kv:
+        out += gguf_string(key) + struct.pack("<I", vtype) + value
+    offset, sizes = 0, []
+    for name, t, shape in tensors:
+        block, size = GGML_BLOCK[t]
+        ne = list(reversed(shape))
+        n = ne[0] // block * size if ne else size
+        for d in ne[1:]:
+            n *= d
+        out += gguf_string(name) + struct.pack("<I", len(ne)) + b"".join(struct.pack("<q", d) for d in ne)
+        out += struct.pack("<IQ", t, offset)
+        sizes.append(n)
+        offset += n + (-n % alignment)
+    out += b"\0" * (-len(out) % alignment)
+    for n in sizes:
+        out += bytes(i % 251 for i in range(n)) + b"\0" * (-n % alignment)
+    return out
+
+
+def write_gguf():
+    put("gguf_header", "f32_q8.gguf", gguf([("w", 0, [2, 3]), ("blk.0.attn_q.weight", 8, [2, 64])]))
+    put("gguf_header", "kv_kinds.gguf", gguf(
+        [("a", 30, [4]), ("b", 12, [1, 256]), ("c", 14, [256]), ("d", 1, [])],
+        kv=[("general.architecture", 8, gguf_string("qwen_image")), ("general.alignment", 4, struct.pack("<I", 64)),
+            ("u8", 0, b"\x07"), ("i16", 3, struct.pack("<h", -3)), ("f64", 12, struct.pack("<d", 0.25)),
+            ("b", 7, b"\x01"), ("i64", 11, struct.pack("<q", -9)),
+            ("arr", 9, struct.pack("<IQ", 8, 2) + gguf_string("x") + gguf_string("yz")),
+            ("ints", 9, struct.pack("<IQ", 5, 3) + struct.pack("<iii", 1, -2, 3))],
+        alignment=64))
+    put("gguf_header", "empty_v2.gguf", gguf([], version=2))
+
+
 # ---------------------------------------------------------------- artifact manifests
 SHA = "9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08"
 
@@ -264,6 +308,7 @@ def write_reports():
 
 def main():
     write_safetensors()
+    write_gguf()
     write_manifests()
     write_presets()
     write_tokenizers()

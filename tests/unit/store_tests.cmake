@@ -6,3 +6,11 @@ ddo_add_gtest(checkpoint_identity_test LABELS unit
 ddo_add_gtest(stream_copy_test LABELS unit
   SOURCES ${CMAKE_CURRENT_LIST_DIR}/stream_copy_test.cpp
   LIBS ddo_core)
+# The GGUF header validation and the GGML type table (issue 26): valid files, and every kind of bad one refused.
+ddo_add_gtest(gguf_header_test LABELS unit
+  SOURCES ${CMAKE_CURRENT_LIST_DIR}/gguf_header_test.cpp
+  LIBS ddo_core)
+# The SDNQ quantization_config reader (issue 26): per-layer rules and refusals.
+ddo_add_gtest(sdnq_config_test LABELS unit
+  SOURCES ${CMAKE_CURRENT_LIST_DIR}/sdnq_config_test.cpp
+  LIBS ddo_core)

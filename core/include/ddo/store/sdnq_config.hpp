@@ -1,0 +1,66 @@
+// The `quantization_config` of an SDNQ checkpoint (quant_method "sdnq": config.json, or the quantization_config.json
+// that sdnq's save_sdnq_model writes beside it and its loader prefers), and what it decides per layer: the weights
+// dtype, whether the layer uses SDNQ's quantized matmul (which stores int8/uint8/fp8 weights transposed and every SVD
+// factor transposed), and the Hadamard group. The rules are sdnq 0.2.8's (quantizer.py, utils.py:
+// check_param_name_in, check_quantized_matmul_is_allowed, get_hadamard_group_size). What ddo does not decode yet is
+// refused naming the key: codebook layers, double-quantized scales, per-module quant_config overrides, weight dtypes
+// other than int8, uint8, int4, uint4, float8_e4m3fn, float8_e5m2. Note [Quantized weights] in docs/architecture.md.
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <map>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json_fwd.hpp>
+
+namespace ddo::store {
+
+struct SdnqDtype {
+    std::string name;      // "int8", "uint4", "float8_e4m3fn", ...
+    int bits = 8;
+    bool integer = true;
+    bool is_unsigned = false;
+    bool packed = false;   // stored several to a byte (int4 / uint4: two nibbles, low first)
+};
+
+// One layer's decoding parameters, from the config and the layer's dense shape.
+struct SdnqLayerRule {
+    SdnqDtype dtype;
+    bool quantized_matmul = false;  // the layer uses SDNQ's quantized matmul (SVD factors stored transposed)
+    bool transposed = false;        // the weight (and its scale) stored [in, out]
+    std::int64_t hadamard_group = 0;  // 0: no Hadamard rotation
+    bool fp32 = true;               // dequantize_fp32: scales, zero points and SVD factors in fp32
+};
+
+class SdnqConfig {
+public:
+    // qc: the quantization_config object; `file` names it in errors. Throws UsageError (exit 2) naming the file and
+    // key for what ddo does not decode, RuntimeError for a value of the wrong type.
+    static SdnqConfig from_json(const nlohmann::json & qc, const std::filesystem::path & file);
+
+    // The rule of the Linear `layer` (its module name, e.g. "transformer_blocks.3.attn.to_q") of dense shape
+    // [out, in] stored with `grouped` scales (a 3-D scale: more than one group per row).
+    SdnqLayerRule layer(const std::string & layer, std::int64_t out, std::int64_t in, bool grouped) const;
+    // The layer's weight dtype: modules_dtype_dict's entry that matches it, else weights_dtype.
+    SdnqDtype dtype_of(const std::string & layer) const;
+
+    const std::string & weights_dtype() const noexcept { return weights_dtype_; }
+    const std::string & version() const noexcept { return version_; }
+
+private:
+    std::string weights_dtype_, matmul_dtype_, version_;
+    std::map<std::string, std::vector<std::string>> modules_dtype_;
+    std::vector<std::string> not_use_matmul_;
+    bool use_quantized_matmul_ = false, use_hadamard_ = false, dequantize_fp32_ = true;
+    std::int64_t hadamard_group_size_ = 256;
+};
+
+// sdnq's dtype table for the dtypes ddo decodes; throws UsageError naming `where` for any other.
+SdnqDtype sdnq_dtype(const std::string & name, const std::string & where);
+// sdnq's check_param_name_in: `name` matches an entry equal to it, equal to one of its dot-separated parts, a
+// leading-dot prefix (".proj_out" matches names starting with "proj_out"), or a `*` glob.
+bool sdnq_name_matches(const std::string & name, const std::vector<std::string> & patterns);
+
+}  // namespace ddo::store

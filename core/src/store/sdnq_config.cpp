@@ -1,0 +1,165 @@
+#include "ddo/store/sdnq_config.hpp"
+
+#include <algorithm>
+#include <regex>
+#include <sstream>
+
+#include <nlohmann/json.hpp>
+
+#include "ddo/error.hpp"
+
+namespace ddo::store {
+
+namespace {
+
+std::string where(const std::filesystem::path & file, const std::string & key) {
+    return file.string() + ": quantization_config." + key;
+}
+
+bool json_bool(const nlohmann::json & qc, const std::string & key, bool dflt, const std::filesystem::path & file) {
+    const auto it = qc.find(key);
+    if (it == qc.end() || it->is_null()) return dflt;
+    if (!it->is_boolean()) throw RuntimeError(where(file, key) + " must be true or false");
+    return it->get<bool>();
+}
+
+std::vector<std::string> json_strings(const nlohmann::json & v, const std::string & what) {
+    std::vector<std::string> out;
+    if (v.is_null()) return out;
+    if (!v.is_array()) throw RuntimeError(what + " must be a list of strings");
+    for (const auto & s : v) {
+        if (!s.is_string()) throw RuntimeError(what + " must be a list of strings");
+        out.push_back(s.get<std::string>());
+    }
+    return out;
+}
+
+// A set option ddo does not decode: refused naming the key.
+void refuse_if_set(const nlohmann::json & qc, const std::string & key, const std::filesystem::path & file,
+                   const std::string & what) {
+    const auto it = qc.find(key);
+    if (it == qc.end() || it->is_null()) return;
+    const bool set = it->is_boolean() ? it->get<bool>()
+                     : it->is_string() ? (it->get<std::string>() != "none" && !it->get<std::string>().empty())
+                     : it->is_object() || it->is_array() ? !it->empty()
+                                                          : true;
+    if (set)
+        throw UsageError(where(file, key) + " = " + it->dump() + ": " + what +
+                         " is not decoded by ddo yet; re-quantize without it (sdnq: " + key + "=" +
+                         (it->is_boolean() ? "False" : "None") + ")");
+}
+
+}  // namespace
+
+SdnqDtype sdnq_dtype(const std::string & name, const std::string & where) {
+    if (name == "int8") return {name, 8, true, false, false};
+    if (name == "uint8") return {name, 8, true, true, false};
+    if (name == "int4") return {name, 4, true, false, true};
+    if (name == "uint4") return {name, 4, true, true, true};
+    if (name == "float8_e4m3fn" || name == "float8_e5m2") return {name, 8, false, false, false};
+    throw UsageError(where + " = \"" + name +
+                     "\": ddo decodes the SDNQ weight dtypes int8, uint8, int4, uint4, float8_e4m3fn and float8_e5m2; "
+                     "re-quantize with one of them");
+}
+
+bool sdnq_name_matches(const std::string & name, const std::vector<std::string> & patterns) {
+    std::vector<std::string> parts;
+    std::stringstream ss(name);
+    for (std::string p; std::getline(ss, p, '.');) parts.push_back(p);
+    for (const auto & p : patterns) {
+        if (!p.empty() && p[0] == '.') {
+            if (name.rfind(p.substr(1), 0) == 0) return true;
+            continue;
+        }
+        if (name == p || std::find(parts.begin(), parts.end(), p) != parts.end()) return true;
+        if (p.find('*') != std::string::npos) {
+            // sdnq: re.match(p.replace(".*", "\\.*").replace("*", ".*"), name): ".*" becomes "\..*", any other
+            // "*" becomes ".*", the rest stays regex; matched at the start of the name.
+            std::string rx;
+            for (std::size_t i = 0; i < p.size(); ++i) {
+                if (p[i] == '.' && i + 1 < p.size() && p[i + 1] == '*') {
+                    rx += "\\..*";
+                    ++i;
+                } else {
+                    rx += p[i] == '*' ? std::string(".*") : std::string(1, p[i]);
+                }
+            }
+            try {
+                std::smatch m;
+                if (std::regex_search(name, m, std::regex(rx), std::regex_constants::match_continuous)) return true;
+            } catch (const std::regex_error &) {  // sdnq's re.match would raise; such a pattern matches nothing here
+            }
+        }
+    }
+    return false;
+}
+
+SdnqConfig SdnqConfig::from_json(const nlohmann::json & qc, const std::filesystem::path & file) {
+    if (!qc.is_object()) throw RuntimeError(file.string() + ": quantization_config must be an object");
+    const auto method = qc.value("quant_method", std::string());
+    if (method != "sdnq")
+        throw UsageError(where(file, "quant_method") + " = \"" + method + "\": this reader takes SDNQ checkpoints");
+    SdnqConfig c;
+    c.version_ = qc.value("sdnq_version", std::string("unknown"));
+    if (!qc.contains("weights_dtype") || !qc.at("weights_dtype").is_string())
+        throw RuntimeError(where(file, "weights_dtype") + " is missing: the SDNQ config names the weights' dtype");
+    c.weights_dtype_ = qc.at("weights_dtype").get<std::string>();
+    (void)sdnq_dtype(c.weights_dtype_, where(file, "weights_dtype"));
+    if (const auto it = qc.find("quantized_matmul_dtype"); it != qc.end() && !it->is_null()) c.matmul_dtype_ = it->get<std::string>();
+    refuse_if_set(qc, "use_codebook", file, "a codebook (Lloyd-Max) layer");
+    refuse_if_set(qc, "use_codebook_scale", file, "a codebook scale");
+    refuse_if_set(qc, "scale_dtype", file, "a double-quantized scale");
+    refuse_if_set(qc, "zero_point_dtype", file, "a double-quantized zero point");
+    refuse_if_set(qc, "modules_quant_config", file, "a per-module quantization override");
+    c.use_quantized_matmul_ = json_bool(qc, "use_quantized_matmul", false, file);
+    c.use_hadamard_ = json_bool(qc, "use_hadamard", false, file);
+    c.dequantize_fp32_ = json_bool(qc, "dequantize_fp32", true, file);
+    if (const auto it = qc.find("hadamard_group_size"); it != qc.end() && !it->is_null()) {
+        if (!it->is_number_integer() || it->get<std::int64_t>() < 1)
+            throw RuntimeError(where(file, "hadamard_group_size") + " must be a positive integer");
+        c.hadamard_group_size_ = it->get<std::int64_t>();
+    }
+    c.not_use_matmul_ = json_strings(qc.value("modules_to_not_use_matmul", nlohmann::json()), where(file, "modules_to_not_use_matmul"));
+    if (const auto it = qc.find("modules_dtype_dict"); it != qc.end() && !it->is_null()) {
+        if (!it->is_object()) throw RuntimeError(where(file, "modules_dtype_dict") + " must be an object");
+        for (const auto & [dtype, names] : it->items()) {
+            (void)sdnq_dtype(dtype, where(file, "modules_dtype_dict") + " key");
+            c.modules_dtype_[dtype] = json_strings(names, where(file, "modules_dtype_dict." + dtype));
+        }
+    }
+    return c;
+}
+
+SdnqDtype SdnqConfig::dtype_of(const std::string & layer) const {
+    std::string dtype = weights_dtype_;
+    for (const auto & [d, names] : modules_dtype_)
+        if (sdnq_name_matches(layer, names)) dtype = d;
+    return sdnq_dtype(dtype, "the SDNQ dtype of layer " + layer);
+}
+
+SdnqLayerRule SdnqConfig::layer(const std::string & layer, std::int64_t out, std::int64_t in, bool grouped) const {
+    SdnqLayerRule r;
+    r.dtype = dtype_of(layer);
+    const std::string & dtype = r.dtype.name;
+    r.fp32 = dequantize_fp32_;
+    // check_quantized_matmul_is_allowed (Linear layers)
+    r.quantized_matmul = use_quantized_matmul_ && !sdnq_name_matches(layer, not_use_matmul_) && out >= 32 && in >= 32 &&
+                         out % 16 == 0 && in % 16 == 0;
+    // get_quantized_matmul_dtype and re_quantize_for_matmul, for the dtypes decoded here.
+    std::string mm = matmul_dtype_;
+    if (mm.empty()) mm = r.dtype.integer ? (dtype == "uint8" ? "uint8" : "int8") : "float8_e4m3fn";
+    const bool mm_integer = mm == "int8" || mm == "uint8";
+    const int mm_bits = (mm == "float16" || mm == "fp16") ? 16 : 8;
+    const bool re_quantize = grouped || r.dtype.bits > mm_bits || r.dtype.integer != mm_integer ||
+                             (r.dtype.is_unsigned && !mm_integer);
+    r.transposed = r.quantized_matmul && !re_quantize && !r.dtype.packed;
+    if (use_hadamard_) {  // get_hadamard_group_size
+        std::int64_t g = 1;
+        while (g < std::min(in, hadamard_group_size_)) g *= 2;
+        while (g > 1 && in % g != 0) g /= 2;
+        r.hadamard_group = g >= 4 ? g : 0;
+    }
+    return r;
+}
+
+}  // namespace ddo::store

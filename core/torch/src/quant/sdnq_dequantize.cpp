@@ -1,0 +1,127 @@
+#include "ddo/torch/quant/sdnq_dequantize.hpp"
+
+#include <ATen/ATen.h>
+
+#include <cmath>
+
+#include "ddo/error.hpp"
+
+namespace ddo::torch::quant {
+
+namespace {
+
+std::string shape_text(at::IntArrayRef s) {
+    std::string t = "[";
+    for (std::size_t i = 0; i < s.size(); ++i) t += (i ? "," : "") + std::to_string(s[i]);
+    return t + "]";
+}
+
+[[noreturn]] void disagree(const std::string & name, const std::string & what) {
+    throw RuntimeError("SDNQ layer " + name + ": " + what +
+                       "; the quantization_config does not match the tensors - re-save the checkpoint with sdnq");
+}
+
+// sdnq's build_hadamard(n, dtype): Kronecker powers of the 4x4 (n a power of 4) or 2x2 Sylvester matrix, in `dtype`,
+// divided by sqrt(n) in place.
+at::Tensor hadamard(int64_t n, at::ScalarType dtype, at::Device device) {
+    const auto opts = at::TensorOptions().dtype(at::kFloat).device(device);  // +-1: exact in any dtype
+    bool pow4 = false;
+    for (int64_t p = 1; p <= n; p *= 4) pow4 = pow4 || p == n;
+    at::Tensor base = (pow4 ? at::tensor({1.0f, 1.0f, 1.0f, -1.0f, 1.0f, 1.0f, -1.0f, 1.0f, 1.0f, -1.0f, 1.0f, 1.0f, -1.0f, 1.0f, 1.0f, 1.0f}, opts).reshape({4, 4})
+                            : at::tensor({1.0f, 1.0f, 1.0f, -1.0f}, opts).reshape({2, 2})).to(dtype);
+    at::Tensor h = base;
+    for (int64_t size = base.size(0); size < n; size *= base.size(0)) h = at::kron(h, base);
+    return h.div_(std::pow(double(n), 0.5)).contiguous();
+}
+
+}  // namespace
+
+std::pair<int64_t, int64_t> sdnq_dense_shape(const SdnqTensors & t, const ddo::store::SdnqDtype & dtype,
+                                             const std::string & name) {
+    const auto & w = t.weight;
+    const auto & s = t.scale;
+    if (dtype.packed) {
+        if (w.dim() != 1 || s.dim() < 2) disagree(name, "a packed " + dtype.name + " weight is 1-D with a [out, ...] scale, found weight " +
+                                                            shape_text(w.sizes()) + " and scale " + shape_text(s.sizes()));
+        const int64_t out = s.size(0);
+        const int64_t values = w.numel() * (8 / dtype.bits);
+        if (out <= 0 || values % out != 0) disagree(name, "weight " + shape_text(w.sizes()) + " does not divide into " + std::to_string(out) + " rows");
+        return {out, values / out};
+    }
+    if (w.dim() == 3) return {w.size(0), w.size(1) * w.size(2)};
+    if (w.dim() != 2) disagree(name, "weight " + shape_text(w.sizes()) + " is neither [out, in], [in, out] nor [out, groups, size]");
+    const bool transposed = s.dim() == 2 && s.size(0) == 1 && s.size(1) == w.size(1) && w.size(1) > 1;
+    return transposed ? std::pair{w.size(1), w.size(0)} : std::pair{w.size(0), w.size(1)};
+}
+
+at::Tensor sdnq_dequantize(const SdnqTensors & t, const ddo::store::SdnqLayerRule & rule, int64_t out, int64_t in,
+                           at::ScalarType result, const std::string & name) {
+    const auto cdt = rule.fp32 ? at::kFloat : result;  // what diffusers' SDNQ loader casts the scales and factors to
+    const bool grouped = t.scale.dim() == 3;
+    const int64_t groups = grouped ? t.scale.size(1) : 1;
+    if (in % groups != 0) disagree(name, "scale " + shape_text(t.scale.sizes()) + " does not divide " + std::to_string(in) + " columns");
+    // The expected stored layout, checked before any arithmetic.
+    std::vector<int64_t> qshape = grouped ? std::vector<int64_t>{out, groups, in / groups} : std::vector<int64_t>{out, in};
+    std::vector<int64_t> sshape = grouped ? std::vector<int64_t>{out, groups, 1}
+                                  : rule.transposed ? std::vector<int64_t>{1, out}
+                                                    : std::vector<int64_t>{out, 1};
+    if (t.scale.sizes() != at::IntArrayRef(sshape) && !(t.scale.numel() == 1 && t.scale.dim() == 2))
+        disagree(name, "scale " + shape_text(t.scale.sizes()) + ", expected " + shape_text(sshape) + " for " + rule.dtype.name +
+                           (rule.transposed ? " (transposed: quantized matmul)" : ""));
+    if (t.zero_point && t.zero_point->sizes() != t.scale.sizes())
+        disagree(name, "zero_point " + shape_text(t.zero_point->sizes()) + " differs from scale " + shape_text(t.scale.sizes()));
+    if (rule.dtype.is_unsigned != t.zero_point.has_value())
+        disagree(name, std::string(rule.dtype.is_unsigned ? "an unsigned " : "a signed ") + rule.dtype.name + " layer " +
+                           (rule.dtype.is_unsigned ? "needs a zero_point" : "has no zero_point") + ", the file " +
+                           (t.zero_point ? "has one" : "has none"));
+    at::Tensor q;
+    if (rule.dtype.packed) {
+        if (t.weight.scalar_type() != at::kByte || t.weight.numel() * 2 != out * in)
+            disagree(name, "packed " + rule.dtype.name + " weight " + shape_text(t.weight.sizes()) + " does not hold " +
+                               std::to_string(out) + "x" + std::to_string(in) + " values");
+        q = at::stack({t.weight.bitwise_and(15), t.weight.bitwise_right_shift(4)}, -1).view(qshape);  // unpack_uint4
+        if (!rule.dtype.is_unsigned) q = q.to(cdt).add_(-8);  // offset-binary int4
+    } else {
+        const auto want = rule.transposed ? std::vector<int64_t>{in, out} : qshape;
+        const auto st = t.weight.scalar_type();
+        const bool ok_type = rule.dtype.integer ? st == (rule.dtype.is_unsigned ? at::kByte : at::kChar)
+                                                : st == (rule.dtype.name == "float8_e5m2" ? at::kFloat8_e5m2 : at::kFloat8_e4m3fn);
+        if (!ok_type || t.weight.sizes() != at::IntArrayRef(want))
+            disagree(name, "weight " + shape_text(t.weight.sizes()) + " " + std::string(c10::toString(st)) + ", expected " +
+                               shape_text(want) + " " + rule.dtype.name);
+        q = t.weight;
+    }
+    // Note [SDNQ scales through the model dtype]: the loader rounds the stored floating tensors to the model dtype
+    // before SDNQ casts them to the dequantization dtype.
+    const auto loaded = [&](const at::Tensor & x) { return x.to(result).to(cdt); };
+    const auto scale = loaded(t.scale);
+    at::Tensor r = t.zero_point ? at::addcmul(loaded(*t.zero_point), q.to(cdt), scale) : q.to(cdt).mul_(scale);
+    if (rule.transposed) r.t_();
+    r = r.reshape({out, in});
+    if (t.svd_up) {
+        if (!t.svd_down) disagree(name, "svd_up without svd_down");
+        auto up = loaded(*t.svd_up), down = loaded(*t.svd_down);
+        const bool contiguous_mm = !r.is_cuda();  // sdnq's use_contiguous_fp16_mm: true on the CPU backend
+        if (rule.quantized_matmul) {
+            up = up.t().contiguous();
+            down = contiguous_mm ? down.t().contiguous() : down.contiguous().t();
+        }
+        if (up.dim() != 2 || down.dim() != 2 || up.size(0) != out || down.size(1) != in || up.size(1) != down.size(0))
+            disagree(name, "svd_up " + shape_text(t.svd_up->sizes()) + " and svd_down " + shape_text(t.svd_down->sizes()) +
+                               " do not form [" + std::to_string(out) + "," + std::to_string(in) + "]" +
+                               (rule.quantized_matmul ? " (stored transposed: quantized matmul)" : ""));
+        r = r.to(up.scalar_type()).addmm_(up, down);
+    } else if (t.svd_down) {
+        disagree(name, "svd_down without svd_up");
+    }
+    r = r.to(result);
+    if (rule.hadamard_group > 0) {
+        const int64_t g = rule.hadamard_group;
+        if (in % g != 0) disagree(name, "the Hadamard group " + std::to_string(g) + " does not divide " + std::to_string(in));
+        const auto h = hadamard(g, result, r.device());
+        r = at::matmul(r.contiguous().unflatten(-1, {-1, g}), r.is_cuda() ? h.t() : h).flatten(-2, -1);
+    }
+    return r;
+}
+
+}  // namespace ddo::torch::quant

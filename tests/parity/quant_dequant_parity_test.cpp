@@ -1,0 +1,210 @@
+// Dequantization parity (issue 26): ddo's decoders against the writers' own readers on files those writers produced
+// (tools/reference/quant_fixtures.py): every GGML type ddo decodes against gguf-py's quants.dequantize, and every fp8
+// layout against TorchAO's Float8Tensor.dequantize() and the Lightricks / ComfyUI loaders' arithmetic. Tolerance:
+// none -- equal bit for bit (the decoders follow the references' op order; Note [Quantized weights]).
+#include <gtest/gtest.h>
+
+#include <ATen/ATen.h>
+
+#include <fstream>
+#include <map>
+#include <set>
+
+#include "ddo/model/tensor_file.hpp"
+#include "ddo/store/ggml_type.hpp"
+#include "ddo/store/gguf_file.hpp"
+#include "ddo/torch/quant/fp8_dequantize.hpp"
+#include "ddo/torch/quant/ggml_dequantize.hpp"
+#include "ddo/torch/quant/sdnq_dequantize.hpp"
+#include "parity/parity_support.hpp"
+
+namespace {
+
+namespace fs = std::filesystem;
+namespace q = ddo::torch::quant;
+using ddo::model::TensorFile;
+
+const fs::path kDir = QUANT_FIXTURE_DIR;
+
+class QuantParity : public ddo::test::ParitySuite {
+protected:
+    QuantParity() : ParitySuite(kDir, "quant_fixtures") {}
+};
+
+// Equal bit for bit: same shape, dtype and bytes (NaN payloads and signed zeros included).
+void expect_bitwise(const std::string & what, const at::Tensor & got, const at::Tensor & want) {
+    ASSERT_EQ(got.sizes(), want.sizes()) << what;
+    ASSERT_EQ(got.scalar_type(), want.scalar_type()) << what;
+    const auto as_int = got.element_size() == 4 ? at::kInt : at::kShort;
+    const auto a = got.contiguous().view(as_int), b = want.contiguous().view(as_int);
+    const auto differ = a.ne(b).sum().item<int64_t>();
+    EXPECT_EQ(differ, 0) << what << ": " << differ << " of " << got.numel() << " elements differ (max abs "
+                         << (got.to(at::kDouble) - want.to(at::kDouble)).abs().max().item<double>() << ")";
+}
+
+at::Tensor bytes_of(const ddo::store::GgufFile & f, const ddo::store::GgufTensorInfo & t) {
+    const auto b = f.bytes(t);
+    return at::from_blob(const_cast<std::byte *>(b.data()), {int64_t(b.size())}, at::kByte).clone();
+}
+
+void check_gguf_file(const fs::path & path, const std::set<std::string> & names) {
+    const auto f = ddo::store::GgufFile::open(path);
+    const auto expected = TensorFile::open_file(kDir / "gguf" / "expected.safetensors");
+    std::map<std::string, int> per_type;
+    for (const auto & t : f.header().tensors) {
+        ASSERT_TRUE(expected.contains(t.name)) << t.name;
+        const auto got = q::ggml_dequantize(bytes_of(f, t), t.type, t.shape);
+        expect_bitwise(path.filename().string() + " " + t.name + " (" + ddo::store::ggml_type_label(t.type) + ")", got,
+                       expected.read(t.name));
+        ++per_type[ddo::store::ggml_type_label(t.type)];
+    }
+    std::set<std::string> seen;
+    for (const auto & t : f.header().tensors) seen.insert(t.name);
+    EXPECT_EQ(seen, names);
+    for (const auto & [type, n] : per_type) std::cout << "[ parity    ] " << type << ": " << n << " tensors bit-exact\n";
+}
+
+TEST_F(QuantParity, EveryGgmlTypeDdoDecodesEqualsGgufPyBitForBit) {
+    const auto & ref = ddo::test::reference_of(kDir, "quant_fixtures");
+    std::set<std::string> names, types;
+    for (const auto & c : ref.at("gguf_cases")) {
+        names.insert(c.at("name").get<std::string>());
+        types.insert(c.at("type").get<std::string>());
+    }
+    // Every type ddo says it decodes has cases.
+    for (std::uint32_t id = 0; id < 64; ++id) {
+        const auto t = ddo::store::ggml_type_traits(id);
+        if (t && t->decodable) {
+            EXPECT_TRUE(types.count(std::string(t->name))) << t->name;
+        }
+    }
+    check_gguf_file(kDir / "gguf" / "types.gguf", names);
+}
+
+TEST_F(QuantParity, AGgufWithAnotherAlignmentAndMetadataDecodesTheSame) {
+    const auto & ref = ddo::test::reference_of(kDir, "quant_fixtures");
+    std::set<std::string> names;
+    for (const auto & n : ref.at("gguf_aligned")) names.insert(n.get<std::string>());
+    check_gguf_file(kDir / "gguf" / "aligned.gguf", names);
+    const auto f = ddo::store::GgufFile::open(kDir / "gguf" / "aligned.gguf");
+    EXPECT_EQ(f.header().alignment, 64u);
+    const auto & m = f.header().metadata;
+    EXPECT_EQ(m.at("general.architecture"), "ddo-test");
+    EXPECT_EQ(m.at("ddo.test.u32"), 7);
+    EXPECT_EQ(m.at("ddo.test.f32"), 0.5);
+    EXPECT_EQ(m.at("ddo.test.bool"), true);
+    EXPECT_EQ(m.at("ddo.test.strings"), nlohmann::json::array({"a", "bc", ""}));
+    EXPECT_EQ(m.at("ddo.test.ints"), nlohmann::json::array({1, -2, 3}));
+    for (const auto & t : f.header().tensors) EXPECT_EQ(t.file_offset % 64, f.header().data_offset % 64) << t.name;
+}
+
+TEST_F(QuantParity, TorchAoFloat8EqualsFloat8TensorDequantize) {
+    const auto file = TensorFile::open_file(kDir / "fp8" / "torchao.safetensors");
+    const auto expected = TensorFile::open_file(kDir / "fp8" / "expected.safetensors");
+    for (const std::string p : {"row", "tensor"}) {
+        const auto qd = file.read(p + "._weight_qdata");
+        const auto sc = file.read(p + "._weight_scale");
+        if (p == "row") EXPECT_EQ(sc.sizes(), (std::vector<int64_t>{qd.size(0), 1}));
+        else EXPECT_EQ(sc.numel(), 1);
+        const auto got = q::fp8_dequantize(qd, sc, q::Fp8ScaleMath::fp32, at::kBFloat16, p + ".weight");
+        expect_bitwise("torchao " + p, got, expected.read(p + ".weight"));
+    }
+}
+
+TEST_F(QuantParity, ScaledAndUnscaledFp8EqualTheirLoaders) {
+    const auto file = TensorFile::open_file(kDir / "fp8" / "scaled.safetensors");
+    const auto expected = TensorFile::open_file(kDir / "fp8" / "expected.safetensors");
+    expect_bitwise("Lightricks weight_scale (fp32 fold)",
+                   q::fp8_dequantize(file.read("ltx.weight"), file.read("ltx.weight_scale"), q::Fp8ScaleMath::fp32,
+                                     at::kBFloat16, "ltx.weight"),
+                   expected.read("ltx.weight"));
+    expect_bitwise("ComfyUI scale_weight (bf16 math)",
+                   q::fp8_dequantize(file.read("comfy.weight"), file.read("comfy.scale_weight"), q::Fp8ScaleMath::out_dtype,
+                                     at::kBFloat16, "comfy.weight"),
+                   expected.read("comfy.weight"));
+    for (const std::string n : {"cast_e4m3.weight", "cast_e5m2.weight"})
+        expect_bitwise(n, q::fp8_dequantize(file.read(n), std::nullopt, q::Fp8ScaleMath::fp32, at::kBFloat16, n),
+                       expected.read(n));
+}
+
+TEST_F(QuantParity, IgnoringTheScaleWouldBeCaught) {
+    // The check above can fail: the Lightricks layer decoded without its scale is far from the reference.
+    const auto file = TensorFile::open_file(kDir / "fp8" / "scaled.safetensors");
+    const auto expected = TensorFile::open_file(kDir / "fp8" / "expected.safetensors");
+    const auto unscaled = q::fp8_dequantize(file.read("ltx.weight"), std::nullopt, q::Fp8ScaleMath::fp32, at::kBFloat16, "ltx");
+    EXPECT_GT(ddo::test::max_abs(unscaled, expected.read("ltx.weight")), 1.0);
+}
+
+// The SDNQ config of a saved case: quantization_config.json (sdnq's loader prefers it), else config.json's.
+ddo::store::SdnqConfig sdnq_config(const fs::path & dir) {
+    const auto q = dir / "quantization_config.json";
+    std::ifstream in(fs::exists(q) ? q : dir / "config.json");
+    auto j = nlohmann::json::parse(in);
+    return ddo::store::SdnqConfig::from_json(fs::exists(q) ? j : j.at("quantization_config"), fs::exists(q) ? q : dir / "config.json");
+}
+
+q::SdnqTensors sdnq_tensors(const TensorFile & f, const std::string & layer) {
+    q::SdnqTensors t{f.read(layer + ".weight"), f.read(layer + ".scale"), {}, {}, {}};
+    if (f.contains(layer + ".zero_point")) t.zero_point = f.read(layer + ".zero_point");
+    if (f.contains(layer + ".svd_up")) t.svd_up = f.read(layer + ".svd_up");
+    if (f.contains(layer + ".svd_down")) t.svd_down = f.read(layer + ".svd_down");
+    return t;
+}
+
+// The layer decoded as a loader would: its dtype from the config, its dense shape from the stored shapes, its rule.
+at::Tensor sdnq_decode(const ddo::store::SdnqConfig & cfg, const TensorFile & f, const std::string & layer) {
+    const auto t = sdnq_tensors(f, layer);
+    const auto [out, in] = q::sdnq_dense_shape(t, cfg.dtype_of(layer), layer);
+    return q::sdnq_dequantize(t, cfg.layer(layer, out, in, t.scale.dim() == 3), out, in, at::kBFloat16, layer);
+}
+
+TEST_F(QuantParity, EverySdnqLayoutEqualsSdnqsOwnDecodeAfterADiffusersLoad) {
+    const auto & ref = ddo::test::reference_of(kDir, "quant_fixtures");
+    const auto expected = TensorFile::open_file(kDir / "sdnq" / "expected.safetensors");
+    int n = 0;
+    for (const auto & [c, opts] : ref.at("sdnq_cases").items()) {
+        const auto dir = kDir / "sdnq" / c;
+        const auto cfg = sdnq_config(dir);
+        const auto f = TensorFile::open_component(dir);
+        for (const auto & l : ref.at("sdnq_layers")) {
+            const std::string layer = l.get<std::string>();
+            expect_bitwise("sdnq " + c + " " + layer + " (" + cfg.dtype_of(layer).name + ")", sdnq_decode(cfg, f, layer),
+                           expected.read(c + "/" + layer + ".weight"));
+            ++n;
+        }
+    }
+    std::cout << "[ parity    ] " << n << " SDNQ layers bit-exact\n";
+    EXPECT_GE(n, 30);
+}
+
+TEST_F(QuantParity, AnSdnqConfigThatDisagreesWithTheTensorsIsRefusedNamingTheLayer) {
+    // The int8 quantized-matmul file (weights stored [in, out], scale [1, out]) read with use_quantized_matmul off.
+    auto dir = kDir / "sdnq" / "int8_qmm";
+    std::ifstream in(dir / "quantization_config.json");
+    auto qc = nlohmann::json::parse(in);
+    qc["use_quantized_matmul"] = false;
+    const auto f = TensorFile::open_component(dir);
+    auto cfg = ddo::store::SdnqConfig::from_json(qc, dir / "quantization_config.json");
+    auto e = ddo::test::error_of([&] { sdnq_decode(cfg, f, "a"); });
+    EXPECT_NE(e.find("runtime: SDNQ layer a: scale [1,256], expected [256,1]"), std::string::npos) << e;
+    EXPECT_NE(e.find("does not match the tensors"), std::string::npos) << e;
+    // A uint4 file (with zero points) read as int4.
+    dir = kDir / "sdnq" / "uint4";
+    std::ifstream in2(dir / "quantization_config.json");
+    qc = nlohmann::json::parse(in2);
+    qc["weights_dtype"] = "int4";
+    cfg = ddo::store::SdnqConfig::from_json(qc, dir / "quantization_config.json");
+    const auto f2 = TensorFile::open_component(dir);
+    e = ddo::test::error_of([&] { sdnq_decode(cfg, f2, "a"); });
+    EXPECT_NE(e.find("a signed int4 layer has no zero_point, the file has one"), std::string::npos) << e;
+    // What ddo does not decode is refused naming the key (exit 2).
+    qc["use_codebook"] = true;
+    e = ddo::test::error_of([&] { ddo::store::SdnqConfig::from_json(qc, "q.json"); });
+    EXPECT_NE(e.find("usage: q.json: quantization_config.use_codebook = true: a codebook"), std::string::npos) << e;
+    qc["use_codebook"] = false;
+    qc["scale_dtype"] = "uint8";
+    e = ddo::test::error_of([&] { ddo::store::SdnqConfig::from_json(qc, "q.json"); });
+    EXPECT_NE(e.find("quantization_config.scale_dtype = \"uint8\": a double-quantized scale"), std::string::npos) << e;
+}
+
+}  // namespace
