@@ -102,8 +102,8 @@ TEST_F(QuantParity, TorchAoFloat8EqualsFloat8TensorDequantize) {
     const auto file = TensorFile::open_file(kDir / "fp8" / "torchao.safetensors");
     const auto expected = TensorFile::open_file(kDir / "fp8" / "expected.safetensors");
     for (const std::string p : {"row", "tensor"}) {
-        const auto qd = file.read(p + "._weight_qdata");
-        const auto sc = file.read(p + "._weight_scale");
+        const auto qd = file.read_stored(p + "._weight_qdata");
+        const auto sc = file.read_stored(p + "._weight_scale");
         if (p == "row") EXPECT_EQ(sc.sizes(), (std::vector<int64_t>{qd.size(0), 1}));
         else EXPECT_EQ(sc.numel(), 1);
         const auto got = q::fp8_dequantize(qd, sc, q::Fp8ScaleMath::fp32, at::kBFloat16, p + ".weight");
@@ -112,27 +112,61 @@ TEST_F(QuantParity, TorchAoFloat8EqualsFloat8TensorDequantize) {
 }
 
 TEST_F(QuantParity, ScaledAndUnscaledFp8EqualTheirLoaders) {
-    const auto file = TensorFile::open_file(kDir / "fp8" / "scaled.safetensors");
     const auto expected = TensorFile::open_file(kDir / "fp8" / "expected.safetensors");
+    const auto ltx = TensorFile::open_file(kDir / "fp8" / "ltx.safetensors");
     expect_bitwise("Lightricks weight_scale (fp32 fold)",
-                   q::fp8_dequantize(file.read("ltx.weight"), file.read("ltx.weight_scale"), q::Fp8ScaleMath::fp32,
+                   q::fp8_dequantize(ltx.read_stored("ltx.weight"), ltx.read_stored("ltx.weight_scale"), q::Fp8ScaleMath::fp32,
                                      at::kBFloat16, "ltx.weight"),
                    expected.read("ltx.weight"));
+    const auto comfy = TensorFile::open_file(kDir / "fp8" / "comfy.safetensors");
     expect_bitwise("ComfyUI scale_weight (bf16 math)",
-                   q::fp8_dequantize(file.read("comfy.weight"), file.read("comfy.scale_weight"), q::Fp8ScaleMath::out_dtype,
-                                     at::kBFloat16, "comfy.weight"),
+                   q::fp8_dequantize(comfy.read_stored("comfy.weight"), comfy.read_stored("comfy.scale_weight"),
+                                     q::Fp8ScaleMath::out_dtype, at::kBFloat16, "comfy.weight"),
                    expected.read("comfy.weight"));
+    const auto cast = TensorFile::open_file(kDir / "fp8" / "cast.safetensors");
     for (const std::string n : {"cast_e4m3.weight", "cast_e5m2.weight"})
-        expect_bitwise(n, q::fp8_dequantize(file.read(n), std::nullopt, q::Fp8ScaleMath::fp32, at::kBFloat16, n),
+        expect_bitwise(n, q::fp8_dequantize(cast.read_stored(n), std::nullopt, q::Fp8ScaleMath::fp32, at::kBFloat16, n),
                        expected.read(n));
 }
 
-TEST_F(QuantParity, IgnoringTheScaleWouldBeCaught) {
-    // The check above can fail: the Lightricks layer decoded without its scale is far from the reference.
-    const auto file = TensorFile::open_file(kDir / "fp8" / "scaled.safetensors");
+TEST_F(QuantParity, EachFileIsRecognisedByItsLayoutAndReadDense) {
+    // What a model reads through the kit (TensorFile, ComponentWeights): the encoding detected from the file alone,
+    // the scales and markers consumed, the dense tensor under the model's name.
     const auto expected = TensorFile::open_file(kDir / "fp8" / "expected.safetensors");
-    const auto unscaled = q::fp8_dequantize(file.read("ltx.weight"), std::nullopt, q::Fp8ScaleMath::fp32, at::kBFloat16, "ltx");
+    struct Case { const char * file; const char * tensor; const char * format; std::vector<std::string> hidden; };
+    for (const Case & c : {Case{"ltx.safetensors", "ltx.weight", "FP8 E4M3 scaled", {"ltx.weight_scale", "ltx.input_scale"}},
+                           Case{"comfy.safetensors", "comfy.weight", "FP8 E4M3 scaled", {"comfy.scale_weight", "scaled_fp8"}},
+                           Case{"cast.safetensors", "cast_e5m2.weight", "FP8 E5M2", {}},
+                           Case{"torchao.safetensors", "row.weight", "TorchAO FP8 E4M3", {"row._weight_qdata", "row._weight_scale"}},
+                           Case{"torchao.safetensors", "tensor.weight", "TorchAO FP8 E4M3", {"tensor._weight_scale"}}}) {
+        const auto f = TensorFile::open_file(kDir / "fp8" / c.file);
+        ASSERT_TRUE(f.contains(c.tensor)) << c.file;
+        EXPECT_TRUE(f.quantized()) << c.file;
+        EXPECT_GT(f.quantization().at("formats").value(c.format, 0), 0) << c.file << " " << f.quantization().dump();
+        for (const auto & h : c.hidden) EXPECT_FALSE(f.contains(h)) << c.file << ": " << h << " is a part, not a tensor";
+        expect_bitwise(std::string(c.file) + " " + c.tensor, f.read_as(c.tensor, at::kBFloat16), expected.read(c.tensor));
+    }
+    const auto sdnq_expected = TensorFile::open_file(kDir / "sdnq" / "expected.safetensors");
+    for (const std::string c : {"int8_qmm", "uint4_svd_qmm", "mixed", "uint4_hadamard_svd"}) {
+        const auto f = TensorFile::open_component(kDir / "sdnq" / c);
+        EXPECT_EQ(f.quantization().at("method"), "sdnq");
+        EXPECT_FALSE(f.contains("a.scale"));
+        EXPECT_EQ(f.shape_of("a.weight"), (std::vector<int64_t>{256, 512}));
+        for (const std::string l : {"a", "b", "c"})
+            expect_bitwise("sdnq " + c + " " + l + " through the kit", f.read_as(l + ".weight", at::kBFloat16),
+                           sdnq_expected.read(c + "/" + l + ".weight"));
+        EXPECT_EQ(f.read("norm.weight").scalar_type(), at::kBFloat16);  // dense tensors as stored
+    }
+}
+
+TEST_F(QuantParity, IgnoringTheScaleWouldBeCaught) {
+    // The checks above can fail: the Lightricks layer decoded without its scale is far from the reference, and so is
+    // it read without its encoding (the F8 weight cast as it is stored).
+    const auto file = TensorFile::open_file(kDir / "fp8" / "ltx.safetensors");
+    const auto expected = TensorFile::open_file(kDir / "fp8" / "expected.safetensors");
+    const auto unscaled = q::fp8_dequantize(file.read_stored("ltx.weight"), std::nullopt, q::Fp8ScaleMath::fp32, at::kBFloat16, "ltx");
     EXPECT_GT(ddo::test::max_abs(unscaled, expected.read("ltx.weight")), 1.0);
+    EXPECT_GT(ddo::test::max_abs(file.read_stored("ltx.weight").to(at::kBFloat16), expected.read("ltx.weight")), 1.0);
 }
 
 // The SDNQ config of a saved case: quantization_config.json (sdnq's loader prefers it), else config.json's.
@@ -144,10 +178,10 @@ ddo::store::SdnqConfig sdnq_config(const fs::path & dir) {
 }
 
 q::SdnqTensors sdnq_tensors(const TensorFile & f, const std::string & layer) {
-    q::SdnqTensors t{f.read(layer + ".weight"), f.read(layer + ".scale"), {}, {}, {}};
-    if (f.contains(layer + ".zero_point")) t.zero_point = f.read(layer + ".zero_point");
-    if (f.contains(layer + ".svd_up")) t.svd_up = f.read(layer + ".svd_up");
-    if (f.contains(layer + ".svd_down")) t.svd_down = f.read(layer + ".svd_down");
+    q::SdnqTensors t{f.read_stored(layer + ".weight"), f.read_stored(layer + ".scale"), {}, {}, {}};
+    if (f.contains_stored(layer + ".zero_point")) t.zero_point = f.read_stored(layer + ".zero_point");
+    if (f.contains_stored(layer + ".svd_up")) t.svd_up = f.read_stored(layer + ".svd_up");
+    if (f.contains_stored(layer + ".svd_down")) t.svd_down = f.read_stored(layer + ".svd_down");
     return t;
 }
 

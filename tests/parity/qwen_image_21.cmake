@@ -14,3 +14,18 @@ if(TARGET qwen_image_21_impl)
   add_dependencies(qwen_image_21_parity_test linear)
   target_precompile_headers(qwen_image_21_parity_test PRIVATE <ATen/ATen.h>)
 endif()
+
+# The same pipeline on quantized transformers (issue 26): SDNQ int8, SDNQ uint4 + SVD (diffusers' SDNQ integration)
+# and scaled fp8 (tools/reference/qwen_image_21_quant_fixtures.py, which builds on qwen_image_21_fixtures.py).
+if(TARGET qwen_image_21_impl)
+  set(QI21Q_FIXTURE_DIR ${CMAKE_BINARY_DIR}/fixtures/qwen_image_21_quant)
+  ddo_reference_fixtures(qwen_image_21_quant SCRIPT ${CMAKE_SOURCE_DIR}/tools/reference/qwen_image_21_quant_fixtures.py
+    DIR ${QI21Q_FIXTURE_DIR} COMMENT "quantizing the tiny transformer with sdnq and fp8 and running diffusers on it")
+  ddo_add_gtest(qwen_image_21_quant_parity_test LABELS parity
+    SOURCES ${CMAKE_CURRENT_LIST_DIR}/qwen_image_21_quant_parity_test.cpp
+    LIBS qwen_image_21_impl)
+  target_compile_definitions(qwen_image_21_quant_parity_test PRIVATE QI21Q_FIXTURE_DIR="${QI21Q_FIXTURE_DIR}"
+    QI21_PLUGIN_DIR="${CMAKE_BINARY_DIR}/lib/ddo/plugins")
+  add_dependencies(qwen_image_21_quant_parity_test linear)
+  target_precompile_headers(qwen_image_21_quant_parity_test PRIVATE <ATen/ATen.h>)
+endif()

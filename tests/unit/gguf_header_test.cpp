@@ -222,6 +222,12 @@ TEST(GgufHeader, HostileCountsDimsAndAlignmentsAreRefusedBeforeAllocating) {
     g = valid();
     g.tensors[1].ne = {64, std::int64_t(1) << 62};
     EXPECT_NE(refusal(g.bytes()).find("overflows 64 bits"), std::string::npos) << refusal(g.bytes());
+    // The fuzzer's find (tests/fuzz/gguf_header_fuzz.cpp): a row whose bytes alone wrap to 0 (2^62 F32 = 2^64), and
+    // a zero dim after it, once gave an accepted tensor of 0 bytes.
+    g = valid();
+    g.tensors[0].ne = {std::int64_t(1) << 62, 0};
+    EXPECT_NE(refusal(g.bytes()).find("'norm.weight' has a byte size that overflows 64 bits"), std::string::npos)
+        << refusal(g.bytes());
 }
 
 }  // namespace

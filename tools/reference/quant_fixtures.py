@@ -23,8 +23,9 @@ Files written:
   gguf/aligned.gguf         the Q8_0 and Q4_K cases again with general.alignment = 64 and a few metadata kinds
   gguf/expected.safetensors "<type>.<case>" -> gguf-py's float32 decode, in PyTorch order
   fp8/torchao.safetensors   a TorchAO float8 state dict (per-row "row." and per-tensor "tensor." layers) + metadata
-  fp8/scaled.safetensors    "ltx.weight" + "ltx.weight_scale", "comfy.weight" + "comfy.scale_weight",
-                            "cast_e4m3.weight", "cast_e5m2.weight"
+  fp8/ltx.safetensors       Lightricks layout: "ltx.weight" F8_E4M3 + 0-dim "ltx.weight_scale" (+ input_scale, bias)
+  fp8/comfy.safetensors     ComfyUI scaled_fp8: the "scaled_fp8" marker, "comfy.weight" + "comfy.scale_weight"
+  fp8/cast.safetensors      unscaled casts: "cast_e4m3.weight", "cast_e5m2.weight"
   fp8/expected.safetensors  the bf16 weight each reader builds, under the layer's name + ".weight"
   sdnq/<case>/              a ToyLinears saved by sdnq's save_sdnq_model (config.json with quantization_config,
                             quantization_config.json, diffusion_pytorch_model.safetensors), one folder per SDNQ_CASES
@@ -155,26 +156,31 @@ def fp8_fixtures(out):
     save_file(flat, str(out / "torchao.safetensors"), metadata=meta)
 
     # Lightricks (ltx_core fp8 loader): scale = 448 / amax, weight_scale = 1 / scale (0-dim F32), W = q.float() * s.
-    scaled = {}
+    ltx = {}
     w = (torch.randn(48, 64, generator=g) * 0.02).to(torch.bfloat16)
     scale = 448.0 / w.float().abs().max()
     q = (w.float() * scale).clamp(-448, 448).to(torch.float8_e4m3fn)
     ws = (1.0 / scale).reshape(()).to(torch.float32)
-    scaled["ltx.weight"], scaled["ltx.weight_scale"] = q, ws
+    ltx["ltx.weight"], ltx["ltx.weight_scale"], ltx["ltx.input_scale"] = q, ws, torch.ones((), dtype=torch.float32)
+    ltx["ltx.bias"] = torch.randn(48, generator=g).to(torch.bfloat16)
     expected["ltx.weight"] = (q.to(torch.float32) * ws).to(torch.bfloat16)
-    # ComfyUI scaled_fp8 (comfy/ops.py): weight.to(dtype) * scale_weight.to(dtype).
+    save_file(ltx, str(out / "ltx.safetensors"))
+    # ComfyUI scaled_fp8 (comfy/ops.py): the scaled_fp8 marker, weight.to(dtype) * scale_weight.to(dtype).
+    comfy = {}
     w = (torch.randn(32, 48, generator=g) * 0.02).to(torch.bfloat16)
     sw = (w.float().abs().max() / 448.0).reshape(()).to(torch.float32)
     q = (w.float() / sw).clamp(-448, 448).to(torch.float8_e4m3fn)
-    scaled["comfy.weight"], scaled["comfy.scale_weight"] = q, sw
-    scaled["scaled_fp8"] = torch.empty(0, dtype=torch.float8_e4m3fn)
+    comfy["comfy.weight"], comfy["comfy.scale_weight"] = q, sw
+    comfy["scaled_fp8"] = torch.empty(0, dtype=torch.float8_e4m3fn)
     expected["comfy.weight"] = q.to(torch.bfloat16) * sw.to(torch.bfloat16)
+    save_file(comfy, str(out / "comfy.safetensors"))
     # Unscaled casts (ComfyUI "fp8_e4m3fn" checkpoints): the weight is cast.
+    cast = {}
     for name, dt in [("cast_e4m3", torch.float8_e4m3fn), ("cast_e5m2", torch.float8_e5m2)]:
         q = (torch.randn(16, 32, generator=g) * 0.5).to(dt)
-        scaled[f"{name}.weight"] = q
+        cast[f"{name}.weight"] = q
         expected[f"{name}.weight"] = q.to(torch.bfloat16)
-    save_file(scaled, str(out / "scaled.safetensors"))
+    save_file(cast, str(out / "cast.safetensors"))
     save_file({k: v.contiguous() for k, v in expected.items()}, str(out / "expected.safetensors"))
     return sorted(expected)
 

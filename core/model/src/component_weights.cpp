@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <chrono>
 #include <map>
 #include <optional>
 
@@ -14,8 +15,10 @@
 #include "ddo/error.hpp"
 #include "ddo/platform/host_staging.hpp"
 #include "ddo/platform/linux_admission.hpp"
+#include "ddo/store/weight_encoding.hpp"
 #include "ddo/store/weight_store.hpp"
 #include "ddo/torch/cuda_transport.hpp"
+#include "ddo/torch/quant/decode.hpp"
 #include "ddo/torch/tensor_views.hpp"
 #include "ddo/util/format_bytes.hpp"
 
@@ -36,7 +39,14 @@ struct ComponentWeights::Impl {
     std::string component;
     at::ScalarType dtype = at::kFloat;
     std::optional<store::WeightStore> store;
+    std::optional<store::ComponentEncodings> encodings;  // Note [Quantized weights]: how each tensor is stored
     std::vector<GroupSpec> specs;
+    std::vector<std::string> declared;                                // every tensor the plugin declared
+    std::map<std::size_t, std::vector<const store::EncodedTensor *>> in_group;  // engine group -> its tensors
+    bool quantized = false;      // a declared tensor is stored quantized: decoded at each acquire
+    bool cuda = false;           // the plan's device
+    double dequant_s = 0;        // host time spent decoding quantized tensors (on CUDA: enqueueing the kernels)
+    std::uint64_t dequant_count = 0;
     std::unique_ptr<en::ModelLayout> layout;
     std::vector<std::vector<std::size_t>> groups_of;  // declared group -> its engine groups (leaf: several)
     std::vector<std::vector<std::size_t>> shared_with;  // declared groups in the same engine group (itself included)
@@ -96,7 +106,11 @@ struct ConversionPlan {
 };
 
 ConversionPlan plan_with_conversions(const en::ModelLayout & layout, at::ScalarType dtype, const en::EngineConfig & cfg,
-                                     const en::Capacities & caps, bool host_transport) {
+                                     const en::Capacities & caps, bool host_transport, bool quantized) {
+    // Note [Quantized weights]: groups are planned, moved and kept at their stored bytes and decoded at each acquire.
+    if (quantized)
+        return {en::plan_residency(layout, cfg, caps), false,
+                "quantized tensors are planned at their stored size and decoded into the compute dtype at each acquire"};
     std::vector<std::uint64_t> converted(layout.size());
     bool differs = false;
     for (std::size_t g = 0; g < layout.size(); ++g) {
@@ -186,6 +200,25 @@ constexpr const char * kPinOffReason = "capacities.pin_host_memory = false";
 
 }  // namespace
 
+// A declared tensor from the stored tensors of its engine group (`views`): a dense one as the view (converted when its
+// dtype differs; copied out when `copy`, for leaf groups whose slot is handed back), a quantized one decoded into
+// the compute dtype (fresh memory; Note [Quantized weights]).
+static at::Tensor decoded(ComponentWeights::Impl & m, const store::EncodedTensor & e, const ddo::torch::GroupTensors & views,
+                          bool copy) {
+    std::vector<at::Tensor> parts;
+    for (const auto * p : e.parts) parts.push_back(views.at(p->name));
+    if (e.encoding == store::Encoding::dense) {
+        const auto & t = parts.front();
+        if (copy) return t.to(m.dtype, /*non_blocking=*/false, /*copy=*/true);
+        return needs_conversion(t.scalar_type(), m.dtype) ? t.to(m.dtype) : t;  // in place when the dtype matches
+    }
+    const auto t0 = std::chrono::steady_clock::now();
+    auto r = ddo::torch::quant::decode(e, parts, m.dtype);
+    m.dequant_s += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    ++m.dequant_count;
+    return r;
+}
+
 std::unique_ptr<ComponentWeights> ComponentWeights::open(const std::filesystem::path & dir, std::vector<GroupSpec> groups,
                                                          const ComponentPlan & plan, at::ScalarType compute_dtype) {
     std::unique_ptr<ComponentWeights> self(new ComponentWeights());
@@ -199,6 +232,7 @@ std::unique_ptr<ComponentWeights> ComponentWeights::open(const std::filesystem::
                          (plan.allocator_error.empty() ? std::string() : ": " + plan.allocator_error) +
                          "; list them with: ddo-host plugins)");
     m.store.emplace(store::WeightStore::open_component(dir));
+    m.encodings.emplace(store::ComponentEncodings::detect(*m.store));
     m.specs = std::move(groups);
     const auto gran = plan.route == Route::group_leaf ? en::Granularity::leaf : en::Granularity::block;
     // group_block with blocks_per_group = N: N consecutive declared groups form one engine group ("a+b"), held
@@ -210,7 +244,16 @@ std::unique_ptr<ComponentWeights> ComponentWeights::open(const std::filesystem::
         en::GroupDecl d{m.specs[first].name, {}, {}};
         for (std::size_t i = first; i < std::min(first + per, m.specs.size()); ++i) {
             if (i > first) d.name += "+" + m.specs[i].name;
-            d.tensors.insert(d.tensors.end(), m.specs[i].tensors.begin(), m.specs[i].tensors.end());
+            for (const auto & t : m.specs[i].tensors) {  // each declared tensor as the stored tensors that encode it
+                const auto * e = m.encodings->find(t);
+                if (!e) {  // the layout names it missing, as for any tensor not in the checkpoint
+                    d.tensors.push_back(t);
+                    continue;
+                }
+                m.quantized = m.quantized || e->encoding != store::Encoding::dense;
+                for (const auto * p : e->parts) d.tensors.push_back(p->name);
+                m.declared.push_back(t);
+            }
             decl_of[i] = decls.size();
         }
         decls.push_back(std::move(d));
@@ -220,6 +263,10 @@ std::unique_ptr<ComponentWeights> ComponentWeights::open(const std::filesystem::
     // 256-aligned.
     const auto align = plan.placement.cuda ? en::Alignment::slot : en::Alignment::file;
     m.layout = std::make_unique<en::ModelLayout>(en::ModelLayout::build(decls, *m.store, gran, align));
+    for (const auto & t : m.declared) {
+        const auto * e = m.encodings->find(t);
+        m.in_group[m.layout->group_of(e->parts.front()->name)].push_back(e);
+    }
     std::map<std::string, std::size_t> decl_index;
     for (std::size_t d = 0; d < decls.size(); ++d) decl_index.emplace(decls[d].name, d);
     std::vector<std::vector<std::size_t>> groups_of_decl(decls.size());
@@ -277,7 +324,8 @@ std::unique_ptr<ComponentWeights> ComponentWeights::open(const std::filesystem::
         m.placement["host_staging"] = {{"created", true}, {"backend", pf::to_string(backend)}};
         eo.staging = m.staging.get();
     }
-    auto planned = plan_with_conversions(*m.layout, m.dtype, cfg, caps, !d.is_cuda());
+    m.cuda = d.is_cuda();
+    auto planned = plan_with_conversions(*m.layout, m.dtype, cfg, caps, !d.is_cuda(), m.quantized);
     m.convert_once = planned.convert_once;
     m.convert_once_reason = planned.reason;
     m.engine = std::make_unique<en::Engine>(*m.layout, std::move(planned.plan), plan.allocator, *m.transport, eo);
@@ -324,10 +372,7 @@ const GroupTensors & ComponentWeights::acquire(std::size_t i) {
         }
         ++m.users[g];
         const auto views = ddo::torch::tensor_views(m.leases.at(m.held_by.at(g)).front());
-        for (const auto & n : mine) {
-            const auto & t = views.at(n);
-            out.map_.emplace(n, needs_conversion(t.scalar_type(), m.dtype) ? t.to(m.dtype) : t);
-        }
+        for (const auto & n : mine) out.map_.emplace(n, decoded(m, *m.encodings->find(n), views, false));
         auto [it, inserted] = m.tensors.insert_or_assign(i, std::move(out));
         (void)inserted;
         return it->second;
@@ -345,12 +390,12 @@ const GroupTensors & ComponentWeights::acquire(std::size_t i) {
             auto & c = m.converted[g] = convert_resident(held.back(), views.all(), m.dtype, m.converted_bytes, m.released_file_bytes);
             for (const auto & [n, t] : c) out.map_.emplace(n, t);
         } else if (engine_groups.size() == 1) {
-            for (const auto & [n, t] : views.all())
-                out.map_.emplace(n, needs_conversion(t.scalar_type(), m.dtype) ? t.to(m.dtype) : t);  // in place when the dtype matches
+            for (const auto * e : m.in_group[g]) out.map_.emplace(e->name, decoded(m, *e, views, false));
         } else {
             // Leaf groups (group_leaf: one group ahead, 2 slots): a group's leaves do not fit the slots at once, so
-            // each leaf is copied out of its slot and the slot handed back before the next leaf.
-            for (const auto & [n, t] : views.all()) out.map_.emplace(n, t.to(m.dtype, /*non_blocking=*/false, /*copy=*/true));
+            // each leaf is copied out of its slot and the slot handed back before the next leaf. A quantized
+            // tensor's parts share its leaf (one module).
+            for (const auto * e : m.in_group[g]) out.map_.emplace(e->name, decoded(m, *e, views, true));
             held.back().release();
         }
     }
@@ -413,12 +458,25 @@ nlohmann::json ComponentWeights::conversion_json() const {
             {"released_file_bytes", m.released_file_bytes}};
 }
 
+nlohmann::json ComponentWeights::quantization_json() const {
+    const auto & m = *impl_;
+    auto q = m.encodings->summary(m.declared, std::uint32_t(at::elementSize(m.dtype)));
+    q["dequant_s"] = m.dequant_s;
+    q["dequant_count"] = m.dequant_count;
+    q["dequant_clock"] = m.cuda
+                             ? "host steady clock around the decode calls: on CUDA it measures their enqueueing, the "
+                               "kernels run on the compute stream"
+                             : "host steady clock around the decode calls (CPU: the decode itself)";
+    return q;
+}
+
 nlohmann::json ComponentWeights::report() const {
     return {{"route", route()},
             {"bytes_streamed", bytes_streamed()},
             {"execution_groups", impl_->layout->size()},
             {"placement", impl_->placement},
             {"conversion", conversion_json()},
+            {"quantization", quantization_json()},
             {"engine", impl_->engine->to_json()}};
 }
 

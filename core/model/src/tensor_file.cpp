@@ -4,6 +4,7 @@
 
 #include "ddo/error.hpp"
 #include "ddo/store/dtype.hpp"
+#include "ddo/torch/quant/decode.hpp"
 #include "ddo/torch/tensor_views.hpp"
 
 namespace ddo::model {
@@ -18,6 +19,7 @@ TensorFile TensorFile::open_file(const std::filesystem::path & path) {
     TensorFile t;
     t.origin_ = path;
     t.store_ = std::make_shared<const store::WeightStore>(store::WeightStore::open_file(path));
+    t.encodings_ = std::make_shared<const store::ComponentEncodings>(store::ComponentEncodings::detect(*t.store_));
     for (const auto & f : t.store_->files()) t.metadata_.insert(f.metadata().begin(), f.metadata().end());
     return t;
 }
@@ -26,6 +28,7 @@ TensorFile TensorFile::open_component(const std::filesystem::path & dir) {
     TensorFile t;
     t.origin_ = dir;
     t.store_ = std::make_shared<const store::WeightStore>(store::WeightStore::open_component(dir));
+    t.encodings_ = std::make_shared<const store::ComponentEncodings>(store::ComponentEncodings::detect(*t.store_));
     for (const auto & f : t.store_->files()) t.metadata_.insert(f.metadata().begin(), f.metadata().end());
     return t;
 }
@@ -36,17 +39,12 @@ std::string TensorFile::describe_files() const {
     return r;
 }
 
-bool TensorFile::contains(const std::string & name) const { return store_->find(name) != nullptr; }
+bool TensorFile::contains(const std::string & name) const { return encodings_->find(name) != nullptr; }
 
-std::vector<std::string> TensorFile::names() const {
-    std::vector<std::string> r;
-    for (const auto * t : store_->tensors()) r.push_back(t->name);
-    std::sort(r.begin(), r.end());
-    return r;
-}
+std::vector<std::string> TensorFile::names() const { return encodings_->names(); }
 
-const store::TensorInfo & TensorFile::entry(const std::string & name) const {
-    const auto * t = store_->find(name);
+const store::EncodedTensor & TensorFile::entry(const std::string & name) const {
+    const auto * t = encodings_->find(name);
     if (!t)
         throw RuntimeError(origin_.string() + ": tensor '" + name +
                            "' is missing from the checkpoint; re-export it with diffusers save_pretrained");
@@ -54,16 +52,36 @@ const store::TensorInfo & TensorFile::entry(const std::string & name) const {
 }
 
 const std::filesystem::path & TensorFile::file_of(const std::string & name) const {
-    return store_->files().at(entry(name).file_index).path();
+    return store_->files().at(entry(name).parts.front()->file_index).path();
 }
 std::vector<int64_t> TensorFile::shape_of(const std::string & name) const { return entry(name).shape; }
-at::ScalarType TensorFile::dtype_of(const std::string & name) const { return torch::to_scalar_type(entry(name).dtype); }
-uint64_t TensorFile::nbytes_of(const std::string & name) const { return entry(name).nbytes; }
-
-at::Tensor TensorFile::read(const std::string & name) const {
+at::ScalarType TensorFile::dtype_of(const std::string & name) const {
     const auto & e = entry(name);
-    auto t = at::empty(e.shape, at::TensorOptions().dtype(torch::to_scalar_type(e.dtype)));
-    store_->read_tensor(e, t.data_ptr(), store::ReadMode::pread);  // RuntimeError naming file, tensor and errno
+    return e.encoding == store::Encoding::dense ? torch::to_scalar_type(e.parts.front()->dtype) : at::kBFloat16;
+}
+uint64_t TensorFile::nbytes_of(const std::string & name) const { return entry(name).stored_bytes(); }
+bool TensorFile::quantized() const { return encodings_->quantized(); }
+nlohmann::json TensorFile::quantization() const { return encodings_->summary(); }
+
+at::Tensor TensorFile::read_as(const std::string & name, at::ScalarType dtype) const {
+    const auto & e = entry(name);
+    std::vector<at::Tensor> parts;
+    for (const auto * p : e.parts) {
+        auto t = at::empty(p->shape, at::TensorOptions().dtype(torch::to_scalar_type(p->dtype)));
+        store_->read_tensor(*p, t.data_ptr(), store::ReadMode::pread);  // RuntimeError naming file, tensor and errno
+        parts.push_back(std::move(t));
+    }
+    return torch::quant::decode(e, parts, dtype);
+}
+
+at::Tensor TensorFile::read(const std::string & name) const { return read_as(name, dtype_of(name)); }
+
+bool TensorFile::contains_stored(const std::string & stored_name) const { return store_->find(stored_name) != nullptr; }
+
+at::Tensor TensorFile::read_stored(const std::string & stored_name) const {
+    const auto & p = store_->at(stored_name);  // RuntimeError naming the folder and tensor
+    auto t = at::empty(p.shape, at::TensorOptions().dtype(torch::to_scalar_type(p.dtype)));
+    store_->read_tensor(p, t.data_ptr(), store::ReadMode::pread);
     return t;
 }
 
@@ -73,9 +91,11 @@ void TensorFile::check(const std::string & name, at::IntArrayRef shape) const {
                            describe_files() + "); re-export it with diffusers save_pretrained");
     const auto & e = entry(name);
     const auto & file = file_of(name);
-    if (!at::isFloatingType(torch::to_scalar_type(e.dtype)))
-        throw RuntimeError(file.string() + ": tensor '" + name + "' has dtype " + std::string(store::dtype_name(e.dtype)) +
-                           ", expected a floating type (F32, BF16 or F16); the checkpoint is not one this model reads");
+    const auto stored = e.parts.front()->dtype;
+    if (e.encoding == store::Encoding::dense && !at::isFloatingType(torch::to_scalar_type(stored)))
+        throw RuntimeError(file.string() + ": tensor '" + name + "' has dtype " + std::string(store::dtype_name(stored)) +
+                           ", expected a floating type (F32, BF16 or F16) or a quantized encoding ddo reads (SDNQ, "
+                           "TorchAO FP8, scaled FP8); the checkpoint is not one this model reads");
     if (at::IntArrayRef(e.shape) != shape)
         throw RuntimeError(file.string() + ": tensor '" + name + "' has shape " + shape_str(e.shape) + ", expected " +
                            shape_str(shape) + " from the component's config.json; the config contradicts the weights");
@@ -83,8 +103,7 @@ void TensorFile::check(const std::string & name, at::IntArrayRef shape) const {
 
 at::Tensor TensorFile::weight(const std::string & name, at::IntArrayRef shape, at::ScalarType dtype) const {
     check(name, shape);
-    auto t = read(name);
-    return t.scalar_type() == dtype ? t : t.to(dtype);
+    return read_as(name, dtype);
 }
 
 }  // namespace ddo::model

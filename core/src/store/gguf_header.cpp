@@ -142,10 +142,10 @@ GgufTensorInfo read_tensor_info(Cursor & c, const std::filesystem::path & file) 
     if (row % tt->block_elems != 0)
         refuse_gguf(file, "tensor '" + t.name + "' (" + std::string(tt->name) + ") has rows of " + std::to_string(row) +
                               " elements, not a multiple of the type's block of " + std::to_string(tt->block_elems));
-    std::uint64_t bytes = row / tt->block_elems * tt->block_bytes;
-    for (std::size_t i = 1; i < ne.size(); ++i)
-        if (__builtin_mul_overflow(bytes, std::uint64_t(ne[i]), &bytes))
-            refuse_gguf(file, "tensor '" + t.name + "' has a byte size that overflows 64 bits");
+    std::uint64_t bytes = 0;
+    bool overflow = __builtin_mul_overflow(row / tt->block_elems, std::uint64_t(tt->block_bytes), &bytes);
+    for (std::size_t i = 1; i < ne.size(); ++i) overflow = __builtin_mul_overflow(bytes, std::uint64_t(ne[i]), &bytes) || overflow;
+    if (overflow) refuse_gguf(file, "tensor '" + t.name + "' has a byte size that overflows 64 bits");
     t.nbytes = bytes;
     t.shape.assign(ne.rbegin(), ne.rend());
     t.file_offset = c.read<std::uint64_t>("a tensor offset");  // relative to the data section until placed

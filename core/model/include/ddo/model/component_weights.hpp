@@ -83,17 +83,20 @@ public:
     Progress progress() const;
     // Ends the engine phase; returns the outstanding owners (must be 0). Idempotent.
     std::uint64_t finish();
-    // {"route", "bytes_streamed", "execution_groups", "placement", "engine": Engine::to_json()}
+    // {"route", "bytes_streamed", "execution_groups", "placement", "conversion", "quantization" (formats and counts
+    // of the declared tensors, stored and dense bytes, dequant_s and its clock), "engine": Engine::to_json()}
     nlohmann::json report() const;
 
     // Called once from the destructor (never throws out of it): ModelRun records the counters of weights that
     // were destroyed without unload() (a failed or interrupted run). Empty: nothing.
     void set_on_destroy(std::function<void(const ComponentWeights &)> hook);
 
+    struct Impl;
+
 private:
     ComponentWeights();
-    nlohmann::json conversion_json() const;  // report()'s "conversion" (Note [Converted residents])
-    struct Impl;
+    nlohmann::json conversion_json() const;    // report()'s "conversion" (Note [Converted residents])
+    nlohmann::json quantization_json() const;  // report()'s "quantization" (Note [Quantized weights])
     std::unique_ptr<Impl> impl_;
 };
 

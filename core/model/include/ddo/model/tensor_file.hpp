@@ -13,6 +13,9 @@
 
 #include <ATen/ATen.h>
 
+#include <nlohmann/json.hpp>
+
+#include "ddo/store/weight_encoding.hpp"
 #include "ddo/store/weight_store.hpp"
 
 namespace ddo::model {
@@ -35,8 +38,19 @@ public:
     std::vector<int64_t> shape_of(const std::string & name) const;
     at::ScalarType dtype_of(const std::string & name) const;
     uint64_t nbytes_of(const std::string & name) const;
-    // Reads the tensor as stored (CPU, fresh memory). Throws RuntimeError naming tensor and file.
+    // Reads the tensor (CPU, fresh memory): a dense one as stored, a quantized one (SDNQ, TorchAO FP8, scaled FP8;
+    // Note [Quantized weights]) decoded to bf16, the dtype its writers dequantize it to. shape_of and dtype_of describe
+    // what read gives; nbytes_of is what the file stores. Throws RuntimeError naming tensor and file.
     at::Tensor read(const std::string & name) const;
+    // The tensor decoded (or cast) to `dtype`.
+    at::Tensor read_as(const std::string & name, at::ScalarType dtype) const;
+    // A tensor of the files by its stored name, as stored (a quantized tensor's parts: P.scale, P._weight_qdata, ...),
+    // for tools and tests that look at the encoding itself.
+    bool contains_stored(const std::string & stored_name) const;
+    at::Tensor read_stored(const std::string & stored_name) const;
+    // Whether any tensor is stored quantized, and ComponentEncodings::summary() (formats and counts, bytes).
+    bool quantized() const;
+    nlohmann::json quantization() const;
     // Checks a weight from the header alone: present, the expected shape, a floating dtype. Throws RuntimeError
     // naming tensor and file.
     void check(const std::string & name, at::IntArrayRef shape) const;
@@ -48,10 +62,11 @@ public:
     const std::filesystem::path & origin() const { return origin_; }
 
 private:
-    const store::TensorInfo & entry(const std::string & name) const;
+    const store::EncodedTensor & entry(const std::string & name) const;
 
     std::filesystem::path origin_;
     std::shared_ptr<const store::WeightStore> store_;  // shared: TensorFile is copyable
+    std::shared_ptr<const store::ComponentEncodings> encodings_;  // borrows store_'s TensorInfo
     std::map<std::string, std::string> metadata_;
 };
 

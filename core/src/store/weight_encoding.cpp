@@ -1,0 +1,233 @@
+// Detection order: see ddo/store/weight_encoding.hpp.
+#include "ddo/store/weight_encoding.hpp"
+
+#include <set>
+
+#include <nlohmann/json.hpp>
+
+#include "ddo/error.hpp"
+#include "ddo/store/diffusers_checkpoint.hpp"
+
+namespace ddo::store {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+bool is_float(DType d) { return d == DType::f16 || d == DType::bf16 || d == DType::f32 || d == DType::f64; }
+bool is_fp8(DType d) { return d == DType::f8_e4m3 || d == DType::f8_e5m2; }
+std::string fp8_name(DType d) { return d == DType::f8_e5m2 ? "E5M2" : "E4M3"; }
+
+std::string prefix_of(const std::string & name, std::string_view suffix) {
+    return name.substr(0, name.size() - suffix.size());
+}
+
+// The folder's quantization_config (quantization_config.json first, as sdnq's loader reads it), or null.
+std::pair<nlohmann::json, fs::path> quantization_config(const WeightStore & store) {
+    const fs::path q = store.directory() / "quantization_config.json";
+    if (fs::exists(q)) return {read_json_file(q), q};
+    const auto & c = store.config();
+    if (c.is_object() && c.contains("quantization_config") && !c.at("quantization_config").is_null())
+        return {c.at("quantization_config"), store.directory() / "config.json"};
+    return {nullptr, {}};
+}
+
+struct Builder {
+    const WeightStore & store;
+    std::set<std::string> consumed;  // stored tensors that are parts of another tensor
+    std::map<std::string, EncodedTensor, std::less<>> out;
+
+    const TensorInfo * get(const std::string & n) const { return store.find(n); }
+    void add(EncodedTensor e) {
+        for (const auto * p : e.parts) consumed.insert(p->name);
+        const std::string n = e.name;
+        out.insert_or_assign(n, std::move(e));
+    }
+    EncodedTensor make(const std::string & name, Encoding enc, std::string format, std::vector<std::int64_t> shape) {
+        EncodedTensor e;
+        e.name = name;
+        e.encoding = enc;
+        e.format = std::move(format);
+        e.shape = std::move(shape);
+        return e;
+    }
+    void part(EncodedTensor & e, const std::string & stored, const char * role) {
+        if (const auto * t = get(stored)) {
+            e.parts.push_back(t);
+            e.roles.emplace_back(role);
+        }
+    }
+};
+
+void detect_sdnq(Builder & b, const SdnqConfig & cfg) {
+    for (const auto * t : b.store.tensors()) {
+        if (!t->name.ends_with(".weight") || is_float(t->dtype)) continue;
+        const std::string p = prefix_of(t->name, ".weight");
+        if (!b.get(p + ".scale")) continue;
+        const auto dtype = cfg.dtype_of(p);
+        auto e = b.make(t->name, Encoding::sdnq, "SDNQ " + dtype.name, {});
+        b.part(e, t->name, "data");
+        b.part(e, p + ".scale", "scale");
+        b.part(e, p + ".zero_point", "zero_point");
+        b.part(e, p + ".svd_up", "svd_up");
+        b.part(e, p + ".svd_down", "svd_down");
+        // The dense shape from the stored shapes (sdnq_dense_shape's rules, torch-free here).
+        const auto & w = *t;
+        const auto & s = *b.get(p + ".scale");
+        std::int64_t out = 0, in = 0;
+        if (dtype.packed) {
+            out = s.shape.empty() ? 0 : s.shape[0];
+            const std::int64_t values = std::int64_t(w.numel()) * (8 / dtype.bits);
+            if (w.shape.size() != 1 || out <= 0 || values % out != 0)
+                throw RuntimeError("SDNQ layer " + p + " in " + b.store.describe() + ": packed " + dtype.name +
+                                   " weight does not divide into the scale's rows; the quantization_config does not match "
+                                   "the tensors - re-save the checkpoint with sdnq");
+            in = values / out;
+        } else if (w.shape.size() == 3) {
+            out = w.shape[0];
+            in = w.shape[1] * w.shape[2];
+        } else if (w.shape.size() == 2) {
+            const bool transposed = s.shape.size() == 2 && s.shape[0] == 1 && s.shape[1] == w.shape[1] && w.shape[1] > 1;
+            out = transposed ? w.shape[1] : w.shape[0];
+            in = transposed ? w.shape[0] : w.shape[1];
+        } else {
+            throw RuntimeError("SDNQ layer " + p + " in " + b.store.describe() + ": weight of rank " +
+                               std::to_string(w.shape.size()) + " is not a Linear's");
+        }
+        e.shape = {out, in};
+        e.sdnq = cfg.layer(p, out, in, s.shape.size() == 3);
+        b.add(std::move(e));
+    }
+}
+
+void detect_torchao(Builder & b) {
+    for (const auto & f : b.store.files()) {
+        for (const auto & [logical, desc] : f.metadata()) {
+            if (logical == "tensor_names" || logical == "format") continue;
+            nlohmann::json j;
+            try {
+                j = nlohmann::json::parse(desc);
+            } catch (const nlohmann::json::exception &) {
+                continue;  // not a torchao entry
+            }
+            if (!j.is_object() || !j.contains("_type")) continue;
+            const auto type = j.at("_type").get<std::string>();
+            if (type == "Tensor") continue;
+            if (type != "Float8Tensor")
+                throw UsageError(f.path().string() + ": tensor '" + logical + "' is a TorchAO " + type +
+                                 "; ddo decodes TorchAO Float8Tensor weights only - re-quantize with Float8WeightOnlyConfig");
+            const std::string p = prefix_of(logical, ".weight");
+            const auto * q = b.get(p + "._weight_qdata");
+            if (!q || !b.get(p + "._weight_scale"))
+                throw RuntimeError(f.path().string() + ": TorchAO tensor '" + logical + "' has no " +
+                                   (q ? p + "._weight_scale" : p + "._weight_qdata") +
+                                   "; the file is incomplete - re-save it with torchao");
+            auto e = b.make(logical, Encoding::fp8_fp32_scale, "TorchAO FP8 " + fp8_name(q->dtype), q->shape);
+            b.part(e, q->name, "data");
+            b.part(e, p + "._weight_scale", "scale");
+            b.add(std::move(e));
+        }
+    }
+}
+
+void detect_fp8(Builder & b) {
+    const bool comfy_legacy = b.get("scaled_fp8") != nullptr;
+    for (const auto * t : b.store.tensors()) {
+        if (!is_fp8(t->dtype) || b.consumed.count(t->name) || b.out.count(t->name) || t->numel() == 0) continue;
+        const std::string p = t->name.ends_with(".weight") ? prefix_of(t->name, ".weight") : t->name;
+        const bool comfy = comfy_legacy || b.get(p + ".comfy_quant") || b.get(p + ".scale_weight");
+        const auto * s = b.get(p + ".weight_scale");
+        if (!s) s = b.get(p + ".scale_weight");
+        auto e = b.make(t->name, !s ? Encoding::fp8_cast : comfy ? Encoding::fp8_compute_scale : Encoding::fp8_fp32_scale,
+                        "FP8 " + fp8_name(t->dtype) + (s ? " scaled" : ""), t->shape);
+        b.part(e, t->name, "data");
+        if (s) b.part(e, s->name, "scale");
+        b.add(std::move(e));
+        for (const char * extra : {".input_scale", ".scale_input", ".comfy_quant"})
+            if (const auto * x = b.get(p + extra)) b.consumed.insert(x->name);
+    }
+    if (comfy_legacy) b.consumed.insert("scaled_fp8");
+}
+
+}  // namespace
+
+std::uint64_t EncodedTensor::stored_bytes() const noexcept {
+    std::uint64_t n = 0;
+    for (const auto * p : parts) n += p->nbytes;
+    return n;
+}
+
+const TensorInfo * EncodedTensor::part(std::string_view role) const noexcept {
+    for (std::size_t i = 0; i < roles.size(); ++i)
+        if (roles[i] == role) return parts[i];
+    return nullptr;
+}
+
+ComponentEncodings ComponentEncodings::detect(const WeightStore & store) {
+    ComponentEncodings c;
+    Builder b{store, {}, {}};
+    auto [qc, qfile] = quantization_config(store);
+    if (!qc.is_null()) {
+        const auto method = qc.is_object() ? qc.value("quant_method", std::string()) : std::string();
+        c.method_ = method;
+        c.config_ = std::make_shared<const nlohmann::json>(qc);
+        if (method == "sdnq") detect_sdnq(b, SdnqConfig::from_json(qc, qfile));
+        else if (method != "torchao")
+            throw UsageError(qfile.string() + ": quantization_config.quant_method = \"" + method +
+                             "\" is not one ddo reads (sdnq, torchao; GGUF and scaled fp8 files need no config); "
+                             "use an SDNQ, TorchAO, fp8 or GGUF checkpoint");
+    }
+    detect_torchao(b);  // self-described by each file's __metadata__, with or without the folder's config
+    detect_fp8(b);
+    for (const auto * t : store.tensors()) {
+        if (b.consumed.count(t->name) || b.out.count(t->name)) continue;
+        auto e = b.make(t->name, Encoding::dense, std::string(dtype_name(t->dtype)), t->shape);
+        e.parts = {t};
+        e.roles = {"data"};
+        b.out.emplace(t->name, std::move(e));
+    }
+    for (const auto & [n, e] : b.out) c.quantized_ = c.quantized_ || e.encoding != Encoding::dense;
+    if (c.method_.empty() && c.quantized_) {
+        bool torchao = false;
+        for (const auto & [n, e] : b.out) torchao = torchao || e.format.rfind("TorchAO", 0) == 0;
+        c.method_ = torchao ? "torchao" : "fp8";
+    }
+    c.tensors_ = std::move(b.out);
+    return c;
+}
+
+const EncodedTensor * ComponentEncodings::find(std::string_view name) const noexcept {
+    const auto it = tensors_.find(name);
+    return it == tensors_.end() ? nullptr : &it->second;
+}
+
+std::vector<std::string> ComponentEncodings::names() const {
+    std::vector<std::string> r;
+    for (const auto & [n, e] : tensors_) r.push_back(n);
+    return r;
+}
+
+nlohmann::json ComponentEncodings::summary(const std::vector<std::string> & names, std::uint32_t dense_element_size) const {
+    nlohmann::json formats = nlohmann::json::object();
+    std::uint64_t stored = 0, dense = 0;
+    auto count = [&](const EncodedTensor & e) {
+        formats[e.format] = formats.value(e.format, 0) + 1;
+        stored += e.stored_bytes();
+        std::uint64_t numel = 1;
+        for (auto d : e.shape) numel *= std::uint64_t(d);
+        dense += e.encoding == Encoding::dense ? e.stored_bytes() : numel * dense_element_size;
+    };
+    if (names.empty()) {
+        for (const auto & [n, e] : tensors_) count(e);
+    } else {
+        for (const auto & n : names)
+            if (const auto * e = find(n)) count(*e);
+    }
+    return {{"method", method_.empty() ? nlohmann::json(nullptr) : nlohmann::json(method_)},
+            {"formats", formats},
+            {"stored_bytes", stored},
+            {"dense_bytes", dense},
+            {"config", config_ ? *config_ : nlohmann::json(nullptr)}};
+}
+
+}  // namespace ddo::store

@@ -1,0 +1,43 @@
+#include "ddo/torch/quant/decode.hpp"
+
+#include <ATen/ATen.h>
+
+#include "ddo/error.hpp"
+#include "ddo/torch/quant/fp8_dequantize.hpp"
+#include "ddo/torch/quant/sdnq_dequantize.hpp"
+
+namespace ddo::torch::quant {
+
+namespace {
+
+std::optional<at::Tensor> role(const ddo::store::EncodedTensor & e, const std::vector<at::Tensor> & parts, std::string_view r) {
+    for (std::size_t i = 0; i < e.roles.size(); ++i)
+        if (e.roles[i] == r) return parts.at(i);
+    return std::nullopt;
+}
+
+}  // namespace
+
+at::Tensor decode(const ddo::store::EncodedTensor & e, const std::vector<at::Tensor> & parts, at::ScalarType dtype) {
+    using ddo::store::Encoding;
+    if (parts.size() != e.parts.size())
+        throw RuntimeError("tensor " + e.name + ": " + std::to_string(parts.size()) + " parts given, its encoding has " +
+                           std::to_string(e.parts.size()));
+    const auto & data = parts.front();
+    switch (e.encoding) {
+        case Encoding::dense: return data.scalar_type() == dtype ? data : data.to(dtype);
+        case Encoding::fp8_cast: return fp8_dequantize(data, std::nullopt, Fp8ScaleMath::fp32, dtype, e.name);
+        case Encoding::fp8_fp32_scale: return fp8_dequantize(data, role(e, parts, "scale"), Fp8ScaleMath::fp32, dtype, e.name);
+        case Encoding::fp8_compute_scale:
+            return fp8_dequantize(data, role(e, parts, "scale"), Fp8ScaleMath::out_dtype, dtype, e.name);
+        case Encoding::sdnq: {
+            SdnqTensors t{data, *role(e, parts, "scale"), role(e, parts, "zero_point"), role(e, parts, "svd_up"),
+                          role(e, parts, "svd_down")};
+            const std::string layer = e.name.substr(0, e.name.size() - std::string(".weight").size());
+            return sdnq_dequantize(t, e.sdnq, e.shape.at(0), e.shape.at(1), dtype, layer);
+        }
+    }
+    throw RuntimeError("tensor " + e.name + ": unknown encoding");
+}
+
+}  // namespace ddo::torch::quant

@@ -1,0 +1,129 @@
+#!/usr/bin/env python3
+"""Pipeline parity fixtures for qwen_image_21 on quantized transformers (issue 26; Note [Quantized weights]).
+
+Usage: qwen_image_21_quant_fixtures.py OUT_DIR
+
+The tiny Qwen-Image 2.1 checkpoint of qwen_image_21_fixtures.py (its build_models, same seed), with its transformer
+replaced by a quantized one, and the reference pipeline run on each:
+  - sdnq_int8, sdnq_uint4_svd: sdnq 0.2.8 quantizes the transformer (sdnq_post_load_quant with its model skip keys, so
+    the embedders, the output projection and the norms stay dense; every size allowed, the tiny model's layers are
+    below sdnq's default minimum) and save_sdnq_model writes it; the reference is diffusers' QwenImage21Pipeline with
+    QwenImage21Transformer2DModel.from_pretrained(<case>/transformer, torch_dtype=float32) -- diffusers' own SDNQ
+    integration, whose layers dequantize (no quantized matmul) and run the dense Linear;
+  - fp8_scaled: every Linear weight of the transformer blocks stored F8_E4M3 with a 0-dim F32 `weight_scale`
+    (Lightricks' LTX-2 fp8 layout: scale = 448 / amax, weight_scale = 1 / scale); diffusers has no loader for it, so
+    the reference is the same pipeline on the dense transformer whose weights are those decoded as ltx_core's loader
+    folds them, (q.float() * weight_scale) in fp32.
+
+Files written:
+  <case>/                  a diffusers checkpoint (model_index.json, scheduler/, vae/ copied; transformer/ quantized)
+  prompt_embeds.safetensors  prompt_embeds/_mask + negative_prompt_embeds/_mask
+  pipeline.safetensors     "<case>.<run>.latents": the pipeline's output latents (output_type="latent")
+  reference.json           written last: versions, cases and their sdnq options, runs
+"""
+
+import copy
+import importlib.metadata
+import json
+import os
+import shutil
+import sys
+from pathlib import Path
+
+os.environ.setdefault("SDNQ_USE_TORCH_COMPILE", "0")  # sdnq's eager path (no Triton here), before sdnq is imported
+
+import numpy as np
+import torch
+from safetensors.torch import load_file, save_file
+
+import diffusers
+from diffusers import FlowMatchEulerDiscreteScheduler, QwenImage21Pipeline, QwenImage21Transformer2DModel
+from sdnq import save_sdnq_model, sdnq_post_load_quant
+
+import qwen_image_21_fixtures as q21
+
+SEED = q21.SEED
+SDNQ_CASES = {
+    "sdnq_int8": dict(weights_dtype="int8"),
+    "sdnq_uint4_svd": dict(weights_dtype="uint4", use_svd=True, svd_rank=4),
+}
+RUNS = {
+    "cfg": dict(true_cfg_scale=4.0, use_kv_cache=True, steps=2, height=64, width=64),
+    "plain": dict(true_cfg_scale=1.0, use_kv_cache=False, steps=2, height=64, width=96),
+}
+
+
+def copy_checkpoint(out, case):
+    dst = out / case
+    shutil.copytree(out / "checkpoint", dst, ignore=shutil.ignore_patterns("transformer"))
+    return dst
+
+
+def sdnq_case(out, transformer, case, opts):
+    ckpt = copy_checkpoint(out, case)
+    t = copy.deepcopy(transformer)
+    t = sdnq_post_load_quant(t, torch_dtype=torch.float32, minimum_allowed_numel=0, minimum_allowed_channel_size=0,
+                             **opts)
+    save_sdnq_model(t, str(ckpt / "transformer"))
+    return QwenImage21Transformer2DModel.from_pretrained(str(ckpt / "transformer"), torch_dtype=torch.float32).eval()
+
+
+def fp8_case(out, transformer, case):
+    ckpt = copy_checkpoint(out, case)
+    shutil.copytree(out / "checkpoint" / "transformer", ckpt / "transformer")
+    path = ckpt / "transformer" / "diffusion_pytorch_model.safetensors"
+    state = load_file(str(path))
+    dense = dict(state)
+    for name, w in list(state.items()):
+        if not (name.startswith("transformer_blocks.") and name.endswith(".weight") and w.dim() == 2):
+            continue
+        scale = 448.0 / w.float().abs().max()
+        qw = (w.float() * scale).clamp(-448, 448).to(torch.float8_e4m3fn)
+        ws = (1.0 / scale).reshape(()).to(torch.float32)
+        state[name], state[name[:-len(".weight")] + ".weight_scale"] = qw, ws
+        dense[name] = (qw.to(torch.float32) * ws).to(w.dtype)
+    save_file({k: v.contiguous() for k, v in state.items()}, str(path))
+    ref = copy.deepcopy(transformer)
+    ref.load_state_dict(dense)
+    return ref.eval()
+
+
+def run_pipeline(transformer, vae, pos, pos_mask, neg, neg_mask, r):
+    pipe = QwenImage21Pipeline(scheduler=FlowMatchEulerDiscreteScheduler(**q21.SCHEDULER_CONFIG), vae=vae,
+                               text_encoder=None, processor=q21._NoProcessor(), transformer=transformer)
+    pipe.set_progress_bar_config(disable=True)
+    kwargs = dict(prompt_embeds=pos, prompt_embeds_mask=pos_mask, height=r["height"], width=r["width"],
+                  num_inference_steps=r["steps"], true_cfg_scale=r["true_cfg_scale"], use_kv_cache=r["use_kv_cache"])
+    if r["true_cfg_scale"] > 1:
+        kwargs.update(negative_prompt_embeds=neg, negative_prompt_embeds_mask=neg_mask)
+    with torch.no_grad():
+        return pipe(**kwargs, generator=torch.Generator().manual_seed(SEED), output_type="latent", return_dict=False)[0]
+
+
+def main():
+    out = Path(sys.argv[1])
+    out.mkdir(parents=True, exist_ok=True)
+    torch.set_num_threads(min(2, os.cpu_count() or 1))
+    transformer, vae, _ = q21.build_models(out)
+    g = torch.Generator().manual_seed(SEED + 4)
+    pos, pos_mask = q21._embeds(g, 1, 9, 7)
+    neg, neg_mask = q21._embeds(g, 1, 5, 5)
+    save_file({"prompt_embeds": pos, "prompt_embeds_mask": pos_mask.to(torch.uint8),
+               "negative_prompt_embeds": neg, "negative_prompt_embeds_mask": neg_mask.to(torch.uint8)},
+              str(out / "prompt_embeds.safetensors"))
+    models = {case: sdnq_case(out, transformer, case, opts) for case, opts in SDNQ_CASES.items()}
+    models["fp8_scaled"] = fp8_case(out, transformer, "fp8_scaled")
+    tensors = {}
+    for case, t in models.items():
+        for run, r in RUNS.items():
+            tensors[f"{case}.{run}.latents"] = run_pipeline(t, vae, pos, pos_mask, neg, neg_mask, r).contiguous()
+    save_file(tensors, str(out / "pipeline.safetensors"))
+    ref = {"reference": "diffusers", "reference_version": diffusers.__version__, "torch_version": torch.__version__,
+           "sdnq_version": importlib.metadata.version("sdnq"), "numpy_version": np.__version__, "seed": SEED,
+           "dtype": "float32", "cases": {**SDNQ_CASES, "fp8_scaled": {"layout": "weight F8_E4M3 + weight_scale"}},
+           "runs": {k: dict(v, seed=SEED) for k, v in RUNS.items()}, "transformer_config": q21.TRANSFORMER_CONFIG}
+    (out / "reference.json").write_text(json.dumps(ref, indent=1, default=list) + "\n")
+
+
+if __name__ == "__main__":
+    sys.exit(main())
