@@ -219,6 +219,32 @@ static at::Tensor decoded(ComponentWeights::Impl & m, const store::EncodedTensor
     return r;
 }
 
+// The engine's group declarations: `per` consecutive declared groups each (decl_of: declared group -> engine
+// declaration), every declared tensor as the stored tensors that encode it (Note [Quantized weights]). Records the
+// declared tensors and whether any is quantized.
+static std::vector<en::GroupDecl> engine_decls(ComponentWeights::Impl & m, std::size_t per, std::vector<std::size_t> & decl_of) {
+    std::vector<en::GroupDecl> decls;
+    for (std::size_t first = 0; first < m.specs.size(); first += per) {
+        en::GroupDecl d{m.specs[first].name, {}, {}};
+        for (std::size_t i = first; i < std::min(first + per, m.specs.size()); ++i) {
+            if (i > first) d.name += "+" + m.specs[i].name;
+            for (const auto & t : m.specs[i].tensors) {
+                const auto * e = m.encodings->find(t);
+                if (!e) {  // the layout names it missing, as for any tensor not in the checkpoint
+                    d.tensors.push_back(t);
+                    continue;
+                }
+                m.quantized = m.quantized || e->encoding != store::Encoding::dense;
+                for (const auto * p : e->parts) d.tensors.push_back(p->name);
+                m.declared.push_back(t);
+            }
+            decl_of[i] = decls.size();
+        }
+        decls.push_back(std::move(d));
+    }
+    return decls;
+}
+
 std::unique_ptr<ComponentWeights> ComponentWeights::open(const std::filesystem::path & dir, std::vector<GroupSpec> groups,
                                                          const ComponentPlan & plan, at::ScalarType compute_dtype) {
     std::unique_ptr<ComponentWeights> self(new ComponentWeights());
@@ -238,26 +264,8 @@ std::unique_ptr<ComponentWeights> ComponentWeights::open(const std::filesystem::
     // group_block with blocks_per_group = N: N consecutive declared groups form one engine group ("a+b"), held
     // while any of them is acquired (Note [Blocks per group]).
     const std::size_t per = plan.route == Route::group_block ? std::size_t(std::max(1, plan.blocks_per_group)) : 1;
-    std::vector<en::GroupDecl> decls;
     std::vector<std::size_t> decl_of(m.specs.size());
-    for (std::size_t first = 0; first < m.specs.size(); first += per) {
-        en::GroupDecl d{m.specs[first].name, {}, {}};
-        for (std::size_t i = first; i < std::min(first + per, m.specs.size()); ++i) {
-            if (i > first) d.name += "+" + m.specs[i].name;
-            for (const auto & t : m.specs[i].tensors) {  // each declared tensor as the stored tensors that encode it
-                const auto * e = m.encodings->find(t);
-                if (!e) {  // the layout names it missing, as for any tensor not in the checkpoint
-                    d.tensors.push_back(t);
-                    continue;
-                }
-                m.quantized = m.quantized || e->encoding != store::Encoding::dense;
-                for (const auto * p : e->parts) d.tensors.push_back(p->name);
-                m.declared.push_back(t);
-            }
-            decl_of[i] = decls.size();
-        }
-        decls.push_back(std::move(d));
-    }
+    const auto decls = engine_decls(m, per, decl_of);
     // Note [Mapped residents]: on the host every route presents a tensor at its file alignment (mod 64), as the
     // in-place residents and diffusers' from_pretrained do, so that routes agree bitwise; device copies stay
     // 256-aligned.
