@@ -3,16 +3,11 @@
 #include <ATen/ATen.h>
 
 #include "ddo/error.hpp"
+#include "shape_text.hpp"
 
 namespace ddo::torch::quant {
 
 namespace {
-
-std::string shape_text(at::IntArrayRef s) {
-    std::string t = "[";
-    for (std::size_t i = 0; i < s.size(); ++i) t += (i ? "," : "") + std::to_string(s[i]);
-    return t + "]";
-}
 
 // The scale broadcast against q, as TorchAO's _maybe_expand_scale_to_tensor_shape does: one element and per-row
 // scales broadcast as they are; block-wise scales are repeated over their blocks.

@@ -5,16 +5,11 @@
 #include <cmath>
 
 #include "ddo/error.hpp"
+#include "shape_text.hpp"
 
 namespace ddo::torch::quant {
 
 namespace {
-
-std::string shape_text(at::IntArrayRef s) {
-    std::string t = "[";
-    for (std::size_t i = 0; i < s.size(); ++i) t += (i ? "," : "") + std::to_string(s[i]);
-    return t + "]";
-}
 
 [[noreturn]] void disagree(const std::string & name, const std::string & what) {
     throw RuntimeError("SDNQ layer " + name + ": " + what +
