@@ -122,11 +122,17 @@ def write_manifests():
         + manifest_entry("vmm", "allocator", "libddo_alloc_vmm.so", 203448)
         + manifest_entry("qwen_image_21", "model", "libddo_model_qwen_image_21.so", 9338776))
     put("artifact_manifest", "empty.toml", "schema_version = 1\n")
-    # What write_artifact_manifest (toml++) writes: literal strings where they fit, a subdirectory file.
+    # What write_artifact_manifest writes: basic strings only (Note in artifact_manifest.cpp), a subdirectory file.
     put("artifact_manifest", "drop_in.toml",
         "# Each [[artifact]] is verified before load (docs/architecture.md, Note [Artifact manifest]).\n"
-        "schema_version = 1\n\n[[artifact]]\nname = 'my_model'\nkind = 'model'\nfile = 'sub/dir/libmy.so'\n"
-        f"size = 0\nsha256 = '{SHA}'\nplatform = 'linux-x86_64'\nfingerprint = \"a \\\"quoted\\\" \\u00e9 fp\"\n")
+        "schema_version = 1\n\n[[artifact]]\nname = \"my_model\"\nkind = \"model\"\nfile = \"sub/dir/libmy.so\"\n"
+        f"size = 0\nsha256 = \"{SHA}\"\nplatform = \"linux-x86_64\"\nfingerprint = \"a \\\"quoted\\\" \\u00e9 fp\"\n")
+    # The fuzz finding of stop 32: a value that starts with a newline, which toml++'s multi-line spelling lost.
+    put("artifact_manifest", "fingerprint_leading_newline.toml",
+        "# Each [[artifact]] is verified before load (docs/architecture.md, Note [Artifact manifest]).\n"
+        "schema_version = 1\n\n[[artifact]]\nname = 'myWWWsizeWWWWWWWWWWWWWWWWWWWWWWWWWWWW_model'\nkind = 'model'\n"
+        f"file = 'sub/dir/libmy.so'\nsize = 0\nsha256 = '6f9d8180884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08'\n"
+        "platform = 'linux-x86_64'\nfingerprint = \"\\na \\\"quoted\\\" \\u00e9 fp\"\n")
 
 
 # ---------------------------------------------------------------- presets (+ --set / DDO_* after a NUL)

@@ -56,6 +56,34 @@ TEST(ArtifactManifest, ParsesEveryField) {
     EXPECT_EQ(e.path, tmp.path() / "liba.so");
 }
 
+TEST(ArtifactManifest, WrittenEntriesReadBackUnchanged) {
+    // A value that starts with a newline: toml++'s multi-line spelling of it read back one character short
+    // (the artifact_manifest fuzz target found it; corpus fingerprint_leading_newline.toml).
+    TempDir tmp;
+    ArtifactManifest m;
+    m.file = tmp.path() / "artifacts.toml";
+    m.schema_version = kArtifactManifestSchemaVersion;
+    for (const std::string fingerprint : {"\na \"quoted\" \u00e9 fp", "a\nb", "tab\there", "'''", "\r\n"}) {
+        ArtifactEntry e;
+        e.name = "n" + std::to_string(m.artifacts.size());
+        e.kind = "model";
+        e.file = "sub/lib" + e.name + ".so";
+        e.size = 7;
+        e.sha256 = std::string(64, 'a');
+        e.platform = "linux-x86_64";
+        e.fingerprint = fingerprint;
+        m.artifacts.push_back(e);
+    }
+    write_artifact_manifest(m);
+    const ArtifactManifest again = read_artifact_manifest(m.file);
+    ASSERT_EQ(again.artifacts.size(), m.artifacts.size());
+    for (std::size_t i = 0; i < m.artifacts.size(); ++i) {
+        EXPECT_EQ(again.artifacts[i].name, m.artifacts[i].name);
+        EXPECT_EQ(again.artifacts[i].file, m.artifacts[i].file);
+        EXPECT_EQ(again.artifacts[i].fingerprint, m.artifacts[i].fingerprint) << "entry " << i;
+    }
+}
+
 TEST(ArtifactManifest, RefusesAnotherSchemaVersionWithItsLocation) {
     TempDir tmp;
     const fs::path f = write(tmp, std::string("schema_version = 2\n") + kGoodEntry);
