@@ -188,7 +188,7 @@ q::SdnqTensors sdnq_tensors(const TensorFile & f, const std::string & layer) {
 // The layer decoded as a loader would: its dtype from the config, its dense shape from the stored shapes, its rule.
 at::Tensor sdnq_decode(const ddo::store::SdnqConfig & cfg, const TensorFile & f, const std::string & layer) {
     const auto t = sdnq_tensors(f, layer);
-    const auto [out, in] = q::sdnq_dense_shape(t, cfg.dtype_of(layer), layer);
+    const auto [out, in] = ddo::store::sdnq_dense_shape(t.weight.sizes().vec(), t.scale.sizes().vec(), cfg.dtype_of(layer), layer);
     return q::sdnq_dequantize(t, cfg.layer(layer, out, in, t.scale.dim() == 3), out, in, at::kBFloat16, layer);
 }
 

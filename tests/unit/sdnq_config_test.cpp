@@ -87,4 +87,21 @@ TEST(SdnqConfig, WhatDdoDoesNotDecodeIsRefusedNamingTheKey) {
     EXPECT_THROW(SdnqConfig::from_json(other, "q.json"), ddo::UsageError);
 }
 
+TEST(SdnqConfig, TheDenseShapeComesFromTheStoredShapesOrIsRefusedNamingTheLayer) {
+    const SdnqDtype int8 = sdnq_dtype("int8", "t"), uint4 = sdnq_dtype("uint4", "t");
+    EXPECT_EQ(sdnq_dense_shape({6, 10}, {6, 1}, int8, "l"), std::make_pair(std::int64_t(6), std::int64_t(10)));
+    EXPECT_EQ(sdnq_dense_shape({10, 6}, {1, 6}, int8, "l"), std::make_pair(std::int64_t(6), std::int64_t(10)));  // transposed
+    EXPECT_EQ(sdnq_dense_shape({6, 2, 5}, {6, 2, 1}, int8, "l"), std::make_pair(std::int64_t(6), std::int64_t(10)));
+    EXPECT_EQ(sdnq_dense_shape({30}, {6, 1}, uint4, "l"), std::make_pair(std::int64_t(6), std::int64_t(10)));  // 2 a byte
+    try {
+        sdnq_dense_shape({31}, {6, 1}, uint4, "blocks.0.attn.to_q");
+        FAIL() << "a packed weight that does not divide into the scale's rows was accepted";
+    } catch (const ddo::RuntimeError & e) {
+        EXPECT_NE(std::string(e.what()).find("blocks.0.attn.to_q"), std::string::npos) << e.what();
+        EXPECT_NE(std::string(e.what()).find("re-save"), std::string::npos) << e.what();
+    }
+    EXPECT_THROW(sdnq_dense_shape({6, 10}, {6, 1}, uint4, "l"), ddo::RuntimeError);   // packed must be 1-D
+    EXPECT_THROW(sdnq_dense_shape({2, 3, 4, 5}, {2, 1}, int8, "l"), ddo::RuntimeError);  // not a Linear's
+}
+
 }  // namespace

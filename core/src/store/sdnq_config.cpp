@@ -1,6 +1,7 @@
 #include "ddo/store/sdnq_config.hpp"
 
 #include <algorithm>
+#include <limits>
 #include <regex>
 #include <sstream>
 
@@ -160,6 +161,43 @@ SdnqLayerRule SdnqConfig::layer(const std::string & layer, std::int64_t out, std
         r.hadamard_group = g >= 4 ? g : 0;
     }
     return r;
+}
+
+namespace {
+
+std::string shape_text(const std::vector<std::int64_t> & shape) {
+    std::string out = "[";
+    for (std::size_t i = 0; i < shape.size(); ++i) out += (i ? ", " : "") + std::to_string(shape[i]);
+    return out + "]";
+}
+
+[[noreturn]] void disagree(const std::string & name, const std::string & what) {
+    throw RuntimeError("SDNQ layer " + name + ": " + what +
+                       "; the quantization_config does not match the tensors - re-save the checkpoint with sdnq");
+}
+
+}  // namespace
+
+std::pair<std::int64_t, std::int64_t> sdnq_dense_shape(const std::vector<std::int64_t> & w,
+                                                       const std::vector<std::int64_t> & s, const SdnqDtype & dtype,
+                                                       const std::string & name) {
+    if (dtype.packed) {
+        if (w.size() != 1 || s.size() < 2)
+            disagree(name, "a packed " + dtype.name + " weight is 1-D with a [out, ...] scale, found weight " +
+                               shape_text(w) + " and scale " + shape_text(s));
+        const std::int64_t out = s[0];
+        if (w[0] < 0 || w[0] > std::numeric_limits<std::int64_t>::max() / 8)
+            disagree(name, "weight " + shape_text(w) + " is out of range");
+        const std::int64_t values = w[0] * (8 / dtype.bits);
+        if (out <= 0 || values % out != 0)
+            disagree(name, "weight " + shape_text(w) + " does not divide into " + std::to_string(out) + " rows");
+        return {out, values / out};
+    }
+    if (w.size() == 3) return {w[0], w[1] * w[2]};
+    if (w.size() != 2)
+        disagree(name, "weight " + shape_text(w) + " is neither [out, in], [in, out] nor [out, groups, size]");
+    const bool transposed = s.size() == 2 && s[0] == 1 && s[1] == w[1] && w[1] > 1;
+    return transposed ? std::pair{w[1], w[0]} : std::pair{w[0], w[1]};
 }
 
 }  // namespace ddo::store

@@ -71,29 +71,8 @@ void detect_sdnq(Builder & b, const SdnqConfig & cfg) {
         b.part(e, p + ".zero_point", "zero_point");
         b.part(e, p + ".svd_up", "svd_up");
         b.part(e, p + ".svd_down", "svd_down");
-        // The dense shape from the stored shapes (sdnq_dense_shape's rules, torch-free here).
-        const auto & w = *t;
         const auto & s = *b.get(p + ".scale");
-        std::int64_t out = 0, in = 0;
-        if (dtype.packed) {
-            out = s.shape.empty() ? 0 : s.shape[0];
-            const std::int64_t values = std::int64_t(w.numel()) * (8 / dtype.bits);
-            if (w.shape.size() != 1 || out <= 0 || values % out != 0)
-                throw RuntimeError("SDNQ layer " + p + " in " + b.store.describe() + ": packed " + dtype.name +
-                                   " weight does not divide into the scale's rows; the quantization_config does not match "
-                                   "the tensors - re-save the checkpoint with sdnq");
-            in = values / out;
-        } else if (w.shape.size() == 3) {
-            out = w.shape[0];
-            in = w.shape[1] * w.shape[2];
-        } else if (w.shape.size() == 2) {
-            const bool transposed = s.shape.size() == 2 && s.shape[0] == 1 && s.shape[1] == w.shape[1] && w.shape[1] > 1;
-            out = transposed ? w.shape[1] : w.shape[0];
-            in = transposed ? w.shape[0] : w.shape[1];
-        } else {
-            throw RuntimeError("SDNQ layer " + p + " in " + b.store.describe() + ": weight of rank " +
-                               std::to_string(w.shape.size()) + " is not a Linear's");
-        }
+        const auto [out, in] = sdnq_dense_shape(t->shape, s.shape, dtype, p + " in " + b.store.describe());
         e.shape = {out, in};
         e.sdnq = cfg.layer(p, out, in, s.shape.size() == 3);
         b.add(std::move(e));

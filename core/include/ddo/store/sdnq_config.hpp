@@ -11,6 +11,7 @@
 #include <filesystem>
 #include <map>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <nlohmann/json_fwd.hpp>
@@ -62,5 +63,13 @@ SdnqDtype sdnq_dtype(const std::string & name, const std::string & where);
 // sdnq's check_param_name_in: `name` matches an entry equal to it, equal to one of its dot-separated parts, a
 // leading-dot prefix (".proj_out" matches names starting with "proj_out"), or a `*` glob.
 bool sdnq_name_matches(const std::string & name, const std::vector<std::string> & patterns);
+
+// The dense {out, in} a layer's stored weight and scale encode, from their shapes and the dtype's packing: a packed
+// weight is 1-D with a [out, ...] scale; an unpacked one [out, in], [in, out] (transposed: a [1, out] scale) or
+// [out, groups, size]. Throws RuntimeError naming the layer `name` when the shapes do not fit together (a
+// quantization_config that does not match the tensors). The one rule for the store's detection and the decoder.
+std::pair<std::int64_t, std::int64_t> sdnq_dense_shape(const std::vector<std::int64_t> & weight_shape,
+                                                       const std::vector<std::int64_t> & scale_shape,
+                                                       const SdnqDtype & dtype, const std::string & name);
 
 }  // namespace ddo::store

@@ -31,24 +31,6 @@ at::Tensor hadamard(int64_t n, at::ScalarType dtype, at::Device device) {
 
 }  // namespace
 
-std::pair<int64_t, int64_t> sdnq_dense_shape(const SdnqTensors & t, const ddo::store::SdnqDtype & dtype,
-                                             const std::string & name) {
-    const auto & w = t.weight;
-    const auto & s = t.scale;
-    if (dtype.packed) {
-        if (w.dim() != 1 || s.dim() < 2) disagree(name, "a packed " + dtype.name + " weight is 1-D with a [out, ...] scale, found weight " +
-                                                            shape_text(w.sizes()) + " and scale " + shape_text(s.sizes()));
-        const int64_t out = s.size(0);
-        const int64_t values = w.numel() * (8 / dtype.bits);
-        if (out <= 0 || values % out != 0) disagree(name, "weight " + shape_text(w.sizes()) + " does not divide into " + std::to_string(out) + " rows");
-        return {out, values / out};
-    }
-    if (w.dim() == 3) return {w.size(0), w.size(1) * w.size(2)};
-    if (w.dim() != 2) disagree(name, "weight " + shape_text(w.sizes()) + " is neither [out, in], [in, out] nor [out, groups, size]");
-    const bool transposed = s.dim() == 2 && s.size(0) == 1 && s.size(1) == w.size(1) && w.size(1) > 1;
-    return transposed ? std::pair{w.size(1), w.size(0)} : std::pair{w.size(0), w.size(1)};
-}
-
 at::Tensor sdnq_dequantize(const SdnqTensors & t, const ddo::store::SdnqLayerRule & rule, int64_t out, int64_t in,
                            at::ScalarType result, const std::string & name) {
     const auto cdt = rule.fp32 ? at::kFloat : result;  // what diffusers' SDNQ loader casts the scales and factors to

@@ -22,11 +22,7 @@ struct SdnqTensors {
     std::optional<at::Tensor> zero_point, svd_up, svd_down;
 };
 
-// The dense [out, in] shape the stored tensors of a layer encode (from the weight's and scale's shapes and the dtype's
-// packing); throws ddo::RuntimeError naming `name` when they do not fit together.
-std::pair<int64_t, int64_t> sdnq_dense_shape(const SdnqTensors & t, const ddo::store::SdnqDtype & dtype,
-                                             const std::string & name);
-
+// The dense shape of a layer: ddo::store::sdnq_dense_shape.
 // The dense weight [out, in] in `result`. `rule` from SdnqConfig::layer. Throws ddo::RuntimeError naming `name` (the
 // layer) when a tensor's shape disagrees with the rule (a config that does not match the file).
 at::Tensor sdnq_dequantize(const SdnqTensors & t, const ddo::store::SdnqLayerRule & rule, int64_t out, int64_t in,
