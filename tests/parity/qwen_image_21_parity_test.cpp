@@ -21,6 +21,7 @@
 #include "ddo/error.hpp"
 #include "parity/parity_support.hpp"
 #include "pipeline.hpp"
+#include "qwen_image_21_run_options.hpp"
 #include "scheduler.hpp"
 #include "transformer.hpp"
 #include "vae_decoder.hpp"
@@ -257,13 +258,7 @@ TEST_F(Qi21Parity, PipelineEmbeddingsToPixels) {
     qi::VaeDecoder vae(t.m.vae, t.m.vae_config, at::kFloat, at::kCPU, qi::VaeStrategy::resident);
     auto src = qi::make_resident_blocks(t.m.transformer, t.m.transformer_config, at::kFloat, at::kCPU);
     for (auto & [name, run] : reference().at("pipeline_runs").items()) {
-        qi::PipelineOptions o;
-        o.width = run.at("width").get<int64_t>();
-        o.height = run.at("height").get<int64_t>();
-        o.steps = run.at("steps").get<int>();
-        o.seed = run.at("seed").get<uint64_t>();
-        o.true_cfg_scale = run.at("true_cfg_scale").get<double>();
-        o.use_kv_cache = run.at("use_kv_cache").get<bool>();
+        const qi::PipelineOptions o = ddo::test::qwen_image_21_run_options(run);
         auto latents = qi::denoise(t.m, t.transformer, *src, embeds, o);
         expect_close("pipeline " + name + " latents", latents, f.read(name + ".latents"), 1e-4);
         auto image = qi::decode_latents(t.m, vae, latents, o);

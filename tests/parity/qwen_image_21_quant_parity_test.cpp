@@ -12,6 +12,7 @@
 #include "cpu_plan.hpp"
 #include "parity/parity_support.hpp"
 #include "pipeline.hpp"
+#include "qwen_image_21_run_options.hpp"
 
 namespace qi = ddo::qwen_image_21;
 namespace fs = std::filesystem;
@@ -27,17 +28,6 @@ protected:
     const nlohmann::json & reference() const { return ddo::test::reference_of(kDir, "qwen_image_21_quant_fixtures"); }
 };
 
-qi::PipelineOptions options(const nlohmann::json & run) {
-    qi::PipelineOptions o;
-    o.width = run.at("width").get<int64_t>();
-    o.height = run.at("height").get<int64_t>();
-    o.steps = run.at("steps").get<int>();
-    o.seed = run.at("seed").get<uint64_t>();
-    o.true_cfg_scale = run.at("true_cfg_scale").get<double>();
-    o.use_kv_cache = run.at("use_kv_cache").get<bool>();
-    return o;
-}
-
 TEST_F(Qi21QuantParity, QuantizedTransformersEqualDiffusersFromEmbeddingsToLatents) {
     const auto want = qi::TensorFile::open_file(kDir / "pipeline.safetensors");
     for (const auto & [c, opts] : reference().at("cases").items()) {
@@ -47,7 +37,7 @@ TEST_F(Qi21QuantParity, QuantizedTransformersEqualDiffusersFromEmbeddingsToLaten
         const auto embeds = qi::load_prompt_embeds(kDir / "prompt_embeds.safetensors", m.transformer_config.context_in_dim);
         auto src = qi::make_resident_blocks(m.transformer, m.transformer_config, at::kFloat, at::kCPU);
         for (const auto & [run, r] : reference().at("runs").items()) {
-            const auto latents = qi::denoise(m, transformer, *src, embeds, options(r));
+            const auto latents = qi::denoise(m, transformer, *src, embeds, ddo::test::qwen_image_21_run_options(r));
             expect_close(c + " " + run + " latents", latents, want.read(c + "." + run + ".latents"), 1e-4);
         }
     }
@@ -60,7 +50,7 @@ TEST_F(Qi21QuantParity, EveryRouteStreamsTheStoredBytesAndEqualsResidentBitwise)
         const auto m = qi::ModelFiles::open(kDir / c);
         const qi::Transformer transformer{m.transformer_config, qi::load_transformer_globals(m.transformer, m.transformer_config, at::kFloat)};
         const auto embeds = qi::load_prompt_embeds(kDir / "prompt_embeds.safetensors", m.transformer_config.context_in_dim);
-        const auto o = options(reference().at("runs").at("cfg"));
+        const auto o = ddo::test::qwen_image_21_run_options(reference().at("runs").at("cfg"));
         auto reference_src = qi::make_resident_blocks(m.transformer, m.transformer_config, at::kFloat, at::kCPU);
         const auto want = qi::denoise(m, transformer, *reference_src, embeds, o);
         for (const auto route : {ddo::Route::resident, ddo::Route::dynamic, ddo::Route::disk, ddo::Route::group_block,
