@@ -52,11 +52,23 @@ WeightStore WeightStore::open_component(const fs::path & dir) {
     m.dir = dir;
     if (fs::exists(dir / "config.json")) m.config = read_json_file(dir / "config.json");
 
-    std::vector<fs::path> indexes, singles;
+    std::vector<fs::path> indexes, singles, pickles;
     for (const auto & e : fs::directory_iterator(dir)) {
         const auto name = e.path().filename().string();
         if (name.ends_with(".safetensors.index.json")) indexes.push_back(e.path());
         else if (name.ends_with(".safetensors")) singles.push_back(e.path());
+        else if (name.ends_with(".bin") || name.ends_with(".pt") || name.ends_with(".pth") || name.ends_with(".ckpt"))
+            pickles.push_back(e.path());
+    }
+    if (indexes.empty() && singles.empty() && !pickles.empty()) {
+        std::sort(pickles.begin(), pickles.end());
+        throw RuntimeError("component directory " + dir.string() + " holds pickled PyTorch weights (" +
+                           pickles.front().filename().string() +
+                           (pickles.size() > 1 ? " and " + std::to_string(pickles.size() - 1) + " more" : "") +
+                           ") and no *.safetensors; ddo does not read pickles (loading one runs its code). Re-save the "
+                           "component as safetensors in Python: load it (from_pretrained(DIR, use_safetensors=False); "
+                           "an old TorchAO-quantized one with torchao >= 0.16) and save_pretrained(OUT, "
+                           "safe_serialization=True)");
     }
     std::sort(indexes.begin(), indexes.end());
     std::sort(singles.begin(), singles.end());

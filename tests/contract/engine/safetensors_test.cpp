@@ -210,3 +210,23 @@ TEST(WeightStore, ShardedIndexAndDiffusersLayout) {
     std::ofstream(root / "model_index.json") << "{not json";
     EXPECT_THROW(DiffusersCheckpoint::open(root), ddo::RuntimeError);
 }
+
+TEST(WeightStore, PickledWeightsAreRefusedWithHowToResave) {
+    // An old TorchAO (or any torch.save) component: a pickle, which ddo never loads (issue 26).
+    const fs::path dir = tmpdir() / "pickled" / "transformer";
+    fs::remove_all(dir.parent_path());
+    fs::create_directories(dir);
+    std::ofstream(dir / "config.json") << "{}";
+    std::ofstream(dir / "diffusion_pytorch_model.bin") << "\x80\x02pickle";
+    try {
+        WeightStore::open_component(dir);
+        FAIL() << "a pickled component was opened";
+    } catch (const ddo::RuntimeError & e) {
+        const std::string what = e.what();
+        EXPECT_NE(what.find("diffusion_pytorch_model.bin"), std::string::npos) << what;
+        EXPECT_NE(what.find("safe_serialization=True"), std::string::npos) << what;
+    }
+    // Beside safetensors a stray pickle is not in the way.
+    ddo::bench::write_safetensors(dir / "diffusion_pytorch_model.safetensors", {{"x", "U8", {1}, {7}}});
+    EXPECT_EQ(WeightStore::open_component(dir).tensors().size(), 1u);
+}
