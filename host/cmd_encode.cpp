@@ -18,6 +18,8 @@ void install(CLI::App & app, HostOptions & options) {
     cmd->add_option("--plugin", a->plugin, "model plugin: name or unique alias (ddo-host plugins)")->required();
     cmd->add_option("--model", a->model, "checkpoint directory (diffusers layout, with its text encoder)")->required();
     cmd->add_option("-p,--prompt", a->prompt, "prompt text")->required();
+    cmd->add_option("--text-encoder", a->text_encoder, "a .safetensors or .gguf file replacing the checkpoint's text "
+                                                       "encoder weights");
     cmd->add_option("-n,--negative-prompt", a->negative_prompt, "negative prompt (written as negative_prompt_embeds)");
     cmd->add_option("-o,--output-file", a->output_file, "the safetensors file to write")->required();
     cmd->add_option("--preset", a->preset, "preset name or file; default: DDO_PRESET, else auto");

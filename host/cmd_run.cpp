@@ -66,7 +66,8 @@ void require_utf8(const RunArgs & a) {
     if (a.prompt) require_utf8(*a.prompt, "--prompt");
     if (a.negative_prompt) require_utf8(*a.negative_prompt, "--negative-prompt");
     for (const auto & [v, flag] : {std::pair{a.preset, "--preset"}, {a.model, "--model"}, {a.prompt_embeds, "--prompt-embeds"},
-                                   {a.latents, "--latents"}, {a.output, "--output"}, {a.output_file, "--output-file"}, {a.report, "--report"}})
+                                   {a.latents, "--latents"}, {a.output, "--output"}, {a.output_file, "--output-file"}, {a.report, "--report"},
+                                   {a.transformer, "--transformer"}, {a.text_encoder, "--text-encoder"}})
         require_utf8(v, flag);
 }
 
@@ -281,6 +282,8 @@ void fill_run_context(RunContext & ctx, const RunArgs & a, const ResolvedSetting
     ctx.overwrite = a.overwrite;
     ctx.prompt_embeds = a.prompt_embeds;
     ctx.latents = a.latents;
+    if (!a.transformer.empty()) ctx.component_files["transformer"] = a.transformer;
+    if (!a.text_encoder.empty()) ctx.component_files["text_encoder"] = a.text_encoder;
     ctx.encode_only = a.encode_only;
     ctx.interrupted = &g_interrupted;
     ctx.dry_run = a.dry_run;
@@ -452,6 +455,12 @@ void install(CLI::App & app, HostOptions & options) {
     app.add_option("--set", a->sets, "key=value override of a preset key (repeatable; docs/presets.md)")->group(g);
     app.add_option("--model", a->model, "checkpoint directory (diffusers layout)")->group(g);
     app.add_option("--prompt-embeds", a->prompt_embeds, "precomputed prompt embeddings file (ddo-host encode writes one)")
+        ->group(g);
+    app.add_option("--transformer", a->transformer, "a .safetensors or .gguf file replacing the checkpoint's transformer "
+                                                    "weights (diffusers names or model.diffusion_model.*; SDNQ, FP8, GGUF)")
+        ->group(g);
+    app.add_option("--text-encoder", a->text_encoder, "a .safetensors or .gguf file replacing the checkpoint's text "
+                                                      "encoder weights (its diffusers/transformers names)")
         ->group(g);
     app.add_option("-p,--prompt", a->prompt, "prompt text (workload.prompt); needs a plugin with a text encoder")->group(g);
     app.add_option("--latents", a->latents, "initial noise: a safetensors file with tensor 'latents' (the pipeline's "

@@ -13,6 +13,7 @@ struct RunArgs {
     std::string plugin, preset;
     std::vector<std::string> sets;
     std::string model, prompt_embeds, latents, output, output_file, report;
+    std::string transformer, text_encoder;  // --transformer FILE, --text-encoder FILE (Note [Component files])
     std::optional<std::string> prompt, negative_prompt;
     std::optional<long long> steps, width, height, seed, num_images, frames;
     std::optional<double> fps;

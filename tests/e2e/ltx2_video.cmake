@@ -11,3 +11,17 @@ if(TARGET ltx2_video AND TARGET ddo-host AND TARGET ddo_media AND DDO_PYTHON)
   target_precompile_headers(ltx2_video_test PRIVATE <ATen/ATen.h>)
   add_dependencies(ltx2_video_test ddo-host ltx2_video linear vmm ddo_manifest_main ltx2_pipeline_fixtures ltx2_text_fixtures)
 endif()
+
+# ddo-host --plugin ltx2 --transformer FILE (Note [Component files]): Lightricks' single-file layout (original LTX
+# names under model.diffusion_model., scaled fp8, the connectors inside, a VAE beside) equals the fp8 folder form.
+if(TARGET ltx2_video AND TARGET ddo-host AND DDO_PYTHON)
+  set(LTX2_SINGLE_FILE_FIXTURE_DIR ${CMAKE_BINARY_DIR}/fixtures/ltx2_single_file)
+  ddo_reference_fixtures(ltx2_single_file SCRIPT ${CMAKE_SOURCE_DIR}/tools/reference/ltx2_single_file_fixtures.py
+    DIR ${LTX2_SINGLE_FILE_FIXTURE_DIR} COMMENT "writing LTX-2 transformers in the original single-file layout")
+  ddo_add_gtest(ltx2_component_file_test LABELS e2e TIMEOUT 600
+    SOURCES ${CMAKE_CURRENT_LIST_DIR}/ltx2_component_file_test.cpp
+    LIBS ddo_core nlohmann_json::nlohmann_json)
+  target_compile_definitions(ltx2_component_file_test PRIVATE
+    LTX2_SINGLE_FILE_FIXTURE_DIR="${LTX2_SINGLE_FILE_FIXTURE_DIR}" DDO_HOST_BIN="$<TARGET_FILE:ddo-host>")
+  add_dependencies(ltx2_component_file_test ddo-host ltx2_video linear vmm ddo_manifest_main ltx2_single_file_fixtures)
+endif()

@@ -13,7 +13,17 @@ replaced by a quantized one, and the reference pipeline run on each:
   - fp8_scaled: every Linear weight of the transformer blocks stored F8_E4M3 with a 0-dim F32 `weight_scale`
     (Lightricks' LTX-2 fp8 layout: scale = 448 / amax, weight_scale = 1 / scale); diffusers has no loader for it, so
     the reference is the same pipeline on the dense transformer whose weights are those decoded as ltx_core's loader
-    folds them, (q.float() * weight_scale) in fp32.
+    folds them, (q.float() * weight_scale) in fp32;
+  - gguf_q8_0, gguf_q4_k: a wider transformer (attention_head_dim 128: inner dim 256, so that K-quant rows of 256
+    fit) written by gguf-py's GGUFWriter as transformer/diffusion_pytorch_model.gguf beside its config.json: Q8_0 for
+    every 2-D weight whose rows are whole 32-blocks (gguf_q8_0), Q4_K for the blocks' 2-D weights whose rows are whole
+    256-blocks and Q8_0 for the other 32-multiples (gguf_q4_k, mixed as real files are), F16 proj_out, F32 for the
+    rest. Two references: the pipeline on the dense transformer loaded with gguf-py's decode of the written file
+    ("<case>.<run>.latents"), and diffusers' own GGUF integration, QwenImage21Transformer2DModel.from_single_file with
+    GGUFQuantizationConfig(compute_dtype=float32) ("<case>.<run>.diffusers_gguf").
+Single-file forms (Note [Component files]): gguf_single/ is the checkpoint whose transformer/ holds only the wide
+config.json; gguf_q4_k_comfy.gguf is the gguf_q4_k file with every name under "model.diffusion_model." (ComfyUI's
+layout); gguf_foreign.gguf holds the same tensors under other names (another model's file).
 
 Files written:
   <case>/                  a diffusers checkpoint (model_index.json, scheduler/, vae/ copied; transformer/ quantized)
@@ -37,9 +47,12 @@ import torch
 from safetensors.torch import load_file, save_file
 
 import diffusers
-from diffusers import FlowMatchEulerDiscreteScheduler, QwenImage21Pipeline, QwenImage21Transformer2DModel
+from diffusers import (FlowMatchEulerDiscreteScheduler, GGUFQuantizationConfig, QwenImage21Pipeline,
+                       QwenImage21Transformer2DModel)
+from gguf import GGMLQuantizationType as Q
 from sdnq import save_sdnq_model, sdnq_post_load_quant
 
+import gguf_writer
 import qwen_image_21_fixtures as q21
 
 SEED = q21.SEED
@@ -47,6 +60,9 @@ SDNQ_CASES = {
     "sdnq_int8": dict(weights_dtype="int8"),
     "sdnq_uint4_svd": dict(weights_dtype="uint4", use_svd=True, svd_rank=4),
 }
+# The GGUF cases' transformer: inner dim 256 (2 heads of 128) so that Q4_K rows (256 elements) fit.
+GGUF_TRANSFORMER_CONFIG = dict(q21.TRANSFORMER_CONFIG, attention_head_dim=128, axes_dims_rope=(16, 56, 56))
+COMFY_PREFIX = "model.diffusion_model."
 RUNS = {
     "cfg": dict(true_cfg_scale=4.0, use_kv_cache=True, steps=2, height=64, width=64),
     "plain": dict(true_cfg_scale=1.0, use_kv_cache=False, steps=2, height=64, width=96),
@@ -88,6 +104,57 @@ def fp8_case(out, transformer, case):
     return ref.eval()
 
 
+def gguf_transformer():
+    torch.manual_seed(SEED + 7)
+    t = QwenImage21Transformer2DModel(**GGUF_TRANSFORMER_CONFIG).eval()
+    with torch.no_grad():
+        for _, p in t.named_parameters():
+            p.copy_(torch.randn_like(p) * (p.shape[1] ** -0.5 if p.dim() > 1 else 0.2))
+    return t
+
+
+def gguf_type(case):
+    def type_of(name, t):
+        if t.dim() != 2:
+            return Q.F32
+        if name == "proj_out.weight":
+            return Q.F16
+        rows = t.shape[1]
+        if case == "gguf_q4_k" and name.startswith("transformer_blocks.") and rows % 256 == 0:
+            return Q.Q4_K
+        return Q.Q8_0 if rows % 32 == 0 else Q.F32
+    return type_of
+
+
+def gguf_case(out, transformer, case):
+    """The folder form (transformer/diffusion_pytorch_model.gguf + config.json); returns the reference transformer
+    (dense, gguf-py's decode of the file), diffusers' GGUF-integration transformer and the tensor types."""
+    ckpt = copy_checkpoint(out, case)
+    (ckpt / "transformer").mkdir()
+    transformer.save_config(str(ckpt / "transformer"))
+    path = ckpt / "transformer" / "diffusion_pytorch_model.gguf"
+    gguf_writer.write(path, transformer.state_dict(), gguf_type(case), arch="qwen_image")
+    dense, types = gguf_writer.read_dense(path)
+    ref = copy.deepcopy(transformer)
+    ref.load_state_dict(dense)
+    integration = QwenImage21Transformer2DModel.from_single_file(
+        str(path), config=str(ckpt / "transformer"), torch_dtype=torch.float32,
+        quantization_config=GGUFQuantizationConfig(compute_dtype=torch.float32)).eval()
+    return ref.eval(), integration, types
+
+
+def single_file_forms(out, transformer):
+    """gguf_single/ (the transformer folder holds its config only), the ComfyUI-named and the foreign-named files."""
+    ckpt = copy_checkpoint(out, "gguf_single")
+    (ckpt / "transformer").mkdir()
+    transformer.save_config(str(ckpt / "transformer"))
+    state = transformer.state_dict()
+    gguf_writer.write(out / "gguf_q4_k_comfy.gguf", state, gguf_type("gguf_q4_k"), arch="qwen_image",
+                      prefix=COMFY_PREFIX)
+    foreign = {n.replace("transformer_blocks.", "blocks.").replace("attn.", "attention."): t for n, t in state.items()}
+    gguf_writer.write(out / "gguf_foreign.gguf", foreign, gguf_type("gguf_q8_0"), arch="other")
+
+
 def run_pipeline(transformer, vae, pos, pos_mask, neg, neg_mask, r):
     pipe = QwenImage21Pipeline(scheduler=FlowMatchEulerDiscreteScheduler(**q21.SCHEDULER_CONFIG), vae=vae,
                                text_encoder=None, processor=q21._NoProcessor(), transformer=transformer)
@@ -113,14 +180,26 @@ def main():
               str(out / "prompt_embeds.safetensors"))
     models = {case: sdnq_case(out, transformer, case, opts) for case, opts in SDNQ_CASES.items()}
     models["fp8_scaled"] = fp8_case(out, transformer, "fp8_scaled")
+    wide = gguf_transformer()
+    integrations, gguf_types = {}, {}
+    for case in ("gguf_q8_0", "gguf_q4_k"):
+        models[case], integrations[case], types = gguf_case(out, wide, case)
+        gguf_types[case] = {k: sum(1 for v in types.values() if v == k) for k in sorted(set(types.values()))}
+    single_file_forms(out, wide)
     tensors = {}
     for case, t in models.items():
         for run, r in RUNS.items():
             tensors[f"{case}.{run}.latents"] = run_pipeline(t, vae, pos, pos_mask, neg, neg_mask, r).contiguous()
+            if case in integrations:
+                tensors[f"{case}.{run}.diffusers_gguf"] = run_pipeline(integrations[case], vae, pos, pos_mask, neg,
+                                                                      neg_mask, r).contiguous()
     save_file(tensors, str(out / "pipeline.safetensors"))
     ref = {"reference": "diffusers", "reference_version": diffusers.__version__, "torch_version": torch.__version__,
            "sdnq_version": importlib.metadata.version("sdnq"), "numpy_version": np.__version__, "seed": SEED,
-           "dtype": "float32", "cases": {**SDNQ_CASES, "fp8_scaled": {"layout": "weight F8_E4M3 + weight_scale"}},
+           "gguf_version": importlib.metadata.version("gguf"),
+           "dtype": "float32", "cases": {**SDNQ_CASES, "fp8_scaled": {"layout": "weight F8_E4M3 + weight_scale"},
+                                         **{c: {"gguf_types": gguf_types[c]} for c in gguf_types}},
+           "gguf_transformer_config": GGUF_TRANSFORMER_CONFIG, "comfy_prefix": COMFY_PREFIX,
            "runs": {k: dict(v, seed=SEED) for k, v in RUNS.items()}, "transformer_config": q21.TRANSFORMER_CONFIG}
     (out / "reference.json").write_text(json.dumps(ref, indent=1, default=list) + "\n")
 

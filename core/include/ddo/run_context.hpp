@@ -5,6 +5,7 @@
 #include <atomic>
 #include <filesystem>
 #include <functional>
+#include <map>
 #include <string>
 
 #include "ddo/ddo_allocator_plugin.h"
@@ -45,6 +46,9 @@ struct RunContext {
     std::function<void(const ProgressEvent &)> progress;  // may be empty; called on the plugin's thread
     std::filesystem::path latents;                 // --latents FILE: initial noise instead of the seeded draw
     bool encode_only = false;                      // `ddo-host encode`: write prompt embeddings to output_file only
+    // --transformer FILE, --text-encoder FILE: component name -> a single file that replaces the folder's weights
+    // (Note [Component files]). A plugin whose run does not read that component refuses it (exit 2).
+    std::map<std::string, std::filesystem::path> component_files;
 
     static RunContext & from_c(ddo_run_context * c) { return *reinterpret_cast<RunContext *>(c); }
     ddo_run_context * to_c() { return reinterpret_cast<ddo_run_context *>(this); }

@@ -245,7 +245,7 @@ static std::vector<en::GroupDecl> engine_decls(ComponentWeights::Impl & m, std::
     return decls;
 }
 
-std::unique_ptr<ComponentWeights> ComponentWeights::open(const std::filesystem::path & dir, std::vector<GroupSpec> groups,
+std::unique_ptr<ComponentWeights> ComponentWeights::open(const store::ComponentSource & source, std::vector<GroupSpec> groups,
                                                          const ComponentPlan & plan, at::ScalarType compute_dtype) {
     std::unique_ptr<ComponentWeights> self(new ComponentWeights());
     auto & m = *self->impl_;
@@ -257,7 +257,7 @@ std::unique_ptr<ComponentWeights> ComponentWeights::open(const std::filesystem::
                          "(capacities.allocator = '" + plan.allocator_requested + "'" +
                          (plan.allocator_error.empty() ? std::string() : ": " + plan.allocator_error) +
                          "; list them with: ddo-host plugins)");
-    m.store.emplace(store::WeightStore::open_component(dir));
+    m.store.emplace(store::WeightStore::open(source));
     m.encodings.emplace(store::ComponentEncodings::detect(*m.store));
     m.specs = std::move(groups);
     const auto gran = plan.route == Route::group_leaf ? en::Granularity::leaf : en::Granularity::block;

@@ -145,9 +145,15 @@ ComponentPlan ModelRun::plan(const std::string & component) {
                      ctx_.allocator_error);
 }
 
-std::unique_ptr<ComponentWeights> ModelRun::open_weights(const ComponentPlan & plan, const fs::path & folder,
+store::ComponentSource ModelRun::component(const std::string & name) const {
+    const auto it = ctx_.component_files.find(name);
+    return it == ctx_.component_files.end() ? store::ComponentSource(ctx_.model_dir / name)
+                                            : store::ComponentSource(ctx_.model_dir / name, it->second);
+}
+
+std::unique_ptr<ComponentWeights> ModelRun::open_weights(const ComponentPlan & plan, const store::ComponentSource & source,
                                                          std::vector<GroupSpec> groups, at::ScalarType compute_dtype) {
-    auto w = ComponentWeights::open(folder, std::move(groups), plan, compute_dtype);
+    auto w = ComponentWeights::open(source, std::move(groups), plan, compute_dtype);
     if (auto * tr = ctx_.tracker) {
         tr->set_route_intended(plan.component, to_string(plan.route), plan.route_source);
         tr->set_route_executed(plan.component, w->route());
@@ -269,10 +275,17 @@ void ModelRun::record_counters(const std::string & component, nlohmann::json cou
 }
 
 void ModelRun::record_checkpoint(const std::vector<std::string> & components) {
+    for (const auto & [c, file] : ctx_.component_files)
+        if (std::find(components.begin(), components.end(), c) == components.end())
+            throw UsageError("--" + store::component_flag(c) + " " + file.string() + ": this " + plugin_ +
+                             " run does not read the " + c + (c == "text_encoder" && !ctx_.prompt_embeds.empty()
+                                                                  ? " (--prompt-embeds gives the embeddings)"
+                                                                  : "") +
+                             "; drop the flag");
     store::IdentityOptions o;
     o.hash_weights = ctx_.hash_weights;
     checkpoint_["path"] = fs::absolute(ctx_.model_dir).string();
-    checkpoint_["identity"] = store::checkpoint_identity(ctx_.model_dir, components, o);
+    checkpoint_["identity"] = store::checkpoint_identity(ctx_.model_dir, components, o, ctx_.component_files);
     checkpoint_["hash_weights"] = ctx_.hash_weights;
     checkpoint_["inputs"] = inputs_;
     if (ctx_.tracker) ctx_.tracker->set_checkpoint(checkpoint_);

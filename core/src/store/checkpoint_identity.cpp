@@ -8,8 +8,10 @@
 #include <cstdint>
 #include <cerrno>
 #include <cstring>
+#include <string_view>
 
 #include "ddo/error.hpp"
+#include "ddo/store/gguf_file.hpp"
 #include "ddo/util/file_digest.hpp"
 #include "ddo/util/unique_fd.hpp"
 
@@ -36,23 +38,41 @@ void pread_exact(int fd, void * dst, std::size_t n, off_t offset, const fs::path
     }
 }
 
+// A GGUF file's header: every byte before its data section (tensor names, types, shapes, offsets, metadata).
+std::string gguf_header_bytes(const fs::path & file) {
+    const auto g = GgufFile::open(file);  // validated; RuntimeError naming the file
+    std::string bytes(std::size_t(g.header().data_offset), '\0');
+    UniqueFd fd(::open(file.c_str(), O_RDONLY | O_CLOEXEC));
+    if (!fd) throw RuntimeError(file.string() + ": cannot open (" + std::strerror(errno) + "); check the path");
+    pread_exact(fd.get(), bytes.data(), bytes.size(), 0, file);
+    return bytes;
+}
+
 json file_entry(const fs::path & file, const IdentityOptions & o) {
     UniqueFd fd(::open(file.c_str(), O_RDONLY | O_CLOEXEC));
     if (!fd) throw RuntimeError(file.string() + ": cannot open (" + std::strerror(errno) + "); check the checkpoint path");
     std::error_code ec;
     const auto size = fs::file_size(file, ec);
-    if (ec || size < 8) throw RuntimeError(file.string() + ": not a safetensors file (shorter than 8 bytes)");
+    if (ec || size < 8) throw RuntimeError(file.string() + ": not a safetensors or GGUF file (shorter than 8 bytes)");
     unsigned char len_bytes[8];
     pread_exact(fd.get(), len_bytes, 8, 0, file);
-    std::uint64_t n = 0;
-    for (int i = 7; i >= 0; --i) n = (n << 8) | len_bytes[i];  // little-endian
-    if (n > kMaxHeader || 8 + n > size)
-        throw RuntimeError(file.string() + ": invalid safetensors header length " + std::to_string(n) +
-                           "; the file is damaged");
-    std::string bytes(8 + n, '\0');
-    std::copy(len_bytes, len_bytes + 8, bytes.begin());
-    pread_exact(fd.get(), bytes.data() + 8, n, 8, file);
-    json e = {{"file", file.filename().string()}, {"size", size}, {"header_bytes", n},
+    std::string bytes;
+    std::uint64_t header_bytes = 0;  // safetensors: the JSON's length; GGUF: every byte before the data
+    if (std::string_view(reinterpret_cast<const char *>(len_bytes), 4) == "GGUF") {
+        bytes = gguf_header_bytes(file);
+        header_bytes = bytes.size();
+    } else {
+        std::uint64_t n = 0;
+        for (int i = 7; i >= 0; --i) n = (n << 8) | len_bytes[i];  // little-endian
+        if (n > kMaxHeader || 8 + n > size)
+            throw RuntimeError(file.string() + ": invalid safetensors header length " + std::to_string(n) +
+                               "; the file is damaged");
+        bytes.assign(8 + n, '\0');
+        std::copy(len_bytes, len_bytes + 8, bytes.begin());
+        pread_exact(fd.get(), bytes.data() + 8, n, 8, file);
+        header_bytes = n;
+    }
+    json e = {{"file", file.filename().string()}, {"size", size}, {"header_bytes", header_bytes},
               {"header_xxh3_128", xxh3_128_hex(bytes.data(), bytes.size())}};
     if (o.hash_weights) {
         const auto d = digest_fd(fd.get(), file);
@@ -82,7 +102,7 @@ json component_identity(const fs::path & folder, const IdentityOptions & o) {
     std::error_code ec;
     for (const auto & e : fs::directory_iterator(folder, ec)) {
         const auto name = e.path().filename().string();
-        if (name.ends_with(".safetensors")) weights.push_back(e.path());
+        if (name.ends_with(".safetensors") || name.ends_with(".gguf")) weights.push_back(e.path());
         else if (name.ends_with(".safetensors.index.json")) indexes.push_back(e.path());
     }
     if (ec) throw RuntimeError(folder.string() + ": cannot list the component folder (" + ec.message() + ")");
@@ -96,10 +116,19 @@ json component_identity(const fs::path & folder, const IdentityOptions & o) {
 }
 
 json checkpoint_identity(const fs::path & model_dir, const std::vector<std::string> & components,
-                         const IdentityOptions & o) {
+                         const IdentityOptions & o, const std::map<std::string, fs::path> & replaced) {
     json j = {{"model_index", config_entry(model_dir / "model_index.json")}, {"components", json::object()}};
     for (const auto & c : components) {
         const auto folder = model_dir / c;
+        if (const auto r = replaced.find(c); r != replaced.end()) {
+            // Note [Component files]: the folder gives config.json, the file every weight.
+            json e = fs::is_directory(folder) ? component_identity(folder, o)
+                                              : json{{"folder", c}, {"config", nullptr}, {"files", json::array()}};
+            e["replaced_by"] = file_entry(r->second, o);
+            e["replaced_by"]["file"] = fs::absolute(r->second).string();
+            j["components"][c] = std::move(e);
+            continue;
+        }
         if (!fs::is_directory(folder)) {
             j["components"][c] = nullptr;
             j["components_missing"][c] = folder.string() + " is not a directory";

@@ -1,6 +1,9 @@
 #include "ddo/store/gguf_file.hpp"
 
+#include <cstring>
 #include <unordered_map>
+
+#include "ddo/error.hpp"
 
 #include "ddo/store/ggml_type.hpp"
 #include "ddo/store/mapped_file.hpp"
@@ -80,6 +83,18 @@ const GgufTensorInfo * GgufFile::gguf(std::string_view name) const noexcept {
 
 std::span<const std::byte> GgufFile::bytes(const GgufTensorInfo & t) const noexcept {
     return impl_->map.bytes().subspan(std::size_t(t.file_offset), std::size_t(t.nbytes));
+}
+
+const void * GgufFile::mapped(const TensorInfo & info) const {
+    const auto all = impl_->map.bytes();
+    if (info.file_offset > all.size() || info.nbytes > all.size() - info.file_offset)
+        throw RuntimeError(impl_->path.string() + ": tensor '" + info.name + "' lies outside the file (" +
+                           std::to_string(all.size()) + " bytes); the file changed after it was opened - re-run");
+    return all.data() + info.file_offset;
+}
+
+void GgufFile::read_tensor(const TensorInfo & info, void * dst) const {
+    std::memcpy(dst, mapped(info), std::size_t(info.nbytes));
 }
 
 }  // namespace ddo::store

@@ -7,6 +7,7 @@
 
 #include "ddo/error.hpp"
 #include "ddo/store/diffusers_checkpoint.hpp"
+#include "ddo/store/ggml_type.hpp"
 
 namespace ddo::store {
 
@@ -81,7 +82,8 @@ void detect_sdnq(Builder & b, const SdnqConfig & cfg) {
 
 void detect_torchao(Builder & b) {
     for (const auto & f : b.store.files()) {
-        for (const auto & [logical, desc] : f.metadata()) {
+        for (const auto & [stored_logical, desc] : f.metadata()) {
+            std::string logical = stored_logical;
             if (logical == "tensor_names" || logical == "format") continue;
             nlohmann::json j;
             try {
@@ -92,6 +94,9 @@ void detect_torchao(Builder & b) {
             if (!j.is_object() || !j.contains("_type")) continue;
             const auto type = j.at("_type").get<std::string>();
             if (type == "Tensor") continue;
+            const auto offered = b.store.offered_name(logical);  // a replacing file's names, as the store offers them
+            if (!offered) continue;                                 // another component's tensor
+            logical = *offered;
             if (type != "Float8Tensor")
                 throw UsageError(f.path().string() + ": tensor '" + logical + "' is a TorchAO " + type +
                                  "; ddo decodes TorchAO Float8Tensor weights only - re-quantize with Float8WeightOnlyConfig");
@@ -128,6 +133,18 @@ void detect_fp8(Builder & b) {
     if (comfy_legacy) b.consumed.insert("scaled_fp8");
 }
 
+// A GGUF store: each block-quantized tensor is its stored bytes (U8) decoded by its GGML type; plain types are dense.
+void detect_gguf(Builder & b) {
+    for (const auto * t : b.store.tensors()) {
+        const auto * g = b.store.gguf_tensor(*t);
+        if (!g || t->dtype != DType::u8) continue;  // plain GGML types are stored as themselves
+        auto e = b.make(t->name, Encoding::ggml, ggml_type_label(g->type), g->shape);
+        e.ggml_type = g->type;
+        b.part(e, t->name, "data");
+        b.add(std::move(e));
+    }
+}
+
 }  // namespace
 
 std::uint64_t EncodedTensor::stored_bytes() const noexcept {
@@ -156,6 +173,10 @@ ComponentEncodings ComponentEncodings::detect(const WeightStore & store) {
                              "\" is not one ddo reads (sdnq, torchao; GGUF and scaled fp8 files need no config); "
                              "use an SDNQ, TorchAO, fp8 or GGUF checkpoint");
     }
+    if (store.gguf()) {
+        detect_gguf(b);
+        c.method_ = "gguf";
+    }
     detect_torchao(b);  // self-described by each file's __metadata__, with or without the folder's config
     detect_fp8(b);
     for (const auto * t : store.tensors()) {
@@ -166,6 +187,7 @@ ComponentEncodings ComponentEncodings::detect(const WeightStore & store) {
         b.out.emplace(t->name, std::move(e));
     }
     for (const auto & [n, e] : b.out) c.quantized_ = c.quantized_ || e.encoding != Encoding::dense;
+    if (c.method_ == "gguf" && !c.quantized_) c.method_.clear();  // an F32/F16/BF16 GGUF is dense
     if (c.method_.empty() && c.quantized_) {
         bool torchao = false;
         for (const auto & [n, e] : b.out) torchao = torchao || e.format.rfind("TorchAO", 0) == 0;

@@ -5,4 +5,5 @@ ddo_ltx2_part(ddo_ltx2_dit SOURCES
   src/rope.cpp
   src/attention.cpp
   src/transformer.cpp
-  src/connectors.cpp)
+  src/connectors.cpp
+  src/original_names.cpp)

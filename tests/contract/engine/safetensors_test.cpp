@@ -3,6 +3,7 @@
 #include <fcntl.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstring>
 #include <fstream>
 
@@ -229,4 +230,48 @@ TEST(WeightStore, PickledWeightsAreRefusedWithHowToResave) {
     // Beside safetensors a stray pickle is not in the way.
     ddo::bench::write_safetensors(dir / "diffusion_pytorch_model.safetensors", {{"x", "U8", {1}, {7}}});
     EXPECT_EQ(WeightStore::open_component(dir).tensors().size(), 1u);
+}
+
+// Note [Component files]: a file replacing a component's weights is offered under the folder's names: the first
+// prefix of kSingleFilePrefixes any tensor carries is stripped and the tensors without it (another component of a
+// combined file) are not offered; the source's renames apply in order (kAtStart ones only at the start); dropped
+// names are left out; config.json still comes from the folder; the bytes are the file's.
+TEST(WeightStore, AReplacingFileIsOfferedUnderTheFoldersNames) {
+    const fs::path dir = tmpdir() / "replaced_component";
+    fs::create_directories(dir);
+    std::ofstream(dir / "config.json") << R"({"_class_name": "X", "num_layers": 1})";
+    const std::string header =
+        R"({"model.diffusion_model.adaln_single.linear.weight":{"dtype":"U8","shape":[2],"data_offsets":[0,2]},)"
+        R"("model.diffusion_model.blocks.0.attn1.q_norm.weight":{"dtype":"U8","shape":[2],"data_offsets":[2,4]},)"
+        R"("model.diffusion_model.audio_adaln_single.linear.weight":{"dtype":"U8","shape":[2],"data_offsets":[4,6]},)"
+        R"("model.diffusion_model.video_embeddings_connector.w":{"dtype":"U8","shape":[2],"data_offsets":[6,8]},)"
+        R"("vae.decoder.conv.weight":{"dtype":"U8","shape":[2],"data_offsets":[8,10]}})";
+    const fs::path file = raw_file("combined.safetensors", header, 10);
+    ComponentSource src(dir, file);
+    src.renames = {{"q_norm", "norm_q"},
+                   {std::string(1, kAtStart) + "audio_adaln_single.", "audio_time_embed."},
+                   {std::string(1, kAtStart) + "adaln_single.", "time_embed."}};
+    src.dropped = {"video_embeddings_connector."};
+    const auto store = WeightStore::open(src);
+    std::vector<std::string> names;
+    for (const auto * t : store.tensors()) names.push_back(t->name);
+    std::sort(names.begin(), names.end());
+    EXPECT_EQ(names, (std::vector<std::string>{"audio_time_embed.linear.weight", "blocks.0.attn1.norm_q.weight",
+                                                "time_embed.linear.weight"}));
+    EXPECT_EQ(store.stripped_prefix(), "model.diffusion_model.");
+    EXPECT_EQ(store.not_offered(), 2u);  // the connector (dropped) and the VAE tensor (no prefix)
+    EXPECT_EQ(store.config().value("num_layers", 0), 1);
+    EXPECT_EQ(store.file_path(0), file);
+    EXPECT_EQ(store.offered_name("model.diffusion_model.adaln_single.linear.weight"), "time_embed.linear.weight");
+    EXPECT_EQ(store.offered_name("vae.decoder.conv.weight"), std::nullopt);
+    unsigned char b[2] = {};
+    store.read_tensor(store.at("blocks.0.attn1.norm_q.weight"), b, ReadMode::pread);
+    EXPECT_EQ(b[0], 1);
+
+    // A file whose names carry no prefix is offered as it is; a missing file is a usage error naming it.
+    const auto plain = WeightStore::open(ComponentSource(dir, raw_file("plain.safetensors",
+        R"({"proj_out.weight":{"dtype":"U8","shape":[2],"data_offsets":[0,2]}})", 2)));
+    EXPECT_NE(plain.find("proj_out.weight"), nullptr);
+    EXPECT_EQ(plain.stripped_prefix(), "");
+    EXPECT_THROW((void)WeightStore::open(ComponentSource(dir, dir / "absent.gguf")), ddo::UsageError);
 }

@@ -30,6 +30,10 @@ public:
     const GgufTensorInfo * gguf(std::string_view name) const noexcept;
     // The tensor's stored bytes in the mapping (lives as long as the file).
     std::span<const std::byte> bytes(const GgufTensorInfo & t) const noexcept;
+    // The stored bytes of `info` (one of tensors(), under any name: WeightStore renames) in the mapping, and a copy
+    // of them into dst (dst holds info.nbytes). Throws RuntimeError naming the file when they lie outside it.
+    const void * mapped(const TensorInfo & info) const;
+    void read_tensor(const TensorInfo & info, void * dst) const;
 
     GgufFile(GgufFile &&) noexcept;
     GgufFile & operator=(GgufFile &&) noexcept;

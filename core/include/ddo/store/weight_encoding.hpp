@@ -9,6 +9,8 @@
 //     P.comfy_quant layer, decoded in the compute dtype); P.input_scale / P.scale_input and the markers (scaled_fp8,
 //     P.comfy_quant) are read, not offered;
 //   - unscaled fp8 (F8 without a scale): a cast;
+//   - GGUF (a .gguf file): a block-quantized tensor (Q8_0, Q4_K, ...) is one stored part of its bytes, decoded by
+//     its GGML type; F32/F16/BF16 tensors are dense;
 //   - dense: any other tensor, as stored.
 // The engine plans and moves the stored tensors (`parts`); ddo/torch/quant/decode.hpp makes the dense tensor.
 #pragma once
@@ -29,7 +31,7 @@
 
 namespace ddo::store {
 
-enum class Encoding : std::uint8_t { dense, sdnq, fp8_fp32_scale, fp8_compute_scale, fp8_cast };
+enum class Encoding : std::uint8_t { dense, sdnq, fp8_fp32_scale, fp8_compute_scale, fp8_cast, ggml };
 
 struct EncodedTensor {
     std::string name;                       // the name the model asks for (P.weight)
@@ -39,6 +41,7 @@ struct EncodedTensor {
     std::vector<std::int64_t> shape;        // the dense shape
     std::string format;                     // report label: "BF16", "SDNQ int8", "FP8 E4M3 scaled", "TorchAO FP8 E4M3"
     SdnqLayerRule sdnq;                     // Encoding::sdnq
+    std::uint32_t ggml_type = 0;            // Encoding::ggml: the GGML type id (ddo/store/ggml_type.hpp)
     std::uint64_t stored_bytes() const noexcept;
     const TensorInfo * part(std::string_view role) const noexcept;
 };
@@ -54,7 +57,7 @@ public:
     const EncodedTensor * find(std::string_view name) const noexcept;
     std::vector<std::string> names() const;  // every tensor offered, sorted
     bool quantized() const noexcept { return quantized_; }
-    // {"method": "sdnq"|"torchao"|"fp8"|null, "formats": {"SDNQ int8": 312, "BF16": 40}, "stored_bytes", "dense_bytes",
+    // {"method": "sdnq"|"torchao"|"fp8"|"gguf"|null, "formats": {"SDNQ int8": 312, "BF16": 40}, "stored_bytes", "dense_bytes",
     //  "config": the quantization_config (or null)} over `names` (every tensor offered when empty); dense_bytes counts
     // a quantized tensor at `dense_element_size` bytes per element (the compute dtype's), a dense one as stored.
     nlohmann::json summary(const std::vector<std::string> & names = {}, std::uint32_t dense_element_size = 2) const;

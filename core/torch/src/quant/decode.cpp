@@ -4,6 +4,7 @@
 
 #include "ddo/error.hpp"
 #include "ddo/torch/quant/fp8_dequantize.hpp"
+#include "ddo/torch/quant/ggml_dequantize.hpp"
 #include "ddo/torch/quant/sdnq_dequantize.hpp"
 
 namespace ddo::torch::quant {
@@ -30,6 +31,10 @@ at::Tensor decode(const ddo::store::EncodedTensor & e, const std::vector<at::Ten
         case Encoding::fp8_fp32_scale: return fp8_dequantize(data, role(e, parts, "scale"), Fp8ScaleMath::fp32, dtype, e.name);
         case Encoding::fp8_compute_scale:
             return fp8_dequantize(data, role(e, parts, "scale"), Fp8ScaleMath::out_dtype, dtype, e.name);
+        case Encoding::ggml: {  // gguf-py's float32 decode, then the compute dtype (as diffusers loads it dense)
+            auto y = ggml_dequantize(data.contiguous(), e.ggml_type, e.shape);
+            return y.scalar_type() == dtype ? y : y.to(dtype);
+        }
         case Encoding::sdnq: {
             SdnqTensors t{data, *role(e, parts, "scale"), role(e, parts, "zero_point"), role(e, parts, "svd_up"),
                           role(e, parts, "svd_down")};

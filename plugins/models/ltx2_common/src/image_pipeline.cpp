@@ -22,7 +22,7 @@ namespace {
 
 }  // namespace
 
-ImageModel ImageModel::open(const std::filesystem::path & dir) {
+ImageModel ImageModel::open(const std::filesystem::path & dir, const store::ComponentSource & transformer) {
     ImageModel m;
     m.dir = dir;
     m.transformer_config = image_transformer_config_from_file(dir / "transformer" / "config.json");
@@ -31,7 +31,7 @@ ImageModel ImageModel::open(const std::filesystem::path & dir) {
     const auto sched = dir / "scheduler" / "scheduler_config.json";
     m.scheduler_json = read_config_json(sched);
     m.scheduler_config = model::FlowMatchConfig::from_json(m.scheduler_json, sched);
-    m.transformer = model::TensorFile::open_component(dir / "transformer");
+    m.transformer = model::TensorFile::open_component(transformer);
     m.connectors = model::TensorFile::open_component(dir / "connectors");
     m.vae = model::TensorFile::open_component(dir / "vae");
     validate_image_transformer(m.transformer, m.transformer_config);

@@ -37,7 +37,9 @@ struct ImageModel {
 
     // Throws UsageError (an unimplemented config, naming file and key) or RuntimeError (a tensor missing / of the
     // wrong shape or dtype, or components that contradict each other, naming tensor and file).
-    static ImageModel open(const std::filesystem::path & model_dir);
+    // transformer: <model_dir>/transformer, or a file replacing its weights (--transformer FILE, Note [Component files]).
+    static ImageModel open(const std::filesystem::path & model_dir, const store::ComponentSource & transformer);
+    static ImageModel open(const std::filesystem::path & model_dir) { return open(model_dir, model_dir / "transformer"); }
 };
 
 // Latent grid of a height x width image: (H / spatial, W / spatial), one frame.

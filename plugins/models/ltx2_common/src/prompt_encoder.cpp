@@ -137,12 +137,12 @@ Ltx2PromptEncoder::Ltx2PromptEncoder(text::Gemma3TextConfig config, std::vector<
     : config_(std::move(config)), groups_(std::move(groups)), text_encoder_dir_(std::move(text_encoder_dir)),
       tokenizer_files_(std::move(tokenizer_files)), tokenizer_(std::move(tokenizer)) {}
 
-Ltx2PromptEncoder Ltx2PromptEncoder::open(const fs::path & checkpoint_dir) {
+Ltx2PromptEncoder Ltx2PromptEncoder::open(const fs::path & checkpoint_dir, const fs::path & weights_file) {
     if (fs::exists(checkpoint_dir / "model_index.json")) check_model_index(checkpoint_dir / "model_index.json");
     const fs::path te = checkpoint_dir / "text_encoder", tok = checkpoint_dir / "tokenizer";
     check_text_encoder_type(te / "config.json");
     auto config = text::Gemma3TextConfig::from_file(te / "config.json");
-    const auto weights = model::TensorFile::open_component(te);
+    const auto weights = model::TensorFile::open_component(store::ComponentSource(te, weights_file));
     auto groups = text::gemma3_groups(config, weights.names());
     text::gemma3_check_weights(weights, config);
 
@@ -155,7 +155,9 @@ Ltx2PromptEncoder Ltx2PromptEncoder::open(const fs::path & checkpoint_dir) {
     std::vector<fs::path> files;
     for (const char * name : {"tokenizer.model", "tokenizer.json", "tokenizer_config.json"})
         if (fs::exists(tok / name)) files.push_back(tok / name);
-    return Ltx2PromptEncoder(std::move(config), std::move(groups), te, std::move(files), std::move(tokenizer));
+    auto e = Ltx2PromptEncoder(std::move(config), std::move(groups), te, std::move(files), std::move(tokenizer));
+    e.weights_file_ = weights_file;
+    return e;
 }
 
 PromptEmbeddings Ltx2PromptEncoder::encode(model::ComponentWeights & weights, const std::vector<std::string> & prompts,

@@ -54,12 +54,15 @@ public:
     // (model_type), the Gemma-3 config and the weights' header (every tensor checked, nothing loaded) and the
     // tokenizer. UsageError naming the file and key for what is not implemented, RuntimeError naming tensor and
     // file for a broken checkpoint.
-    static Ltx2PromptEncoder open(const std::filesystem::path & checkpoint_dir);
+    // weights_file: --text-encoder FILE, replacing text_encoder/'s weights (Note [Component files]); empty: none.
+    static Ltx2PromptEncoder open(const std::filesystem::path & checkpoint_dir,
+                                  const std::filesystem::path & weights_file = {});
 
     const text::Gemma3TextConfig & config() const noexcept { return config_; }
     // For ModelRun::open_weights(run.plan("text_encoder"), text_encoder_dir(), groups(), dtype).
     const std::vector<model::GroupSpec> & groups() const noexcept { return groups_; }
     const std::filesystem::path & text_encoder_dir() const noexcept { return text_encoder_dir_; }
+    store::ComponentSource text_encoder() const { return {text_encoder_dir_, weights_file_}; }
     // The tokenizer/ files read (for the report): tokenizer.model, then tokenizer.json / tokenizer_config.json.
     const std::vector<std::filesystem::path> & tokenizer_files() const noexcept { return tokenizer_files_; }
     const text::SentencePieceTokenizer & tokenizer() const noexcept { return tokenizer_; }
@@ -92,6 +95,7 @@ private:
     text::Gemma3TextConfig config_;
     std::vector<model::GroupSpec> groups_;
     std::filesystem::path text_encoder_dir_;
+    std::filesystem::path weights_file_;
     std::vector<std::filesystem::path> tokenizer_files_;
     text::SentencePieceTokenizer tokenizer_;
 };

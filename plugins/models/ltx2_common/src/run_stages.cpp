@@ -48,7 +48,7 @@ EngineComponent open_engine_component(model::ModelRun & run, const model::Compon
                                       at::ScalarType dtype) {
     EngineComponent c;
     c.groups = std::move(groups);
-    c.weights = run.open_weights(plan, run.model_dir() / folder, c.groups, dtype);
+    c.weights = run.open_weights(plan, with_original_names(run.component(folder), folder), c.groups, dtype);
     c.view = std::make_unique<EngineWeights>(*c.weights, c.groups, dtype, plan.placement.device());
     return c;
 }
@@ -59,7 +59,7 @@ void unload(model::ModelRun & run, EngineComponent & c) {
 }
 
 Ltx2PromptEncoder open_prompt_encoder(model::ModelRun & run, const ConnectorsConfig & c) {
-    auto encoder = Ltx2PromptEncoder::open(run.model_dir());
+    auto encoder = Ltx2PromptEncoder::open(run.model_dir(), run.component("text_encoder").file);
     const int64_t want = c.caption_channels * c.text_proj_in_factor;
     if (encoder.features() != want)
         throw RuntimeError((run.model_dir() / "text_encoder" / "config.json").string() + ": hidden_size " +
@@ -74,7 +74,7 @@ Ltx2PromptEncoder open_prompt_encoder(model::ModelRun & run, const ConnectorsCon
 
 std::optional<PromptEmbeds> run_text_stage(model::ModelRun & run, const Ltx2PromptEncoder & encoder,
                                            const TextRequest & r) {
-    auto te = run.open_weights(run.plan("text_encoder"), encoder.text_encoder_dir(), encoder.groups(), r.dtype);
+    auto te = run.open_weights(run.plan("text_encoder"), encoder.text_encoder(), encoder.groups(), r.dtype);
     if (run.dry_run()) {
         (void)encoder.tokenizer().encode(strip_prompt(r.prompt));  // the prompt tokenizes
         run.unload(std::move(te));

@@ -18,6 +18,7 @@
 #include "ddo/model/component_weights.hpp"
 #include "ddo/model/model_run.hpp"
 #include "ddo/model/run_request.hpp"
+#include "original_names.hpp"
 #include "prompt_encoder.hpp"
 #include "weights.hpp"
 

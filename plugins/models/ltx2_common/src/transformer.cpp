@@ -147,6 +147,9 @@ std::vector<at::Tensor> mod_params(const at::Tensor & table, const at::Tensor & 
 }
 
 void validate_tensors(const model::TensorFile & f, const TensorSpecs & specs, const std::string & component) {
+    std::vector<std::string> names;
+    for (const auto & [name, shape] : specs) names.push_back(name);
+    f.require_known(names, component);  // a file given with --transformer: another model's tensors, named first
     std::unordered_set<std::string> expected;
     for (const auto & [name, shape] : specs) {
         expected.insert(name);

@@ -37,7 +37,7 @@ int64_t VideoModel::vocoder_sample_rate() const {
     return vocoder_bwe_config ? vocoder_bwe_config->output_sampling_rate : vocoder_config->output_sampling_rate;
 }
 
-VideoModel VideoModel::open(const std::filesystem::path & dir) {
+VideoModel VideoModel::open(const std::filesystem::path & dir, const store::ComponentSource & transformer) {
     VideoModel m;
     m.dir = dir;
     m.transformer_config = TransformerConfig::from_file(dir / "transformer" / "config.json");
@@ -53,7 +53,7 @@ VideoModel VideoModel::open(const std::filesystem::path & dir) {
     m.scheduler_json = read_config_json(sched);
     m.scheduler_config = model::FlowMatchConfig::from_json(m.scheduler_json, sched);
 
-    m.transformer = model::TensorFile::open_component(dir / "transformer");
+    m.transformer = model::TensorFile::open_component(transformer);
     m.connectors = model::TensorFile::open_component(dir / "connectors");
     m.vae = model::TensorFile::open_component(dir / "vae");
     m.audio_vae = model::TensorFile::open_component(dir / "audio_vae");

@@ -40,7 +40,9 @@ struct VideoModel {
 
     // Throws UsageError (a config this code does not implement, naming file and key) or RuntimeError (a tensor
     // missing, of the wrong shape or dtype, or components that contradict each other, naming tensor and file).
-    static VideoModel open(const std::filesystem::path & model_dir);
+    // transformer: <model_dir>/transformer, or a file replacing its weights (--transformer FILE, Note [Component files]).
+    static VideoModel open(const std::filesystem::path & model_dir, const store::ComponentSource & transformer);
+    static VideoModel open(const std::filesystem::path & model_dir) { return open(model_dir, model_dir / "transformer"); }
 };
 
 }  // namespace ddo::ltx2

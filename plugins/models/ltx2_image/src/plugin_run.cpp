@@ -74,7 +74,7 @@ Checkpoint open_checkpoint(model::ModelRun & run, const Request & r) {
     std::vector<std::string> components{"transformer", "connectors", "vae", "scheduler"};
     if (r.prompt.from_text) components.insert(components.begin(), {"text_encoder", "tokenizer"});
     run.record_checkpoint(components);
-    Checkpoint c{ImageModel::open(run.model_dir()), std::nullopt};
+    Checkpoint c{ImageModel::open(run.model_dir(), with_original_names(run.component("transformer"), "transformer")), std::nullopt};
     if (r.prompt.from_text) c.encoder = open_prompt_encoder(run, c.m.connectors_config);
     const auto & tc = c.m.transformer_config;
     uint64_t block_bytes = 0;

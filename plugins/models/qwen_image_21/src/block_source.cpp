@@ -86,7 +86,7 @@ std::unique_ptr<BlockSource> engine_blocks(model::ComponentWeights & weights, co
     return std::make_unique<EngineBlocks>(weights, c, nullptr);
 }
 
-std::unique_ptr<BlockSource> make_engine_blocks(const std::filesystem::path & transformer_dir, const TransformerConfig & c,
+std::unique_ptr<BlockSource> make_engine_blocks(const store::ComponentSource & transformer_dir, const TransformerConfig & c,
                                                 at::ScalarType dt, const model::ComponentPlan & plan) {
     auto w = model::ComponentWeights::open(transformer_dir, transformer_groups(c), plan, dt);
     auto & ref = *w;

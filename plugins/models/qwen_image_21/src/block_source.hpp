@@ -43,8 +43,8 @@ std::vector<model::GroupSpec> transformer_groups(const TransformerConfig & c);
 // per acquire.
 std::unique_ptr<BlockSource> engine_blocks(model::ComponentWeights & weights, const TransformerConfig & c);
 
-// The same, owning the weights: opened from `transformer_dir` on `plan` (tests, tools).
-std::unique_ptr<BlockSource> make_engine_blocks(const std::filesystem::path & transformer_dir, const TransformerConfig & c,
+// The same, owning the weights: opened from `transformer_dir` (or a file replacing its weights) on `plan` (tests, tools).
+std::unique_ptr<BlockSource> make_engine_blocks(const store::ComponentSource & transformer_dir, const TransformerConfig & c,
                                                 at::ScalarType dt, const model::ComponentPlan & plan);
 
 // Reference (tests): all blocks loaded once onto the device, outside the engine.

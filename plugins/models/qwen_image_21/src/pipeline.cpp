@@ -114,12 +114,12 @@ at::Tensor load_initial_latents(const std::filesystem::path & path, int64_t B, i
     return t;
 }
 
-ModelFiles ModelFiles::open(const std::filesystem::path & dir) {
+ModelFiles ModelFiles::open(const std::filesystem::path & dir, const store::ComponentSource & transformer) {
     const auto tcfg = dir / "transformer" / "config.json";
     const auto vcfg = dir / "vae" / "config.json";
     const auto scfg = dir / "scheduler" / "scheduler_config.json";
     ModelFiles m{TransformerConfig::from_json(read_json(tcfg), tcfg), VaeConfig::from_json(read_json(vcfg), vcfg),
-                 SchedulerConfig::from_json(read_json(scfg), scfg), TensorFile::open_component(dir / "transformer"),
+                 SchedulerConfig::from_json(read_json(scfg), scfg), TensorFile::open_component(transformer),
                  TensorFile::open_component(dir / "vae"), std::nullopt};
     const auto index = dir / "model_index.json";
     if (std::filesystem::is_regular_file(index)) {

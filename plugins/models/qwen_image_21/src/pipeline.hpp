@@ -56,7 +56,9 @@ struct ModelFiles {
     // model_index.json sample_sigmas: the model author's default grid (excluding the terminal sigma); the pipeline
     // uses it unless the call passes sigmas=. None when absent or null.
     std::optional<std::vector<double>> sample_sigmas;
-    static ModelFiles open(const std::filesystem::path & model_dir);
+    // transformer: <model_dir>/transformer, or a file replacing its weights (--transformer FILE).
+    static ModelFiles open(const std::filesystem::path & model_dir, const store::ComponentSource & transformer);
+    static ModelFiles open(const std::filesystem::path & model_dir) { return open(model_dir, model_dir / "transformer"); }
 };
 
 // The initial latents from a file (--latents): tensor "latents", packed [B, h*w, C] as the pipeline's latents= or

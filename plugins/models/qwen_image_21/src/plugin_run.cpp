@@ -69,7 +69,7 @@ ModelFiles open_checkpoint(model::ModelRun & run, const Request & r) {
     std::vector<std::string> components{"transformer", "vae", "scheduler"};
     if (r.prompt.from_text) components.insert(components.begin(), "text_encoder");
     run.record_checkpoint(components);
-    auto m = ModelFiles::open(run.model_dir());
+    auto m = ModelFiles::open(run.model_dir(), run.component("transformer"));
     run.add_checkpoint_facts({{"transformer_blocks", m.transformer_config.num_layers},
                               {"block_payload_bytes", block_payload_bytes(m.transformer, m.transformer_config, 0)}});
     return m;
@@ -190,7 +190,7 @@ void record_workload(model::ModelRun & run, const Request & r, const ModelFiles 
 
 // The checkpoint's text encoder, checked against the transformer it feeds; its tokenizer recorded as an input.
 PromptEncoder open_prompt_encoder(model::ModelRun & run, const ModelFiles & m) {
-    auto encoder = PromptEncoder::open(run.model_dir());
+    auto encoder = PromptEncoder::open(run.model_dir(), run.component("text_encoder").file);
     if (encoder.config().hidden_size != m.transformer_config.context_in_dim)
         throw RuntimeError((run.model_dir() / "text_encoder" / "config.json").string() + ": hidden_size " +
                            std::to_string(encoder.config().hidden_size) + " contradicts the transformer's "
@@ -239,7 +239,7 @@ void write_embeddings(model::ModelRun & run, const Request & r, const PromptEmbe
 bool encode_prompt(model::ModelRun & run, const Request & r, const ModelFiles & m, const RunPlan & p, Conditioning & c) {
     if (!r.prompt.from_text) return true;
     auto encoder = open_prompt_encoder(run, m);
-    auto te = run.open_weights(run.plan("text_encoder"), encoder.weights_dir(), encoder.groups(), r.o.dtype);
+    auto te = run.open_weights(run.plan("text_encoder"), encoder.weights(), encoder.groups(), r.o.dtype);
     run.add_checkpoint_facts({{"text_encoder_layers", encoder.config().num_layers},
                               {"prompt_template_drop", encoder.drop_index()}});
     if (run.dry_run()) {
@@ -266,7 +266,7 @@ struct LoadedTransformer {
 LoadedTransformer open_transformer(model::ModelRun & run, const ModelFiles & m, const RunPlan & p, at::ScalarType dtype) {
     const auto & tc = m.transformer_config;
     LoadedTransformer t{Transformer(tc, load_transformer_globals(m.transformer, tc, dtype)),
-                        run.open_weights(p.transformer, run.model_dir() / "transformer", transformer_groups(tc), dtype),
+                        run.open_weights(p.transformer, run.component("transformer"), transformer_groups(tc), dtype),
                         nullptr};
     t.blocks = engine_blocks(*t.weights, tc);
     return t;

@@ -38,7 +38,7 @@ PromptEncoder::PromptEncoder(fs::path model_dir, text::Qwen3TextConfig c, fs::pa
     drop_idx_ = std::int64_t(tokenizer_.encode(system_turn()).size());
 }
 
-PromptEncoder PromptEncoder::open(const fs::path & model_dir) {
+PromptEncoder PromptEncoder::open(const fs::path & model_dir, const fs::path & weights_file) {
     const fs::path config = model_dir / "text_encoder" / "config.json";
     if (!fs::is_regular_file(config))
         throw UsageError(config.string() + " is missing: a prompt (-p) needs the Qwen3-VL text encoder of a checkpoint "
@@ -54,7 +54,9 @@ PromptEncoder PromptEncoder::open(const fs::path & model_dir) {
         throw UsageError((model_dir / "processor" / "tokenizer.json").string() +
                          " is missing (nor tokenizer/tokenizer.json): the prompt cannot be tokenized; save the "
                          "pipeline with its processor (QwenImage21Pipeline.save_pretrained writes processor/)");
-    return PromptEncoder(model_dir, text::Qwen3TextConfig::from_file(config), tok, text::BpeTokenizer::from_file(tok));
+    auto e = PromptEncoder(model_dir, text::Qwen3TextConfig::from_file(config), tok, text::BpeTokenizer::from_file(tok));
+    e.weights_file_ = weights_file;
+    return e;
 }
 
 std::vector<std::int64_t> PromptEncoder::template_ids(const std::string & prompt) const {
@@ -72,7 +74,7 @@ std::vector<std::int64_t> PromptEncoder::template_ids(const std::string & prompt
 }
 
 std::vector<model::GroupSpec> PromptEncoder::groups() {
-    auto store = store::WeightStore::open_component(weights_dir());
+    auto store = store::WeightStore::open(weights());
     std::vector<std::string> names;
     for (const auto * t : store.tensors()) names.push_back(t->name);
     return text::qwen3_text_groups(config_, names);

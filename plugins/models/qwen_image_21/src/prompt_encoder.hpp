@@ -6,6 +6,8 @@
 // tower, which is not built: text-to-image only.
 #pragma once
 
+#include "ddo/store/component_source.hpp"
+
 #include <filesystem>
 #include <functional>
 #include <optional>
@@ -30,11 +32,13 @@ class PromptEncoder {
 public:
     // <model>/text_encoder/config.json and the tokenizer (<model>/processor/tokenizer.json, else
     // <model>/tokenizer/tokenizer.json). UsageError naming the missing file and what a whole checkpoint holds.
-    static PromptEncoder open(const std::filesystem::path & model_dir);
+    // weights_file: --text-encoder FILE, replacing text_encoder/'s weights (Note [Component files]); empty: none.
+    static PromptEncoder open(const std::filesystem::path & model_dir, const std::filesystem::path & weights_file = {});
 
     const text::Qwen3TextConfig & config() const noexcept { return config_; }
     const std::filesystem::path & tokenizer_file() const noexcept { return tokenizer_file_; }
     std::filesystem::path weights_dir() const { return model_dir_ / "text_encoder"; }
+    store::ComponentSource weights() const { return {weights_dir(), weights_file_}; }
     // Tokens of the system turn the pipeline drops from the hidden states (its _drop_idx).
     std::int64_t drop_index() const noexcept { return drop_idx_; }
     // The template's token ids for one prompt (an empty prompt is encoded as " ", as the pipeline does).
@@ -49,6 +53,7 @@ private:
     PromptEncoder(std::filesystem::path model_dir, text::Qwen3TextConfig c, std::filesystem::path tokenizer_file,
                   text::BpeTokenizer tokenizer);
     std::filesystem::path model_dir_;
+    std::filesystem::path weights_file_;
     text::Qwen3TextConfig config_;
     std::filesystem::path tokenizer_file_;
     text::BpeTokenizer tokenizer_;

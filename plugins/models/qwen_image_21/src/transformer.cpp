@@ -105,18 +105,21 @@ std::vector<std::pair<std::string, std::vector<int64_t>>> block_tensor_specs(con
 }
 
 void validate_transformer_checkpoint(const TensorFile & f, const TransformerConfig & c) {
-    std::set<std::string> expected;
-    auto check = [&](const std::string & name, const std::vector<int64_t> & shape) {
-        expected.insert(name);
+    auto specs = global_tensor_specs(c);
+    for (int64_t i = 0; i < c.num_layers; ++i)
+        for (auto & spec : block_tensor_specs(c, i)) specs.push_back(std::move(spec));
+    std::vector<std::string> names;
+    for (const auto & [n, s] : specs) names.push_back(n);
+    // A file given with --transformer: another model's tensors are named before any is found missing.
+    f.require_known(names, "Qwen-Image 2.1 transformer (num_layers " + std::to_string(c.num_layers) + ")");
+    for (const auto & [name, shape] : specs) {
         if (!f.contains(name))
             throw RuntimeError(f.origin().string() + ": tensor '" + name + "' is missing from the transformer checkpoint (" +
                                f.describe_files() + "); re-export it with diffusers save_pretrained");
         if (!at::isFloatingType(f.dtype_of(name)) || at::IntArrayRef(f.shape_of(name)) != at::IntArrayRef(shape))
             f.weight(name, shape, at::kFloat);  // throws the detailed message (dtype or shape)
-    };
-    for (auto & [n, s] : global_tensor_specs(c)) check(n, s);
-    for (int64_t i = 0; i < c.num_layers; ++i)
-        for (auto & [n, s] : block_tensor_specs(c, i)) check(n, s);
+    }
+    const std::set<std::string> expected(names.begin(), names.end());
     for (const auto & n : f.names())
         if (!expected.count(n))
             throw RuntimeError(f.file_of(n).string() + ": unexpected tensor '" + n +

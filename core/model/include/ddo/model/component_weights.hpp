@@ -27,6 +27,7 @@
 #include <nlohmann/json.hpp>
 
 #include "ddo/model/component_plan.hpp"
+#include "ddo/store/component_source.hpp"
 
 namespace ddo::model {
 
@@ -52,8 +53,9 @@ private:
 
 class ComponentWeights {
 public:
-    // dir: the component folder. Throws UsageError when no allocator plugin was loaded, RuntimeError naming file and tensor for a tensor missing from the checkpoint.
-    static std::unique_ptr<ComponentWeights> open(const std::filesystem::path & dir, std::vector<GroupSpec> groups,
+    // source: the component folder, or a file replacing its weights (Note [Component files]). Throws UsageError when
+    // no allocator plugin was loaded, RuntimeError naming file and tensor for a tensor missing from the checkpoint.
+    static std::unique_ptr<ComponentWeights> open(const store::ComponentSource & source, std::vector<GroupSpec> groups,
                                                   const ComponentPlan & plan, at::ScalarType compute_dtype);
     ~ComponentWeights();
     ComponentWeights(const ComponentWeights &) = delete;

@@ -12,7 +12,7 @@
 //   void run_my_model(ddo::model::ModelRun & run) {
 //       const auto w = run.workload({.width = 1024, .height = 1024, .steps = 30});
 //       run.begin_phase("load");
-//       auto blocks = run.open_weights(run.plan("transformer"), run.model_dir() / "transformer", groups, w.dtype);
+//       auto blocks = run.open_weights(run.plan("transformer"), run.component("transformer"), groups, w.dtype);
 //       run.begin_phase("denoise");
 //       for (int i = 0; i < w.steps; ++i) { run.check_interrupted("denoise"); ...; run.step(i + 1, w.steps); }
 //       run.unload(std::move(blocks));
@@ -37,6 +37,7 @@
 #include "ddo/model/component_weights.hpp"
 #include "ddo/model/device_placement.hpp"
 #include "ddo/run_context.hpp"
+#include "ddo/store/component_source.hpp"
 #include "ddo/util/path_lock.hpp"
 
 namespace ddo {
@@ -87,6 +88,9 @@ public:
     const std::string & plugin_name() const noexcept { return plugin_; }
     bool dry_run() const noexcept { return ctx_.dry_run; }
     const std::filesystem::path & model_dir() const noexcept { return ctx_.model_dir; }
+    // Where component `name`'s weights come from: model_dir()/name, or the file the user gave for it
+    // (--transformer FILE; Note [Component files]) with that folder's config.json.
+    store::ComponentSource component(const std::string & name) const;
     const std::filesystem::path & prompt_embeds() const noexcept { return ctx_.prompt_embeds; }
     // --latents FILE: the initial noise instead of the seeded draw (empty: none).
     const std::filesystem::path & latents_file() const noexcept { return ctx_.latents; }
@@ -130,7 +134,7 @@ public:
     ComponentPlan plan(const std::string & component);
     // A component's weights on the engine (component_weights.hpp). Records the intended and executed route and
     // the plan's counters in the report under the component's name.
-    std::unique_ptr<ComponentWeights> open_weights(const ComponentPlan & plan, const std::filesystem::path & folder,
+    std::unique_ptr<ComponentWeights> open_weights(const ComponentPlan & plan, const store::ComponentSource & source,
                                                    std::vector<GroupSpec> groups, at::ScalarType compute_dtype);
     // End of a component's phase: finishes the engine phase, records the counters and the phase it was unloaded
     // in, frees the weights. RuntimeError when owners are still outstanding (a lease or upload never returned).
@@ -169,6 +173,8 @@ public:
     void record_counters(const std::string & component, nlohmann::json counters);
     // checkpoint: {"path", "identity": checkpoint_identity(model_dir, components), "hash_weights", "inputs"}, from
     // the headers alone: call it before the checkpoint is validated, so a failed load still says what it read.
+    // `components` are every component the run reads: a file given for another one (--text-encoder FILE with
+    // --prompt-embeds) is refused here, UsageError (exit 2) naming the flag.
     void record_checkpoint(const std::vector<std::string> & components);
     // Model facts added under checkpoint.facts (block counts, payloads) once the plugin has read them.
     void add_checkpoint_facts(const nlohmann::json & facts);

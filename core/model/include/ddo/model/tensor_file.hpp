@@ -25,8 +25,9 @@ std::string shape_str(at::IntArrayRef shape);
 
 class TensorFile {
 public:
-    // A component directory: <dir>/diffusion_pytorch_model.safetensors or its sharded index.
-    static TensorFile open_component(const std::filesystem::path & dir);
+    // A component: <dir>/diffusion_pytorch_model.safetensors, its sharded index or a *.gguf, or a single file that
+    // replaces the folder's weights (store::ComponentSource; Note [Component files]).
+    static TensorFile open_component(const store::ComponentSource & source);
     // One safetensors file (fixtures, prompt embeddings).
     static TensorFile open_file(const std::filesystem::path & path);
 
@@ -39,7 +40,7 @@ public:
     at::ScalarType dtype_of(const std::string & name) const;
     uint64_t nbytes_of(const std::string & name) const;
     // Reads the tensor (CPU, fresh memory): a dense one as stored, a quantized one (SDNQ, TorchAO FP8, scaled FP8;
-    // Note [Quantized weights]) decoded to bf16, the dtype its writers dequantize it to. shape_of and dtype_of describe
+    // Note [Quantized weights]) decoded to bf16, the dtype its writers dequantize it to (GGUF: float32, as gguf-py). shape_of and dtype_of describe
     // what read gives; nbytes_of is what the file stores. Throws RuntimeError naming tensor and file.
     at::Tensor read(const std::string & name) const;
     // The tensor decoded (or cast) to `dtype`.
@@ -56,8 +57,14 @@ public:
     void check(const std::string & name, at::IntArrayRef shape) const;
     // Reads a weight and checks it: present, the expected shape, a floating dtype; returns it cast to `dtype`.
     at::Tensor weight(const std::string & name, at::IntArrayRef shape, at::ScalarType dtype) const;
-    // The safetensors file(s) read, comma-separated (for messages).
+    // The weight file(s) read, comma-separated (for messages).
     std::string describe_files() const;
+    // Whether a single file replaces the component folder's weights (--transformer FILE), and that file.
+    bool replaced() const noexcept { return !replacing_.empty(); }
+    const std::filesystem::path & replacing_file() const noexcept { return replacing_; }
+    // Refuses (UsageError, exit 2) a replacing file that holds tensors `known` does not name: the first few and the
+    // count, with `model` ("the Qwen-Image 2.1 transformer") in the message. Nothing for a component folder.
+    void require_known(const std::vector<std::string> & known, const std::string & model) const;
     // Description for messages: the directory or file.
     const std::filesystem::path & origin() const { return origin_; }
 
@@ -65,6 +72,7 @@ private:
     const store::EncodedTensor & entry(const std::string & name) const;
 
     std::filesystem::path origin_;
+    std::filesystem::path replacing_;
     std::shared_ptr<const store::WeightStore> store_;  // shared: TensorFile is copyable
     std::shared_ptr<const store::ComponentEncodings> encodings_;  // borrows store_'s TensorInfo
     std::map<std::string, std::string> metadata_;

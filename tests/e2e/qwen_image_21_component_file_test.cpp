@@ -1,0 +1,91 @@
+// ddo-host --transformer FILE (Note [Component files]) on the quantized parity fixtures
+// (tools/reference/qwen_image_21_quant_fixtures.py): the GGUF Q4_K transformer under ComfyUI's names, given as a file
+// to a checkpoint whose transformer/ holds only config.json, makes the image the folder form makes, byte for byte,
+// and the report names the file (identity: replaced_by with its header hash; counters: the GGUF formats). Another
+// model's file, a file for a component the run does not read and a truncated file are refused with the documented
+// exit codes, the report written.
+#include <gtest/gtest.h>
+
+#include <unistd.h>
+
+#include <filesystem>
+
+#include <nlohmann/json.hpp>
+
+#include "e2e/host_run.hpp"
+#include "e2e/png_read.hpp"
+
+namespace fs = std::filesystem;
+using ddo::test::quoted;
+using nlohmann::json;
+
+namespace {
+
+const fs::path kDir = QI21Q_FIXTURE_DIR;
+
+std::string base(const fs::path & model) {
+    return "--plugin qwen_image --preset low_ram_safe.toml --model " + quoted(model) + " --prompt-embeds " +
+           quoted(kDir / "prompt_embeds.safetensors") + " --steps 2 --width 64 --height 64 ";
+}
+
+ddo::test::HostRun run(const std::string & tag, const std::string & args, std::vector<uint8_t> * pixels = nullptr) {
+    return ddo::test::run_ddo_host("component_file_" + tag, args, [&](const fs::path & dir) {
+        if (pixels && fs::exists(dir / "image.png")) *pixels = ddo::test::read_png(dir / "image.png").pixels;
+    });
+}
+
+}  // namespace
+
+TEST(Qi21ComponentFile, AGgufTransformerFileMakesTheImageOfTheFolderForm) {
+    std::vector<uint8_t> folder_px, file_px;
+    const auto folder = run("folder", base(kDir / "gguf_q4_k"), &folder_px);
+    ASSERT_EQ(folder.exit_code, 0) << folder.log;
+    const auto file = run("file", base(kDir / "gguf_single") + "--transformer " + quoted(kDir / "gguf_q4_k_comfy.gguf"),
+                          &file_px);
+    ASSERT_EQ(file.exit_code, 0) << file.log;
+    ASSERT_FALSE(folder_px.empty());
+    EXPECT_EQ(file_px, folder_px) << "the file form's image differs from the folder form's";
+
+    const auto & id = file.report.at("identity").at("checkpoint").at("identity").at("components").at("transformer");
+    ASSERT_TRUE(id.contains("replaced_by")) << id.dump();
+    EXPECT_EQ(id.at("replaced_by").at("file"), fs::absolute(kDir / "gguf_q4_k_comfy.gguf").string());
+    EXPECT_GT(id.at("replaced_by").at("header_bytes").get<std::uint64_t>(), 0u);
+    EXPECT_EQ(id.at("replaced_by").at("header_xxh3_128").get<std::string>().size(), 32u);
+    EXPECT_TRUE(id.at("config").is_object()) << "config.json still comes from the folder: " << id.dump();
+    const auto & q = file.report.at("counters").at("transformer").at("quantization");
+    EXPECT_EQ(q.at("method"), "gguf") << q.dump();
+    EXPECT_GT(q.at("formats").value("Q4_K", 0), 0) << q.dump();
+    EXPECT_LT(q.at("stored_bytes").get<std::uint64_t>(), q.at("dense_bytes").get<std::uint64_t>()) << q.dump();
+    const auto & folder_q = folder.report.at("counters").at("transformer").at("quantization");
+    EXPECT_EQ(q.at("formats"), folder_q.at("formats"));
+    EXPECT_FALSE(folder.report.at("identity").at("checkpoint").at("identity").at("components").at("transformer").contains(
+        "replaced_by"));
+}
+
+TEST(Qi21ComponentFile, AnotherModelsFileIsRefusedWithExit2NamingItsTensors) {
+    const auto r = run("foreign", base(kDir / "gguf_single") + "--transformer " + quoted(kDir / "gguf_foreign.gguf"));
+    EXPECT_EQ(r.exit_code, 2) << r.log;
+    EXPECT_NE(r.log.find("gguf_foreign.gguf"), std::string::npos) << r.log;
+    EXPECT_NE(r.log.find("are not Qwen-Image 2.1 transformer"), std::string::npos) << r.log;
+    EXPECT_EQ(r.report.value("exit_code", -1), 2) << r.report.dump().substr(0, 400);
+}
+
+TEST(Qi21ComponentFile, AFileForAComponentTheRunDoesNotReadIsRefused) {
+    const auto r = run("unused", base(kDir / "gguf_q4_k") + "--text-encoder " + quoted(kDir / "gguf_foreign.gguf"));
+    EXPECT_EQ(r.exit_code, 2) << r.log;
+    EXPECT_NE(r.log.find("--text-encoder"), std::string::npos) << r.log;
+    EXPECT_NE(r.log.find("does not read the text_encoder"), std::string::npos) << r.log;
+}
+
+TEST(Qi21ComponentFile, ATruncatedFileIsARuntimeFailureNamingIt) {
+    const auto dir = fs::temp_directory_path() / ("ddo_component_file_" + std::to_string(::getpid()));
+    fs::create_directories(dir);
+    const auto cut = dir / "cut.gguf";
+    fs::copy_file(kDir / "gguf_q4_k_comfy.gguf", cut, fs::copy_options::overwrite_existing);
+    fs::resize_file(cut, fs::file_size(cut) - 100);
+    const auto r = run("truncated", base(kDir / "gguf_single") + "--transformer " + quoted(cut));
+    EXPECT_EQ(r.exit_code, 4) << r.log;
+    EXPECT_NE(r.log.find("cut.gguf"), std::string::npos) << r.log;
+    EXPECT_EQ(r.report.value("status", ""), "failed") << r.report.dump().substr(0, 400);
+    fs::remove_all(dir);
+}
