@@ -211,3 +211,36 @@ TEST_F(Ltx2PipelineParity, DitRoutesGiveBitwiseEqualLatents) {
                   << " bytes streamed\n";
     }
 }
+
+// Issue 26: the guided LTX-2.3 case on an SDNQ int8 transformer (diffusers' own SDNQ integration) and a GGUF Q8_0
+// one (gguf-py's decode run dense), resident and streamed on the disk route (tools/reference/ltx2_quant_fixtures.py).
+// The same tolerances as the dense case; the report counts the stored formats.
+TEST_F(Ltx2PipelineParity, QuantizedTransformersEqualDiffusers) {
+    const fs::path qdir = LTX2_QUANT_FIXTURE_DIR;
+    const auto & qref = ddo::test::reference_of(qdir, "ltx2_quant_fixtures");
+    const ddo_allocator_vtable * linear = ddo::test::linear_allocator(LTX2_PIPELINE_PLUGIN_DIR);
+    ASSERT_NE(linear, nullptr);
+    for (const auto & [c, facts] : qref.at("cases").items()) {
+        Case k = case_of("23");
+        k.ckpt = qdir / ("checkpoint_" + c);
+        ASSERT_EQ(k.settings, qref.at("settings")) << "the quantized cases run the guided 2.3 settings";
+        const auto want = TensorFile::open_file(qdir / ("pipeline_" + c + ".safetensors"));
+        ASSERT_TRUE(TensorFile::open_component(k.ckpt / "transformer").quantized()) << c;
+        compare("LTX-2.3 guided, " + c + " transformer, resident", run_pipeline(k), want);
+
+        const auto tc = lt::TransformerConfig::from_file(k.ckpt / "transformer" / "config.json");
+        const auto groups = lt::transformer_groups(tc);
+        auto cw = ddo::model::ComponentWeights::open(k.ckpt / "transformer", groups,
+                                                     ddo::test::cpu_plan("transformer", ddo::Route::disk, linear, 0),
+                                                     at::kFloat);
+        lt::EngineWeights ew(*cw, groups, at::kFloat, at::kCPU);
+        compare("LTX-2.3 guided, " + c + " transformer, disk route", run_pipeline(k, &ew), want);
+        EXPECT_EQ(cw->finish(), 0u);
+        const auto q = cw->report().at("quantization");
+        EXPECT_EQ(q.at("method"), c == "gguf_q8_0" ? "gguf" : "sdnq") << q.dump();
+        EXPECT_GT(q.at("formats").value(c == "gguf_q8_0" ? "Q8_0" : "SDNQ int8", 0), 0) << q.dump();
+        EXPECT_GT(q.at("dequant_count").get<uint64_t>(), 0u) << q.dump();
+        std::cout << "[ quant     ] " << c << ": stored " << q.at("stored_bytes") << " of " << q.at("dense_bytes")
+                  << " dense bytes, " << q.at("formats").dump() << "\n";
+    }
+}

@@ -11,8 +11,9 @@ ResidentWeights::ResidentWeights(const model::TensorFile & file, at::ScalarType 
 
 at::Tensor ResidentWeights::get(const std::string & name) {
     if (auto it = cache_.find(name); it != cache_.end()) return it->second;
-    auto t = file_.read(name);  // RuntimeError naming file and tensor when absent
-    if (at::isFloatingType(t.scalar_type())) t = t.to(dtype_);
+    // A quantized tensor is decoded straight into the compute dtype (Note [Quantized weights]), as on the engine;
+    // RuntimeError naming file and tensor when absent.
+    auto t = at::isFloatingType(file_.dtype_of(name)) ? file_.read_as(name, dtype_) : file_.read(name);
     t = t.to(device_);
     cache_.emplace(name, t);
     return t;
