@@ -9,6 +9,8 @@
 #include <ATen/ATen.h>
 #include <ATen/CPUGeneratorImpl.h>
 
+#include <unistd.h>
+
 #include <filesystem>
 #include <fstream>
 
@@ -220,4 +222,28 @@ TEST_F(Qi21Text, ADryRunFromTextPlansTheTextEncoderAndTheTransformer) {
     auto bad = run("dry_vision", "-p 'a <|image_pad|> cat' --dry-run --width 64 --height 64 --steps 2");
     EXPECT_EQ(bad.exit_code, 2) << bad.log;
     EXPECT_NE(bad.log.find("vision tower"), std::string::npos) << bad.log;
+}
+
+// Note [Component files]: --text-encoder FILE replaces text_encoder/'s weights (the folder keeps config.json): the
+// checkpoint's own weights given as a file to a copy whose text_encoder/ holds no weights make the same PNG, streamed
+// on group_leaf; the report names the file. Without the file that copy fails naming the folder (exit 4).
+TEST_F(Qi21Text, ATextEncoderFileReplacesTheFoldersWeights) {
+    const auto & ref = runs().at("plain");
+    const fs::path copy = fs::temp_directory_path() / ("ddo_text_file_" + std::to_string(::getpid()));
+    fs::remove_all(copy);
+    fs::copy(kDir / "checkpoint", copy, fs::copy_options::recursive);
+    const fs::path weights = copy.parent_path() / ("ddo_text_file_" + std::to_string(::getpid()) + ".safetensors");
+    fs::rename(copy / "text_encoder" / "model.safetensors", weights);
+    const auto folder = run("te_folder", args_of(ref) + " --preset low_ram_safe.toml");
+    ASSERT_EQ(folder.exit_code, 0) << folder.log;
+    const auto file = run("te_file", args_of(ref) + " --preset low_ram_safe.toml --text-encoder " + q(weights.string()), copy);
+    ASSERT_EQ(file.exit_code, 0) << file.log;
+    EXPECT_EQ(file.image.pixels, folder.image.pixels);
+    const auto & id = file.report.at("identity").at("checkpoint").at("identity").at("components").at("text_encoder");
+    EXPECT_EQ(id.at("replaced_by").at("file"), fs::absolute(weights).string()) << id.dump();
+    EXPECT_EQ(file.report.at("counters").at("text_encoder").at("route"), "group_leaf");
+    const auto missing = run("te_missing", args_of(ref) + " --preset low_ram_safe.toml", copy);
+    EXPECT_EQ(missing.exit_code, 4) << missing.log;
+    fs::remove_all(copy);
+    fs::remove(weights);
 }
