@@ -240,3 +240,17 @@ TEST(Ltx2VideoHost, FromTextEqualsDiffusersAndEncodeReproducesIt) {
     EXPECT_EQ(again.exit_code, 0) << again.log;
     fs::remove(embeds);
 }
+
+// A non-finite sigma schedule (LTX-2.0's shift_terminal on a one-step grid divides by zero, as in the reference) is
+// refused with exit 2 before the first denoising step, naming the cause and the fix; nothing is written.
+TEST(Ltx2VideoHost, ANonFiniteScheduleIsRefusedBeforeTheFirstStep) {
+    const auto r = run_ddo_host("ltx2_one_step", "--plugin ltx2 --model " + quoted(kFixtures / "checkpoint_20") +
+                                                     " --prompt-embeds " + quoted(kFixtures / "prompt_embeds.safetensors") +
+                                                     " --width 32 --height 32 --frames 5 --fps 25 --steps 1");
+    EXPECT_EQ(r.exit_code, 2) << r.log;
+    EXPECT_EQ(r.report.at("status").get<std::string>(), "failed") << r.report.dump().substr(0, 400);
+    EXPECT_NE(r.log.find("schedule is not finite"), std::string::npos) << r.log;
+    EXPECT_NE(r.log.find("more steps"), std::string::npos) << r.log;
+    for (const auto & step : r.report.at("steps")) EXPECT_NE(step.value("phase", ""), "denoise") << r.report.at("steps").dump();
+    EXPECT_TRUE(r.report.at("outputs").empty());
+}
