@@ -8,10 +8,11 @@
 #include <cstdint>
 #include <cerrno>
 #include <cstring>
-#include <string_view>
+#include <span>
 
 #include "ddo/error.hpp"
 #include "ddo/store/gguf_file.hpp"
+#include "ddo/store/gguf_header.hpp"
 #include "ddo/util/file_digest.hpp"
 #include "ddo/util/unique_fd.hpp"
 
@@ -39,12 +40,10 @@ void pread_exact(int fd, void * dst, std::size_t n, off_t offset, const fs::path
 }
 
 // A GGUF file's header: every byte before its data section (tensor names, types, shapes, offsets, metadata).
-std::string gguf_header_bytes(const fs::path & file) {
+std::string gguf_header_bytes(int fd, const fs::path & file) {
     const auto g = GgufFile::open(file);  // validated; RuntimeError naming the file
     std::string bytes(std::size_t(g.header().data_offset), '\0');
-    UniqueFd fd(::open(file.c_str(), O_RDONLY | O_CLOEXEC));
-    if (!fd) throw RuntimeError(file.string() + ": cannot open (" + std::strerror(errno) + "); check the path");
-    pread_exact(fd.get(), bytes.data(), bytes.size(), 0, file);
+    pread_exact(fd, bytes.data(), bytes.size(), 0, file);
     return bytes;
 }
 
@@ -58,8 +57,8 @@ json file_entry(const fs::path & file, const IdentityOptions & o) {
     pread_exact(fd.get(), len_bytes, 8, 0, file);
     std::string bytes;
     std::uint64_t header_bytes = 0;  // safetensors: the JSON's length; GGUF: every byte before the data
-    if (std::string_view(reinterpret_cast<const char *>(len_bytes), 4) == "GGUF") {
-        bytes = gguf_header_bytes(file);
+    if (is_gguf(std::as_bytes(std::span(len_bytes)))) {
+        bytes = gguf_header_bytes(fd.get(), file);
         header_bytes = bytes.size();
     } else {
         std::uint64_t n = 0;

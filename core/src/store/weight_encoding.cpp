@@ -173,10 +173,7 @@ ComponentEncodings ComponentEncodings::detect(const WeightStore & store) {
                              "\" is not one ddo reads (sdnq, torchao; GGUF and scaled fp8 files need no config); "
                              "use an SDNQ, TorchAO, fp8 or GGUF checkpoint");
     }
-    if (store.gguf()) {
-        detect_gguf(b);
-        c.method_ = "gguf";
-    }
+    if (store.gguf()) detect_gguf(b);
     detect_torchao(b);  // self-described by each file's __metadata__, with or without the folder's config
     detect_fp8(b);
     for (const auto * t : store.tensors()) {
@@ -187,7 +184,7 @@ ComponentEncodings ComponentEncodings::detect(const WeightStore & store) {
         b.out.emplace(t->name, std::move(e));
     }
     for (const auto & [n, e] : b.out) c.quantized_ = c.quantized_ || e.encoding != Encoding::dense;
-    if (c.method_ == "gguf" && !c.quantized_) c.method_.clear();  // an F32/F16/BF16 GGUF is dense
+    if (store.gguf()) c.method_ = c.quantized_ ? "gguf" : "";  // an F32/F16/BF16 GGUF is dense
     if (c.method_.empty() && c.quantized_) {
         bool torchao = false;
         for (const auto & [n, e] : b.out) torchao = torchao || e.format.rfind("TorchAO", 0) == 0;

@@ -1,8 +1,8 @@
 #include "ddo/store/weight_store.hpp"
 
 #include <algorithm>
-#include <cstring>
 #include <atomic>
+#include <cstring>
 #include <fstream>
 #include <optional>
 #include <unordered_map>
@@ -23,8 +23,7 @@ struct WeightStore::Impl {
     std::optional<GgufFile> gguf;
     // A replacing file (Note [Component files]): its offered tensors under their folder names, the index of each in
     // the file's own list, and how many it holds that belong to another component.
-    bool renamed_file = false;
-    std::optional<ComponentSource> source;
+    std::optional<ComponentSource> source;  // set for a replacing file
     std::vector<TensorInfo> renamed;
     std::vector<std::size_t> stored_index;
     std::uint64_t not_offered = 0;
@@ -37,24 +36,24 @@ struct WeightStore::Impl {
     void index_one(const TensorInfo & t, const fs::path & file) {
         auto [it, fresh] = by_name.emplace(t.name, &t);
         if (!fresh)
-            throw RuntimeError("tensor '" + t.name + "' is stored twice: in " + path_of(*it->second).string() +
+            throw RuntimeError("tensor '" + t.name + "' is stored twice: in " + path_of(it->second->file_index).string() +
                                " and " + file.string() + "; the checkpoint is inconsistent - re-download it");
         tensors.push_back(&t);
     }
-    const fs::path & path_of(const TensorInfo & t) const {
-        return gguf ? gguf->path() : files.at(t.file_index).path();
+    const fs::path & path_of(std::uint32_t file_index) const {
+        return gguf ? gguf->path() : files.at(file_index).path();
     }
     void index_gguf() {
-        const auto & all = renamed_file ? renamed : gguf->tensors();
+        const auto & all = source ? renamed : gguf->tensors();
         for (std::size_t i = 0; i < all.size(); ++i) {
             index_one(all[i], gguf->path());
-            gguf_index.emplace(&all[i], renamed_file ? stored_index[i] : i);
+            gguf_index.emplace(&all[i], source ? stored_index[i] : i);
         }
     }
 
     void index_all() {
         if (gguf) return index_gguf();
-        if (renamed_file) {
+        if (source) {
             for (const auto & t : renamed) index_one(t, files.front().path());
             return;
         }
@@ -65,11 +64,12 @@ struct WeightStore::Impl {
 
 namespace {
 
+// By its magic (ddo/store/gguf_header.hpp), else the file is read as safetensors.
 bool is_gguf_file(const fs::path & file) {
     std::ifstream in(file, std::ios::binary);
-    char magic[4] = {};
-    in.read(magic, 4);
-    return in.gcount() == 4 && std::string_view(magic, 4) == "GGUF";
+    std::byte magic[4] = {};
+    in.read(reinterpret_cast<char *>(magic), 4);
+    return in.gcount() == 4 && is_gguf(magic);
 }
 
 // The first prefix of kSingleFilePrefixes that a tensor of a replacing file carries, or empty.
@@ -140,7 +140,6 @@ WeightStore WeightStore::open(const ComponentSource & source) {
         m.renamed.back().name = std::move(*name);
         m.stored_index.push_back(i);
     }
-    m.renamed_file = true;
     m.source = source;
     m.index_all();
     return s;
@@ -250,7 +249,7 @@ const std::string & WeightStore::stripped_prefix() const noexcept { return impl_
 std::uint64_t WeightStore::not_offered() const noexcept { return impl_->not_offered; }
 
 std::optional<std::string> WeightStore::offered_name(std::string_view stored) const {
-    if (!impl_->renamed_file) return std::string(stored);
+    if (!impl_->source) return std::string(stored);
     return folder_name(std::string(stored), impl_->stripped_prefix, *impl_->source);
 }
 
@@ -259,10 +258,7 @@ const GgufTensorInfo * WeightStore::gguf_tensor(const TensorInfo & info) const n
     return it == impl_->gguf_index.end() ? nullptr : &impl_->gguf->header().tensors[it->second];
 }
 
-const fs::path & WeightStore::file_path(std::uint32_t file_index) const {
-    if (impl_->gguf) return impl_->gguf->path();
-    return impl_->files.at(file_index).path();
-}
+const fs::path & WeightStore::file_path(std::uint32_t file_index) const { return impl_->path_of(file_index); }
 
 std::vector<fs::path> WeightStore::file_paths() const {
     if (impl_->gguf) return {impl_->gguf->path()};

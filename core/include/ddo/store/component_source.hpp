@@ -29,8 +29,6 @@ struct ComponentSource {
         : dir(std::move(folder)), file(std::move(weights)) {}
 
     bool replaced() const noexcept { return !file.empty(); }
-    // For messages: the file when replaced, else the folder.
-    std::string describe() const { return replaced() ? file.string() : dir.string(); }
 };
 
 // The ddo-host flag that gives a component's file: "text_encoder" -> "text-encoder" (--text-encoder FILE).

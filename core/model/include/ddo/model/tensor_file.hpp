@@ -59,9 +59,8 @@ public:
     at::Tensor weight(const std::string & name, at::IntArrayRef shape, at::ScalarType dtype) const;
     // The weight file(s) read, comma-separated (for messages).
     std::string describe_files() const;
-    // Whether a single file replaces the component folder's weights (--transformer FILE), and that file.
+    // Whether a single file replaces the component folder's weights (--transformer FILE).
     bool replaced() const noexcept { return !replacing_.empty(); }
-    const std::filesystem::path & replacing_file() const noexcept { return replacing_; }
     // Refuses (UsageError, exit 2) a replacing file that holds tensors `known` does not name: the first few and the
     // count, with `model` ("the Qwen-Image 2.1 transformer") in the message. Nothing for a component folder.
     void require_known(const std::vector<std::string> & known, const std::string & model) const;
