@@ -53,9 +53,13 @@ void check_gguf_file(const fs::path & path, const std::set<std::string> & names)
     std::map<std::string, int> per_type;
     for (const auto & t : f.header().tensors) {
         ASSERT_TRUE(expected.contains(t.name)) << t.name;
+        const auto what = path.filename().string() + " " + t.name + " (" + ddo::store::ggml_type_label(t.type) + ")";
         const auto got = q::ggml_dequantize(bytes_of(f, t), t.type, t.shape);
-        expect_bitwise(path.filename().string() + " " + t.name + " (" + ddo::store::ggml_type_label(t.type) + ")", got,
-                       expected.read(t.name));
+        expect_bitwise(what, got, expected.read(t.name));
+        // Into a reused buffer (Note [Host decode kernels]: the fused CPU kernels for Q8_0 and Q4_K), over old values.
+        auto into = at::full(t.shape, 7.0f, at::kFloat);
+        q::ggml_dequantize_into(bytes_of(f, t), t.type, t.shape, into);
+        expect_bitwise(what + " into a buffer", into, expected.read(t.name));
         ++per_type[ddo::store::ggml_type_label(t.type)];
     }
     std::set<std::string> seen;
@@ -127,6 +131,34 @@ TEST_F(QuantParity, ScaledAndUnscaledFp8EqualTheirLoaders) {
     for (const std::string n : {"cast_e4m3.weight", "cast_e5m2.weight"})
         expect_bitwise(n, q::fp8_dequantize(cast.read_stored(n), std::nullopt, q::Fp8ScaleMath::fp32, at::kBFloat16, n),
                        expected.read(n));
+}
+
+// Note [Host decode kernels]: the fused CPU decode into a float32 buffer equals the ATen decode in float32 bit for bit
+// (which the tests above hold to each reference), and rounds to the reference's bf16.
+TEST_F(QuantParity, Fp8IntoABufferEqualsTheDecodeInFloat32) {
+    const auto expected = TensorFile::open_file(kDir / "fp8" / "expected.safetensors");
+    struct Case {
+        std::string file, weight, scale;
+        q::Fp8ScaleMath math;
+    };
+    const std::vector<Case> cases = {{"torchao", "row._weight_qdata", "row._weight_scale", q::Fp8ScaleMath::fp32},
+                                     {"torchao", "tensor._weight_qdata", "tensor._weight_scale", q::Fp8ScaleMath::fp32},
+                                     {"ltx", "ltx.weight", "ltx.weight_scale", q::Fp8ScaleMath::fp32},
+                                     {"comfy", "comfy.weight", "comfy.scale_weight", q::Fp8ScaleMath::out_dtype},
+                                     {"cast", "cast_e4m3.weight", "", q::Fp8ScaleMath::fp32},
+                                     {"cast", "cast_e5m2.weight", "", q::Fp8ScaleMath::fp32}};
+    for (const auto & c : cases) {
+        const auto file = TensorFile::open_file(kDir / "fp8" / (c.file + ".safetensors"));
+        const auto w = file.read_stored(c.weight);
+        const auto s = c.scale.empty() ? std::nullopt : std::optional<at::Tensor>(file.read_stored(c.scale));
+        auto into = at::full(w.sizes(), 7.0f, at::kFloat);
+        q::fp8_dequantize_into(w, s, c.math, into, c.weight);
+        expect_bitwise(c.file + " " + c.weight + " into a buffer", into, q::fp8_dequantize(w, s, c.math, at::kFloat, c.weight));
+        if (c.math == q::Fp8ScaleMath::fp32) {
+            const std::string name = c.file == "torchao" ? c.weight.substr(0, c.weight.find('.')) + ".weight" : c.weight;
+            expect_bitwise(c.file + " " + c.weight + " into a buffer, in bf16", into.to(at::kBFloat16), expected.read(name));
+        }
+    }
 }
 
 TEST_F(QuantParity, EachFileIsRecognisedByItsLayoutAndReadDense) {

@@ -89,6 +89,25 @@ TEST_F(Qi21QuantParity, EveryRouteStreamsTheStoredBytesAndEqualsResidentBitwise)
             EXPECT_GT(q.at("formats").value(format, 0), 0) << q.dump();
             EXPECT_LT(q.at("stored_bytes").get<uint64_t>(), q.at("dense_bytes").get<uint64_t>()) << q.dump();
             EXPECT_GT(q.at("dequant_count").get<uint64_t>(), 0u) << q.dump();
+            // Note [Converted residents]: resident, every group fits decoded, so each quantized tensor is decoded once;
+            // streamed, each acquire decodes, on the CPU into reused buffers (Note [Host decode kernels]).
+            const auto conv = src->report().at("conversion");
+            const auto scratch = src->report().at("scratch");
+            uint64_t quantized = 0;
+            for (const auto & [f, n] : q.at("formats").items())
+                if (f != "F32" && f != "F16" && f != "BF16") quantized += n.get<uint64_t>();
+            if (route == ddo::Route::resident) {
+                EXPECT_TRUE(conv.at("once").get<bool>()) << conv.dump();
+                EXPECT_EQ(q.at("dequant_count").get<uint64_t>(), quantized) << q.dump();
+                EXPECT_EQ(scratch.at("reused").get<uint64_t>() + scratch.at("allocated").get<uint64_t>(), 0u) << scratch.dump();
+            }
+            if (route == ddo::Route::disk) {
+                EXPECT_FALSE(conv.at("once").get<bool>()) << conv.dump();
+                EXPECT_NE(conv.at("reason").get<std::string>().find("keeps no residents"), std::string::npos) << conv.dump();
+                EXPECT_GT(q.at("dequant_count").get<uint64_t>(), quantized) << q.dump();
+                if (c.rfind("sdnq", 0) != 0) EXPECT_GT(scratch.at("reused").get<uint64_t>(), 0u) << scratch.dump();
+                EXPECT_EQ(scratch.at("kept_by_caller").get<uint64_t>(), 0u) << scratch.dump();
+            }
             std::cout << "[ routes    ] " << c << " " << ddo::to_string(route) << " == resident bitwise; stored "
                       << q.at("stored_bytes") << " of " << q.at("dense_bytes") << " dense bytes, " << q.at("formats").dump()
                       << "\n";

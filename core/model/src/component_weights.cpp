@@ -21,6 +21,7 @@
 #include "ddo/torch/quant/decode.hpp"
 #include "ddo/torch/tensor_views.hpp"
 #include "ddo/util/format_bytes.hpp"
+#include "scratch_pool.hpp"
 
 namespace ddo::model {
 
@@ -60,6 +61,9 @@ struct ComponentWeights::Impl {
     std::unique_ptr<en::Engine> engine;
     std::map<std::size_t, std::vector<en::Lease>> leases;
     std::map<std::size_t, GroupTensors> tensors;
+    // Note [Host decode kernels]: on the CPU, decoded and converted tensors are written into reused buffers.
+    ScratchPool scratch;
+    std::map<std::size_t, std::vector<at::Tensor>> scratch_of;  // declared group -> the buffers its tensors are in
     // Note [Converted residents]: resident engine groups converted once into the compute dtype (host transport).
     bool convert_once = false;
     std::string convert_once_reason;  // why not, when a group's dtype differs and convert_once is false
@@ -70,6 +74,7 @@ struct ComponentWeights::Impl {
 
     ~Impl() {
         tensors.clear();
+        scratch_of.clear();
         converted.clear();
         leases.clear();
         if (engine && begun && !ended) engine->end_phase();
@@ -94,8 +99,9 @@ namespace {
 
 // Note [Converted residents]: on a host transport a resident group whose file dtype differs from the compute dtype is
 // converted once, at its first acquire, and its file pages are given back; the plan budgets it at its converted size.
-// Only when that plan keeps every group resident: otherwise groups are converted at each acquire (one block's copy at
-// a time), as on CUDA, where the conversion runs at device bandwidth and device memory is what is short.
+// Quantized tensors likewise: decoded once and kept decoded (Note [Quantized weights]). Only when that plan keeps
+// every group resident: otherwise groups are converted (decoded) at each acquire (one block's copy at a time), as on
+// CUDA, where the conversion runs at device bandwidth and device memory is what is short.
 // The one rule for which tensors are converted, on every path (acquire converts a view whose dtype is not `dtype`).
 bool needs_conversion(at::ScalarType st, at::ScalarType dtype) { return st != dtype; }
 
@@ -105,70 +111,91 @@ struct ConversionPlan {
     std::string reason;  // why groups in another dtype are converted at each acquire; empty when none are
 };
 
-ConversionPlan plan_with_conversions(const en::ModelLayout & layout, at::ScalarType dtype, const en::EngineConfig & cfg,
-                                     const en::Capacities & caps, bool host_transport, bool quantized) {
-    // Note [Quantized weights]: groups are planned, moved and kept at their stored bytes and decoded at each acquire.
-    if (quantized)
-        return {en::plan_residency(layout, cfg, caps), false,
-                "quantized tensors are planned at their stored size and decoded into the compute dtype at each acquire"};
+// Each engine group's bytes once converted: its declared tensors (`in_group`) in `dtype` where they are quantized or
+// in another dtype, else as stored (and never less than the group's stored bytes).
+std::vector<std::uint64_t> converted_bytes_of(const en::ModelLayout & layout,
+                                              const std::map<std::size_t, std::vector<const store::EncodedTensor *>> & in_group,
+                                              at::ScalarType dtype, bool & differs) {
     std::vector<std::uint64_t> converted(layout.size());
-    bool differs = false;
     for (std::size_t g = 0; g < layout.size(); ++g) {
         std::uint64_t b = 0;
-        for (const auto & t : layout.group(g).tensors) {
-            const bool convert = needs_conversion(ddo::torch::to_scalar_type(t.info->dtype), dtype);
+        const auto it = in_group.find(g);
+        for (const auto * e : it == in_group.end() ? std::vector<const store::EncodedTensor *>{} : it->second) {
+            const auto * t = e->parts.front();
+            const bool convert = e->encoding != store::Encoding::dense ||
+                                 needs_conversion(ddo::torch::to_scalar_type(t->dtype), dtype);
             differs = differs || convert;
-            b += convert ? t.info->numel() * at::elementSize(dtype) : t.nbytes;
+            b += convert ? std::uint64_t(c10::multiply_integers(e->shape)) * at::elementSize(dtype) : e->stored_bytes();
         }
         converted[g] = std::max(b, layout.group(g).bytes);
     }
+    return converted;
+}
+
+ConversionPlan plan_with_conversions(const en::ModelLayout & layout, const std::vector<std::uint64_t> & converted,
+                                     bool differs, const en::EngineConfig & cfg, const en::Capacities & caps,
+                                     bool host_transport, bool quantized) {
     if (!differs) return {en::plan_residency(layout, cfg, caps), false, {}};
+    // Note [Quantized weights]: groups are planned, moved and kept at their stored bytes and decoded at each acquire,
+    // unless every group fits as a resident once decoded.
+    const std::string each = quantized ? "quantized tensors are planned at their stored size and decoded into the compute "
+                                         "dtype at each acquire"
+                                       : "converted at each acquire";
     if (!host_transport)
         return {en::plan_residency(layout, cfg, caps), false,
-                "CUDA: converted at each acquire, on the device (device memory holds the file's dtype)"};
+                quantized ? "CUDA: " + each + ", on the device (device memory holds them stored)"
+                          : "CUDA: converted at each acquire, on the device (device memory holds the file's dtype)"};
     if (cfg.route != Route::resident && cfg.route != Route::component && cfg.route != Route::dynamic)
         return {en::plan_residency(layout, cfg, caps), false,
-                "route " + std::string(to_string(cfg.route)) + " keeps no residents: converted at each acquire"};
+                "route " + std::string(to_string(cfg.route)) + " keeps no residents: " + each};
     en::EngineConfig wide = cfg;
     wide.resident_bytes = converted;
     std::string why;
     try {
         en::Plan p = en::plan_residency(layout, wide, caps);
         if (std::all_of(p.groups.begin(), p.groups.end(), [](const en::GroupDecision & g) { return g.residency == en::Residency::resident; })) {
-            p.notes.push_back("residents converted once into the compute dtype (Note [Converted residents]): budgeted at " +
-                              format_mib(p.resident_bytes));
+            p.notes.push_back(std::string(quantized ? "residents decoded once" : "residents converted once") +
+                              " into the compute dtype (Note [Converted residents]): budgeted at " + format_mib(p.resident_bytes));
             return {std::move(p), true, {}};
         }
-        why = "at the compute dtype's size not every group fits as a resident: converted at each acquire";
+        why = "at the compute dtype's size not every group fits as a resident: " + each;
     } catch (const ddo::Error & e) {
-        why = std::string("at the compute dtype's size the plan fails (") + e.what() + "): converted at each acquire";
+        why = std::string("at the compute dtype's size the plan fails (") + e.what() + "): " + each;
     }
     return {en::plan_residency(layout, cfg, caps), false, why};
 }
 
-// A resident group's tensors converted into `dtype` once (those already in it stay views), by the same rule and the
-// same Tensor::to as a per-acquire conversion; the file pages of the
-// converted ones are handed back (MADV_DONTNEED on the read-only mapping: nothing reads them again, and a read would
-// fault them in from the page cache). Adds what it converted and released to the counters.
-std::map<std::string, at::Tensor> convert_resident(const en::Lease & lease,
-                                                   const std::unordered_map<std::string, at::Tensor> & views,
+// A resident group's declared tensors (`tensors`, their parts in `views`) converted or decoded into `dtype` once
+// (dense ones already in it stay views), by the same rule and the same decoders as at each acquire; the file pages of
+// the converted ones' parts are handed back (MADV_DONTNEED on the read-only mapping: nothing reads them again, and a
+// read would fault them in from the page cache). Adds what it converted and released to the counters; the decode
+// time to `dequant_s`.
+std::map<std::string, at::Tensor> convert_resident(const en::Lease & lease, const ddo::torch::GroupTensors & views,
+                                                   const std::vector<const store::EncodedTensor *> & tensors,
                                                    at::ScalarType dtype, std::uint64_t & converted_bytes,
-                                                   std::uint64_t & released_bytes) {
+                                                   std::uint64_t & released_bytes, double & dequant_s) {
     std::map<std::string, at::Tensor> out;
     const std::uintptr_t page = std::uintptr_t(::sysconf(_SC_PAGESIZE));
-    for (const auto & [n, t] : views) {
-        if (!needs_conversion(t.scalar_type(), dtype)) {
-            out.emplace(n, t);
+    for (const auto * e : tensors) {
+        std::vector<at::Tensor> parts;
+        for (const auto * p : e->parts) parts.push_back(views.at(p->name));
+        const bool dense = e->encoding == store::Encoding::dense;
+        if (dense && !needs_conversion(parts.front().scalar_type(), dtype)) {
+            out.emplace(e->name, parts.front());
             continue;
         }
-        auto c = t.to(dtype, /*non_blocking=*/false, /*copy=*/true);
+        const auto t0 = std::chrono::steady_clock::now();
+        auto c = dense ? parts.front().to(dtype, /*non_blocking=*/false, /*copy=*/true)
+                       : ddo::torch::quant::decode(*e, parts, dtype);
+        if (!dense) dequant_s += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
         converted_bytes += c.nbytes();
-        if (lease.mapped()) {
+        for (const auto & t : parts) {
+            if (!lease.mapped()) break;
             const auto a = reinterpret_cast<std::uintptr_t>(t.data_ptr());
             const std::uintptr_t lo = (a + page - 1) / page * page, hi = (a + t.nbytes()) / page * page;
             if (hi > lo && ::madvise(reinterpret_cast<void *>(lo), hi - lo, MADV_DONTNEED) == 0) released_bytes += hi - lo;
         }
-        out.emplace(n, std::move(c));
+        out.emplace(e->name, std::move(c));
     }
     return out;
 }
@@ -202,20 +229,30 @@ constexpr const char * kPinOffReason = "capacities.pin_host_memory = false";
 
 // A declared tensor from the stored tensors of its engine group (`views`): a dense one as the view (converted when its
 // dtype differs; copied out when `copy`, for leaf groups whose slot is handed back), a quantized one decoded into
-// the compute dtype (fresh memory; Note [Quantized weights]).
+// the compute dtype (Note [Quantized weights]). On the CPU what is written goes into a buffer of the component's
+// scratch pool, added to `taken` (Note [Host decode kernels]); on CUDA into fresh memory of the caching allocator.
 static at::Tensor decoded(ComponentWeights::Impl & m, const store::EncodedTensor & e, const ddo::torch::GroupTensors & views,
-                          bool copy) {
+                          bool copy, std::vector<at::Tensor> & taken) {
     std::vector<at::Tensor> parts;
     for (const auto * p : e.parts) parts.push_back(views.at(p->name));
-    if (e.encoding == store::Encoding::dense) {
-        const auto & t = parts.front();
-        if (copy) return t.to(m.dtype, /*non_blocking=*/false, /*copy=*/true);
-        return needs_conversion(t.scalar_type(), m.dtype) ? t.to(m.dtype) : t;  // in place when the dtype matches
-    }
+    const auto & t = parts.front();
+    const bool dense = e.encoding == store::Encoding::dense;
+    if (dense && !copy && !needs_conversion(t.scalar_type(), m.dtype)) return t;  // in place when the dtype matches
     const auto t0 = std::chrono::steady_clock::now();
-    auto r = ddo::torch::quant::decode(e, parts, m.dtype);
-    m.dequant_s += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    ++m.dequant_count;
+    at::Tensor r;
+    if (!m.cuda && (copy || ddo::torch::quant::decodes_into(e, t.scalar_type(), m.dtype))) {
+        r = m.scratch.take(dense ? t.sizes() : at::IntArrayRef(e.shape), m.dtype, t.device());
+        ddo::torch::quant::decode_into(e, parts, r);
+        taken.push_back(r);
+    } else if (dense) {
+        return t.to(m.dtype, /*non_blocking=*/false, /*copy=*/copy);
+    } else {
+        r = ddo::torch::quant::decode(e, parts, m.dtype);
+    }
+    if (!dense) {
+        m.dequant_s += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+        ++m.dequant_count;
+    }
     return r;
 }
 
@@ -333,7 +370,9 @@ std::unique_ptr<ComponentWeights> ComponentWeights::open(const store::ComponentS
         eo.staging = m.staging.get();
     }
     m.cuda = d.is_cuda();
-    auto planned = plan_with_conversions(*m.layout, m.dtype, cfg, caps, !d.is_cuda(), m.quantized);
+    bool differs = false;
+    const auto converted = converted_bytes_of(*m.layout, m.in_group, m.dtype, differs);
+    auto planned = plan_with_conversions(*m.layout, converted, differs, cfg, caps, !d.is_cuda(), m.quantized);
     m.convert_once = planned.convert_once;
     m.convert_once_reason = planned.reason;
     m.engine = std::make_unique<en::Engine>(*m.layout, std::move(planned.plan), plan.allocator, *m.transport, eo);
@@ -380,13 +419,17 @@ const GroupTensors & ComponentWeights::acquire(std::size_t i) {
         }
         ++m.users[g];
         const auto views = ddo::torch::tensor_views(m.leases.at(m.held_by.at(g)).front());
-        for (const auto & n : mine) out.map_.emplace(n, decoded(m, *m.encodings->find(n), views, false));
+        m.scratch.begin_group();
+        for (const auto & n : mine) out.map_.emplace(n, decoded(m, *m.encodings->find(n), views, false, m.scratch_of[i]));
+        m.scratch.end_group();
         auto [it, inserted] = m.tensors.insert_or_assign(i, std::move(out));
         (void)inserted;
         return it->second;
     }
     auto & held = m.leases[i];
     held.clear();
+    auto & taken = m.scratch_of[i];
+    m.scratch.begin_group();
     for (std::size_t g : engine_groups) {
         held.push_back(m.engine->acquire(g));  // a converted resident is acquired too: the engine counts its hits
         if (auto c = m.converted.find(g); c != m.converted.end()) {
@@ -395,18 +438,21 @@ const GroupTensors & ComponentWeights::acquire(std::size_t i) {
         }
         const auto views = ddo::torch::tensor_views(held.back());  // named: .all() refers into it
         if (m.convert_once && engine_groups.size() == 1 && m.engine->plan().groups.at(g).residency == en::Residency::resident) {
-            auto & c = m.converted[g] = convert_resident(held.back(), views.all(), m.dtype, m.converted_bytes, m.released_file_bytes);
+            auto & c = m.converted[g] = convert_resident(held.back(), views, m.in_group[g], m.dtype, m.converted_bytes,
+                                                         m.released_file_bytes, m.dequant_s);
+            for (const auto * e : m.in_group[g]) m.dequant_count += e->encoding != store::Encoding::dense;
             for (const auto & [n, t] : c) out.map_.emplace(n, t);
         } else if (engine_groups.size() == 1) {
-            for (const auto * e : m.in_group[g]) out.map_.emplace(e->name, decoded(m, *e, views, false));
+            for (const auto * e : m.in_group[g]) out.map_.emplace(e->name, decoded(m, *e, views, false, taken));
         } else {
             // Leaf groups (group_leaf: one group ahead, 2 slots): a group's leaves do not fit the slots at once, so
             // each leaf is copied out of its slot and the slot handed back before the next leaf. A quantized
             // tensor's parts share its leaf (one module).
-            for (const auto * e : m.in_group[g]) out.map_.emplace(e->name, decoded(m, *e, views, true));
+            for (const auto * e : m.in_group[g]) out.map_.emplace(e->name, decoded(m, *e, views, true, taken));
             held.back().release();
         }
     }
+    m.scratch.end_group();
     auto [it, inserted] = m.tensors.insert_or_assign(i, std::move(out));
     (void)inserted;
     return it->second;
@@ -415,6 +461,10 @@ const GroupTensors & ComponentWeights::acquire(std::size_t i) {
 void ComponentWeights::release(std::size_t i) {
     auto & m = *impl_;
     if (!m.tensors.erase(i)) return;
+    if (auto s = m.scratch_of.find(i); s != m.scratch_of.end()) {  // its tensors are gone: the buffers are free
+        for (auto & t : s->second) m.scratch.give(std::move(t));
+        m.scratch_of.erase(s);
+    }
     if (m.shared_with.at(i).size() > 1) {
         const std::size_t g = m.groups_of.at(i).front();
         if (--m.users[g] > 0) return;  // another declared group of this engine group still uses the lease
@@ -448,6 +498,8 @@ ComponentWeights::Progress ComponentWeights::progress() const {
 std::uint64_t ComponentWeights::finish() {
     auto & m = *impl_;
     m.tensors.clear();
+    m.scratch_of.clear();
+    m.scratch.clear();
     m.converted.clear();
     m.leases.clear();
     m.held_by.clear();
@@ -485,6 +537,7 @@ nlohmann::json ComponentWeights::report() const {
             {"placement", impl_->placement},
             {"conversion", conversion_json()},
             {"quantization", quantization_json()},
+            {"scratch", impl_->cuda ? nlohmann::json(nullptr) : impl_->scratch.to_json()},
             {"engine", impl_->engine->to_json()}};
 }
 

@@ -17,13 +17,17 @@ std::optional<at::Tensor> role(const ddo::store::EncodedTensor & e, const std::v
     return std::nullopt;
 }
 
+void check_parts(const ddo::store::EncodedTensor & e, const std::vector<at::Tensor> & parts) {
+    if (parts.size() != e.parts.size())
+        throw RuntimeError("tensor " + e.name + ": " + std::to_string(parts.size()) + " parts given, its encoding has " +
+                           std::to_string(e.parts.size()));
+}
+
 }  // namespace
 
 at::Tensor decode(const ddo::store::EncodedTensor & e, const std::vector<at::Tensor> & parts, at::ScalarType dtype) {
     using ddo::store::Encoding;
-    if (parts.size() != e.parts.size())
-        throw RuntimeError("tensor " + e.name + ": " + std::to_string(parts.size()) + " parts given, its encoding has " +
-                           std::to_string(e.parts.size()));
+    check_parts(e, parts);
     const auto & data = parts.front();
     switch (e.encoding) {
         case Encoding::dense: return data.scalar_type() == dtype ? data : data.to(dtype);
@@ -41,6 +45,35 @@ at::Tensor decode(const ddo::store::EncodedTensor & e, const std::vector<at::Ten
             const std::string layer = e.name.substr(0, e.name.size() - std::string(".weight").size());
             return sdnq_dequantize(t, e.sdnq, e.shape.at(0), e.shape.at(1), dtype, layer);
         }
+    }
+    throw RuntimeError("tensor " + e.name + ": unknown encoding");
+}
+
+bool decodes_into(const ddo::store::EncodedTensor & e, at::ScalarType part_dtype, at::ScalarType dtype) {
+    using ddo::store::Encoding;
+    if (e.encoding == Encoding::dense) return part_dtype != dtype;
+    return e.encoding != Encoding::sdnq;
+}
+
+void decode_into(const ddo::store::EncodedTensor & e, const std::vector<at::Tensor> & parts, at::Tensor & out) {
+    using ddo::store::Encoding;
+    check_parts(e, parts);
+    const auto & data = parts.front();
+    switch (e.encoding) {
+        case Encoding::dense: out.copy_(data); return;  // Tensor::to is an empty tensor and this copy_
+        case Encoding::fp8_cast: fp8_dequantize_into(data, std::nullopt, Fp8ScaleMath::fp32, out, e.name); return;
+        case Encoding::fp8_fp32_scale: fp8_dequantize_into(data, role(e, parts, "scale"), Fp8ScaleMath::fp32, out, e.name); return;
+        case Encoding::fp8_compute_scale:
+            fp8_dequantize_into(data, role(e, parts, "scale"), Fp8ScaleMath::out_dtype, out, e.name);
+            return;
+        case Encoding::ggml:
+            if (out.scalar_type() == at::kFloat) {
+                ggml_dequantize_into(data.contiguous(), e.ggml_type, e.shape, out);
+            } else {
+                out.copy_(ggml_dequantize(data.contiguous(), e.ggml_type, e.shape));
+            }
+            return;
+        case Encoding::sdnq: out.copy_(decode(e, parts, out.scalar_type())); return;
     }
     throw RuntimeError("tensor " + e.name + ": unknown encoding");
 }

@@ -6,6 +6,7 @@
 
 #include "ddo/error.hpp"
 #include "ddo/store/ggml_type.hpp"
+#include "host_kernels.hpp"
 
 namespace ddo::torch::quant {
 
@@ -113,9 +114,9 @@ at::Tensor q3_k(const at::Tensor & b) {
     return (dl * q).reshape({n, 256});
 }
 
-}  // namespace
-
-at::Tensor ggml_dequantize(const at::Tensor & blocks, std::uint32_t type, at::IntArrayRef shape) {
+// The blocks of a tensor of `shape` in GGML type `type` as [blocks, block bytes]; throws when ddo does not decode the
+// type or the byte count does not match the shape.
+at::Tensor blocks_of(const at::Tensor & blocks, std::uint32_t type, at::IntArrayRef shape) {
     const auto tt = ddo::store::ggml_type_traits(type);
     if (!tt || !tt->decodable)
         throw RuntimeError("GGML type " + ddo::store::ggml_type_label(type) + " is not one ddo decodes (" +
@@ -127,7 +128,13 @@ at::Tensor ggml_dequantize(const at::Tensor & blocks, std::uint32_t type, at::In
         throw RuntimeError("a " + std::string(tt->name) + " tensor of " + std::to_string(numel) + " elements needs " +
                            std::to_string(numel / tt->block_elems * tt->block_bytes) + " bytes, the stored tensor has " +
                            std::to_string(blocks.numel()) + " " + std::string(c10::toString(blocks.scalar_type())) + " elements");
-    const auto b = blocks.contiguous().reshape({n_blocks, int64_t(tt->block_bytes)});
+    return blocks.contiguous().reshape({n_blocks, int64_t(tt->block_bytes)});
+}
+
+}  // namespace
+
+at::Tensor ggml_dequantize(const at::Tensor & blocks, std::uint32_t type, at::IntArrayRef shape) {
+    const auto b = blocks_of(blocks, type, shape);
     at::Tensor y;
     switch (static_cast<GgmlType>(type)) {
         case GgmlType::f32: y = b.view(at::kFloat).clone(); break;
@@ -143,9 +150,24 @@ at::Tensor ggml_dequantize(const at::Tensor & blocks, std::uint32_t type, at::In
         case GgmlType::q4_k: y = q4_k(b, false); break;
         case GgmlType::q5_k: y = q4_k(b, true); break;
         case GgmlType::q6_k: y = q6_k(b); break;
-        default: throw RuntimeError("GGML type " + std::string(tt->name) + " has no decoder");  // decodable says otherwise
+        default: throw RuntimeError("GGML type " + ddo::store::ggml_type_label(type) + " has no decoder");  // decodable says otherwise
     }
     return y.reshape(shape);
+}
+
+void ggml_dequantize_into(const at::Tensor & blocks, std::uint32_t type, at::IntArrayRef shape, at::Tensor & out) {
+    const auto t = static_cast<GgmlType>(type);
+    if (blocks.is_cpu() && out.is_cpu() && out.scalar_type() == at::kFloat && out.is_contiguous() &&
+        (t == GgmlType::q8_0 || t == GgmlType::q4_k)) {
+        const auto b = blocks_of(blocks, type, shape);
+        if (out.numel() != c10::multiply_integers(shape))
+            throw RuntimeError("a decode buffer of " + std::to_string(out.numel()) + " elements for a tensor of " +
+                               std::to_string(c10::multiply_integers(shape)));
+        if (t == GgmlType::q8_0) host::q8_0(b, out);
+        else host::q4_k(b, out);
+        return;
+    }
+    out.copy_(ggml_dequantize(blocks, type, shape).view(out.sizes()));
 }
 
 }  // namespace ddo::torch::quant

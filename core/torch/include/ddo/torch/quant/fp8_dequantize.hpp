@@ -24,4 +24,10 @@ enum class Fp8ScaleMath { fp32, out_dtype };
 at::Tensor fp8_dequantize(const at::Tensor & q, const std::optional<at::Tensor> & scale, Fp8ScaleMath math,
                           at::ScalarType out, const std::string & name);
 
+// The same decode written into `out` (contiguous, q's shape, in the output dtype, on q's device; a component's reused
+// scratch): on the CPU into float32 with no scale, one scale or one per row, the fused host kernel (Note [Host decode
+// kernels]), equal bit for bit; every other case decodes as above and copies. Throws as above.
+void fp8_dequantize_into(const at::Tensor & q, const std::optional<at::Tensor> & scale, Fp8ScaleMath math,
+                         at::Tensor & out, const std::string & name);
+
 }  // namespace ddo::torch::quant

@@ -15,4 +15,9 @@ namespace ddo::torch::quant {
 // the type when ddo does not decode it, or when the byte count does not match the shape.
 at::Tensor ggml_dequantize(const at::Tensor & blocks, std::uint32_t type, at::IntArrayRef shape);
 
+// The same decode written into `out` (contiguous float32 of `shape`, on blocks' device; a component's reused scratch):
+// on the CPU Q8_0 and Q4_K run the fused host kernels (Note [Host decode kernels]), equal bit for bit; every other
+// case decodes as above and copies. Throws as above.
+void ggml_dequantize_into(const at::Tensor & blocks, std::uint32_t type, at::IntArrayRef shape, at::Tensor & out);
+
 }  // namespace ddo::torch::quant

@@ -1,0 +1,55 @@
+#include "scratch_pool.hpp"
+
+#include <ATen/ATen.h>
+
+#include <algorithm>
+
+namespace ddo::model {
+
+at::Tensor ScratchPool::take(at::IntArrayRef shape, at::ScalarType dtype, c10::Device device) {
+    const auto bytes = std::uint64_t(c10::multiply_integers(shape)) * at::elementSize(dtype);
+    group_bytes_ += bytes;
+    in_use_ += bytes;
+    peak_bytes_ = std::max(peak_bytes_, in_use_ + free_bytes_);
+    for (auto it = free_.rbegin(); it != free_.rend(); ++it) {
+        if (it->nbytes() != bytes || it->device() != device) continue;
+        auto storage = std::move(*it);
+        free_.erase(std::next(it).base());
+        free_bytes_ -= bytes;
+        ++reused_;
+        // A plain tensor on the storage (set_, not a view: a view would keep a base alive and the buffer look held).
+        return at::empty({0}, at::TensorOptions().dtype(dtype).device(device)).set_(std::move(storage), 0, shape);
+    }
+    ++allocated_;
+    return at::empty(shape, at::TensorOptions().dtype(dtype).device(device));
+}
+
+void ScratchPool::give(at::Tensor t) {
+    const auto bytes = t.nbytes();
+    in_use_ -= std::min<std::uint64_t>(in_use_, bytes);
+    // Held elsewhere (a view or a copy kept by the caller past its release): never written again.
+    if (t.use_count() != 1 || t.storage().use_count() != 1) {
+        ++kept_by_caller_;
+        return;
+    }
+    free_.push_back(t.storage());
+    free_bytes_ += bytes;
+    while (free_bytes_ > cap_ && !free_.empty()) {
+        free_bytes_ -= free_.front().nbytes();
+        free_.erase(free_.begin());
+    }
+}
+
+void ScratchPool::begin_group() { group_bytes_ = 0; }
+void ScratchPool::end_group() { cap_ = std::max(cap_, group_bytes_); }
+
+void ScratchPool::clear() {
+    free_.clear();
+    free_bytes_ = 0;
+}
+
+nlohmann::json ScratchPool::to_json() const {
+    return {{"peak_bytes", peak_bytes_}, {"reused", reused_}, {"allocated", allocated_}, {"kept_by_caller", kept_by_caller_}};
+}
+
+}  // namespace ddo::model

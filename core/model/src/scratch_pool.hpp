@@ -1,0 +1,36 @@
+// Reused decode buffers of one component (Note [Host decode kernels] in docs/architecture.md): a streamed group's
+// quantized or dtype-converted tensors are written into buffers taken here and given back when the group is released,
+// so that a step does not fault in fresh pages for every decoded weight (3.5 GB a step on the quant bench). Internal
+// to libddo_model (ComponentWeights).
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include <ATen/core/Tensor.h>
+#include <c10/core/Storage.h>
+#include <nlohmann/json.hpp>
+
+namespace ddo::model {
+
+class ScratchPool {
+public:
+    // A contiguous tensor of `shape` in `dtype` on `device`: a free buffer of exactly that many bytes, else new memory.
+    at::Tensor take(at::IntArrayRef shape, at::ScalarType dtype, c10::Device device);
+    // Hands `t` (from take) back. Kept for reuse only when nothing else holds it (no view or copy of the tensor
+    // outlives its group), and only while the free buffers stay within the largest set one group has in use (the
+    // oldest are dropped first).
+    void give(at::Tensor t);
+    // A group's buffers: in use from its acquire to its release.
+    void begin_group();
+    void end_group();
+    void clear();
+    nlohmann::json to_json() const;
+
+private:
+    std::vector<c10::Storage> free_;  // oldest first
+    std::uint64_t free_bytes_ = 0, group_bytes_ = 0, cap_ = 0, peak_bytes_ = 0, in_use_ = 0;
+    std::uint64_t reused_ = 0, allocated_ = 0, kept_by_caller_ = 0;
+};
+
+}  // namespace ddo::model
