@@ -5,6 +5,7 @@ Usage (tools/ddo bench model [options] -> tools/bench/run_model.sh BUILD [option
   model_bench.py BUILD [--plugin qwen_image_21] [--device cpu|cuda] [--budget-gb N] [--depth N] [--size WxH]
                        [--steps N] [--rounds N] [--dtype fp32|bf16] [--threads N] [--variants a,b,...]
                        [--name NAME] [--tiny] [--check] [--dry-run] [--run-timeout S]
+                       [--quant q8_0,q4_k,fp8,sdnq_int8,sdnq_uint4] [--quant-presets off,low_ram_safe]
 
 One checkpoint with random weights at the model's real block shapes (`--depth` blocks; cached under BUILD/bench),
 one workload (size, steps, seed 0, dtype, the same prompt embeddings), and in one session, interleaved in rounds,
@@ -19,6 +20,12 @@ each run in a fresh process:
     environment has it (tools/reference/requirements-bench.txt; otherwise those rows say why they are missing).
     On CUDA the budget binds the controls through torch.cuda.set_per_process_memory_fraction (and DDO 0.1.0rc2's
     planner is told the budget as the device's total memory, the only size it reads).
+With --quant, the same checkpoint's transformer quantized by the ecosystem's own writers (gguf-py, Lightricks' scaled
+fp8 layout, sdnq 0.2.8: tools/bench/qwen_image_21_quant.py make_quantized, cached beside it) adds rows
+"ddo <preset> <quant>" for each --quant-presets preset, beside the dense rows of the same presets: their streamed
+bytes against the dense row's (x0.5 expected for 8-bit, x0.28-0.31 for 4-bit) and their decode time per step
+(counters.transformer.quantization.dequant_s; on CUDA the host clock of the enqueueing). Their pixels differ from the
+control by the quantization error: shown for information, not judged against the tolerance.
 Round 1 of every variant is its warm-up (page cache, allocator, kernels) and is excluded unless --rounds 1.
 Per run: setup, transformer prepare, step 0, steady step (median/min/max), denoise, decode, total (host wall
 clock; on CUDA also CUDA-event step times, a separate field), peak RSS, peak device memory (absolute and
@@ -48,6 +55,8 @@ HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent.parent
 sys.path.insert(0, str(HERE))
 import qwen_image_21_bench_checkpoint as ckpt_mod  # noqa: E402
+
+QUANTS = ["q8_0", "q4_k", "fp8", "sdnq_int8", "sdnq_uint4"]  # qwen_image_21_quant.QUANTS (imported lazily: torch)
 
 DDO_PRESETS = ["off", "one_shot_fast", "low_ram_safe", "diffusers_offload_compat", "diffusers_leaf_offload_compat"]
 CONTROLS = ["diffusers", "diffusers group_offload block_level", "diffusers group_offload leaf_level",
@@ -224,8 +233,9 @@ def _steady_streamed(steps, total, n):
     return statistics.median(per) if per else total / max(1, n)
 
 
-def run_ddo(build, preset, a, ckpt, work):
-    out = work / f"ddo_{preset}"
+def run_ddo(build, preset, a, ckpt, work, quant=None):
+    name = f"ddo {preset}" + (f" {quant}" if quant else "")
+    out = work / name.replace(" ", "_")
     out.mkdir(parents=True, exist_ok=True)
     args = [str(build / "bin" / "ddo-host"), "--plugin", a.plugin, "--preset", f"{preset}.toml", "--model", str(ckpt),
             "--prompt-embeds", str(ckpt / "prompt_embeds.safetensors"), "--steps", str(a.steps), "--width",
@@ -243,14 +253,14 @@ def run_ddo(build, preset, a, ckpt, work):
     try:
         p = subprocess.run(args, env=env, capture_output=True, text=True, timeout=a.run_timeout or None)
     except subprocess.TimeoutExpired:
-        return {"variant": f"ddo {preset}", "status": "failed", "reason": f"timed out after {a.run_timeout} s (--run-timeout)"}
+        return {"variant": name, "status": "failed", "reason": f"timed out after {a.run_timeout} s (--run-timeout)"}
     rep_file = out / "report.json"
     if not rep_file.exists():
-        return {"variant": f"ddo {preset}", "status": "failed", "reason": (p.stderr.strip().splitlines() or ["?"])[-1]}
+        return {"variant": name, "status": "failed", "reason": (p.stderr.strip().splitlines() or ["?"])[-1]}
     rep = json.loads(rep_file.read_text())
     if rep.get("status") != "completed":
         err = rep.get("error") or {}
-        return {"variant": f"ddo {preset}", "status": "failed",
+        return {"variant": name, "status": "failed",
                 "reason": f"exit {rep.get('exit_code')}: {err.get('message', err) if isinstance(err, dict) else err}"}
     steps = [s for s in rep["steps"] if s["phase"] == "denoise"]
     phases = {p["name"]: p["host_wall_s"] for p in rep["phases"]}
@@ -259,7 +269,10 @@ def run_ddo(build, preset, a, ckpt, work):
     moved = c["bytes_moved"]
     streamed = moved["pinned"] + moved["pageable"] + moved["file"]
     mem = rep["memory"]
-    rec = {"variant": f"ddo {preset}", "status": "completed",
+    q = rep["counters"]["transformer"].get("quantization") or {}
+    rec = {"variant": name, "status": "completed", "quant": quant,
+           "dequant_s_per_step": (q.get("dequant_s") or 0.0) / max(1, len(steps)),
+           "stored_bytes": q.get("stored_bytes"), "formats": q.get("formats"),
            "setup_s": phases.get("setup", 0) + phases.get("load", 0),
            # ddo prepares the transformer in load (headers, plan, engine) and in the engine's phase begin, which
            # runs inside step 0 (host copies, resident uploads): step 0 carries that part, as diffusers' does not.
@@ -342,7 +355,7 @@ def summarize(name, recs, measured_rounds, control_pixels):
     use = [done[i] for i in measured_rounds if i < len(done)] or done
     row = {"variant": name, "status": "completed", "runs": len(done), "measured_runs": len(use)}
     for k in ("setup_s", "transformer_prepare_s", "denoise_s", "decode_s", "total_s", "peak_rss_bytes",
-              "peak_device_abs_bytes", "peak_device_delta_bytes", "streamed_bytes_per_step"):
+              "peak_device_abs_bytes", "peak_device_delta_bytes", "streamed_bytes_per_step", "dequant_s_per_step"):
         row[k] = summary([r.get(k) for r in use])
     row["step0_s"] = summary([r["steps_s"][0] for r in use])
     row["steady_step_s"] = summary([statistics.median(r["steps_s"][1:]) for r in use if len(r["steps_s"]) > 1])
@@ -360,7 +373,7 @@ def summarize(name, recs, measured_rounds, control_pixels):
             row["steady_step_s"] = row["steady_step_cuda_event_s"]
             row["step0_s"] = summary([r["steps_cuda_event_s"][0] for r in use if r.get("steps_cuda_event_s")])
             row["clock"] = "CUDA events (callback to callback)"
-    for k in ("device_reason", "streamed_reason", "notes", "route", "ddo_py_route"):
+    for k in ("device_reason", "streamed_reason", "notes", "route", "ddo_py_route", "quant", "stored_bytes", "formats"):
         if use[0].get(k) is not None:
             row[k] = use[0][k]
     pix = [np.load(r["pixels_file"]) for r in use if r.get("pixels_file")]
@@ -396,18 +409,22 @@ def markdown(result):
              "*denoise*, *decode* (host wall); *total* — tracked total; *peak RSS* — the kernel's high-water "
              "mark (ru_maxrss / VmHWM), GiB; *peak device* — absolute device memory in use (all processes) and its "
              "delta over the run's baseline, GiB (CUDA only); *streamed* — bytes copied host→device per step, GB; "
-             "*bound* — steady step / max(compute-only step, streamed / link bandwidth); *px diff* — max 8-bit "
-             f"difference to the control (tolerance {result['pixel_tolerance']}); *sha256* — of the output pixels. "
+             "*bound* — steady step / max(compute-only step, streamed / link bandwidth); *decode* — time decoding "
+             "quantized weights per step (ddo's host clock: on CUDA the enqueueing; 0 for a dense checkpoint); "
+             "*px diff* — max 8-bit "
+             f"difference to the control (tolerance {result['pixel_tolerance']}; a quantized row's is its "
+             "quantization error, for information); *sha256* — of the output pixels. "
              "n/a = unavailable (reason in the JSON), never zero.", "",
              f"Link: {json.dumps(link)}. Compute-only step: {_f(result['bound']['compute_step_s'])} s "
              f"({result['bound']['compute_from']}).", "",
              "| run | status | setup s | prepare s | step 0 s | steady step s (min–max) | ratio | step clock | denoise s | "
-             "decode s | total s | peak RSS | peak device abs / delta | streamed GB/step | bound | px diff | sha256 |",
-             "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+             "decode s | total s | peak RSS | peak device abs / delta | streamed GB/step | bound | dequant s/step | "
+             "px diff | sha256 |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     ctrl = next((r for r in result["rows"] if r["variant"] == result["control"] and r["status"] == "completed"), None)
     for r in result["rows"]:
         if r["status"] != "completed":
-            lines.append(f"| {r['variant']} | {r['status']}: {r.get('reason', '')} |" + " |" * 15)
+            lines.append(f"| {r['variant']} | {r['status']}: {r.get('reason', '')} |" + " |" * 16)
             continue
         med = lambda k: (r.get(k) or {}).get("median")  # noqa: E731
         s = r["steady_step_s"] or {}
@@ -415,8 +432,8 @@ def markdown(result):
         dev = "n/a" if med("peak_device_abs_bytes") is None else \
             f"{med('peak_device_abs_bytes') / 2**30:.2f} / {med('peak_device_delta_bytes') / 2**30:.2f}"
         streamed = med("streamed_bytes_per_step")
-        valid = "" if r.get("max_pixel_diff") is None or r["max_pixel_diff"] <= result["pixel_tolerance"] else \
-            " (outputs differ: not a result)"
+        valid = "" if r.get("quant") or r.get("max_pixel_diff") is None or \
+            r["max_pixel_diff"] <= result["pixel_tolerance"] else " (outputs differ: not a result)"
         lines.append(
             f"| {r['variant']}{valid} | {r['status']} | {_f(med('setup_s'), '{:.2f}')} | "
             f"{_f(med('transformer_prepare_s'), '{:.2f}')} | {_f(med('step0_s'))} | "
@@ -424,9 +441,32 @@ def markdown(result):
             f"{_f(med('denoise_s'), '{:.2f}')} | {_f(med('decode_s'), '{:.2f}')} | {_f(med('total_s'), '{:.2f}')} | "
             f"{_f(med('peak_rss_bytes') and med('peak_rss_bytes') / 2**30, '{:.2f}')} | {dev} | "
             f"{_f(streamed and streamed / 1e9, '{:.2f}')} | {_f(r.get('bound_ratio'), '{:.2f}')} | "
+            f"{_f(med('dequant_s_per_step'))} | "
             f"{r.get('max_pixel_diff', 'n/a')} | {r.get('output_sha256', 'n/a')[:12]} |")
     notes = [f"- {r['variant']}: {'; '.join(r['notes'])}" for r in result["rows"] if r.get("notes")]
+    notes += quant_notes(result["rows"])
     return "\n".join(lines + ([""] + notes if notes else [])) + "\n"
+
+
+def quant_notes(rows):
+    """Per quantized row: its format counts, stored size, and streamed bytes and step against the dense row of the
+    same preset (measured in the same rounds)."""
+    out = []
+    dense = {r["variant"]: r for r in rows if not r.get("quant") and r["status"] == "completed"}
+    for r in rows:
+        if not r.get("quant") or r["status"] != "completed":
+            continue
+        base = dense.get(r["variant"].rsplit(" ", 1)[0])
+        med = lambda row, k: ((row or {}).get(k) or {}).get("median")  # noqa: E731
+        sb, ss = med(base, "streamed_bytes_per_step"), med(base, "steady_step_s")
+        st, s = med(r, "streamed_bytes_per_step"), med(r, "steady_step_s")
+        parts = [f"formats {json.dumps(r.get('formats'))}",
+                 f"stored {_f(r.get('stored_bytes') and r['stored_bytes'] / 1e9, '{:.2f}')} GB"]
+        if base:
+            parts.append(f"streamed x{_f(st / sb if st is not None and sb else None)} of {base['variant']}'s")
+            parts.append(f"step x{_f(s / ss if s and ss else None)} of {base['variant']}'s")
+        out.append(f"- {r['variant']}: " + "; ".join(parts))
+    return out
 
 
 def check(result, md):
@@ -434,7 +474,7 @@ def check(result, md):
     problems = []
     header = [line for line in md.splitlines() if line.startswith("| run |")]
     want = ["setup", "prepare", "step 0", "steady step", "step clock", "denoise", "decode", "total", "peak RSS", "peak device",
-            "streamed", "bound", "px diff", "sha256"]
+            "streamed", "bound", "dequant", "px diff", "sha256"]
     if not header:
         problems.append("the Markdown table has no header")
     else:
@@ -447,7 +487,7 @@ def check(result, md):
             for k in ("steady_step_s", "step0_s", "peak_rss_bytes", "output_sha256"):
                 if r.get(k) is None:
                     problems.append(f"{r['variant']}: {k} missing")
-            if r.get("max_pixel_diff") is None or r["max_pixel_diff"] > result["pixel_tolerance"]:
+            if r.get("max_pixel_diff") is None or (r["max_pixel_diff"] > result["pixel_tolerance"] and not r.get("quant")):
                 problems.append(f"{r['variant']}: output differs from the control by {r.get('max_pixel_diff')} "
                                 f"(tolerance {result['pixel_tolerance']})")
         elif r["status"] == "failed":
@@ -492,6 +532,8 @@ def parse_args(argv):
     ap.add_argument("--link-bytes", type=int, default=1 << 30, help="bytes of the start-up link copy (1 GiB)")
     ap.add_argument("--run-timeout", type=float, default=0, help="seconds one run may take (0: no limit)")
     ap.add_argument("--python", default=sys.executable, help="interpreter of the controls (the bench environment)")
+    ap.add_argument("--quant", default="", help=f"comma list of quantized transformers to add rows for: {','.join(QUANTS)}")
+    ap.add_argument("--quant-presets", default="off,low_ram_safe", help="the ddo presets each --quant runs with")
     a = ap.parse_args(argv)
     a.depth = a.depth or (4 if a.device == "cpu" else 24)
     a.dtype = a.dtype or ("fp32" if a.device == "cpu" else "bf16")
@@ -501,11 +543,17 @@ def parse_args(argv):
     except ValueError:
         ap.error(f"--size {size!r}: expected WxH, e.g. 1024x1024")
     a.name = a.name or f"model_{a.plugin}_{a.device}"
+    a.quants = [q for q in a.quant.split(",") if q]
+    a.quant_presets = [p for p in a.quant_presets.split(",") if p]
+    bad = [q for q in a.quants if q not in QUANTS] + [p for p in a.quant_presets if p not in DDO_PRESETS]
+    if bad:
+        ap.error(f"unknown --quant / --quant-presets {bad}; have {QUANTS} and {DDO_PRESETS}")
     return a
 
 
-def plan_variants(a, model_bytes, have_ddo_py, cuda_ok):
-    """(name, kind, skip reason or None) for every variant, in run order."""
+def plan_variants(a, model_bytes, have_ddo_py, cuda_ok, quant_bytes=None):
+    """(name, kind, skip reason or None) for every variant, in run order. quant_bytes: --quant -> the quantized
+    transformer's stored bytes (None: not written yet), which decide whether its `off` row fits."""
     budget = a.budget_gb * 2**30 if a.budget_gb else None
     fits = budget is None or model_bytes * 1.15 <= budget  # weights + ~15 % for activations and slots
     fit_reason = None if fits else (f"the transformer ({model_bytes / 2**30:.2f} GiB) does not fit the "
@@ -521,6 +569,13 @@ def plan_variants(a, model_bytes, have_ddo_py, cuda_ok):
             reason = ("diffusers-dynamic-offloader 0.1.0rc2 is not installed in the bench environment "
                       "(tools/reference/requirements-bench.txt, installed by tools/ddo bench model)")
         out.append((c, "control", reason))
+    for q in a.quants:
+        qb = (quant_bytes or {}).get(q)
+        for p in a.quant_presets:
+            reason = None
+            if p == "off" and budget is not None and qb is not None and qb * 1.15 > budget:
+                reason = f"the {q} transformer ({qb / 2**30:.2f} GiB stored) does not fit the {a.budget_gb} GiB device budget"
+            out.append((f"ddo {p} {q}", "ddo", reason))
     if a.device == "cuda" and not cuda_ok:
         out = [(n, k, r or "no CUDA device (torch.cuda.is_available() is false)") for n, k, r in out]
     if a.variants:
@@ -559,7 +614,14 @@ def main(argv):
         return 2
     ckpt = ckpt_mod.ensure_checkpoint(bench_dir, a.depth, a.dtype, a.tiny, log=lambda m: print(m, flush=True))
     model_bytes = ckpt_mod.transformer_bytes(ckpt)
-    variants = plan_variants(a, model_bytes, have_ddo_py, cuda_ok)
+    quant_ckpts, quant_bytes = {}, {}
+    if a.quants:
+        import qwen_image_21_quant as quant_mod  # the writers: gguf-py, sdnq, the fp8 layout
+        for q in a.quants:
+            quant_ckpts[q] = quant_mod.make_quantized(ckpt, q)
+            quant_bytes[q] = sum(f.stat().st_size for f in (quant_ckpts[q] / "transformer").iterdir()
+                                 if f.suffix in (".safetensors", ".gguf"))
+    variants = plan_variants(a, model_bytes, have_ddo_py, cuda_ok, quant_bytes)
     work = bench_dir / f"{a.name}_runs"
     work.mkdir(parents=True, exist_ok=True)
     print(f"bench: transformer {model_bytes / 2**30:.2f} GiB ({a.depth} blocks{' tiny' if a.tiny else ' at width 4096'}"
@@ -576,7 +638,9 @@ def main(argv):
                 continue
             print(f"bench: round {rnd + 1}/{a.rounds}: {n}", flush=True)
             if kind == "ddo":
-                rec = run_ddo(build, n.split(" ", 1)[1], a, ckpt, work)
+                words = n.split(" ")  # "ddo <preset>" or "ddo <preset> <quant>"
+                q = words[2] if len(words) > 2 else None
+                rec = run_ddo(build, words[1], a, quant_ckpts.get(q, ckpt), work, q)
             else:
                 rec = run_control(a.python, n, a, ckpt, work)
             if rec.get("status") != "completed":
@@ -613,7 +677,8 @@ def main(argv):
                      "plugin": a.plugin, "device": a.device, "budget_gb": a.budget_gb, "depth": a.depth,
                      "width": a.width, "height": a.height, "steps": a.steps, "seed": 0, "dtype": a.dtype,
                      "threads": a.threads, "transformer_bytes": model_bytes, "checkpoint": str(ckpt),
-                     "vae": "resident decode in every run (ddo: vae.strategy=resident)"},
+                     "vae": "resident decode in every run (ddo: vae.strategy=resident)",
+                     "quant": {q: {"checkpoint": str(quant_ckpts[q]), "stored_bytes": quant_bytes[q]} for q in a.quants}},
         "machine": {"cores": os.cpu_count(), "load_average_before": load_before, "load_average_after": load_after},
         "link": link, "control": control, "pixel_tolerance": PIXEL_TOLERANCE[a.dtype],
         "rounds_note": (f"{a.rounds} rounds, round 1 is the warm-up and excluded" if a.rounds > 1

@@ -8,10 +8,14 @@
 #      tools/device/prepare-carry.sh puts them there) into a private site dir;
 #   3. the model bench (tools/bench/model_bench.py) for qwen_image_21 on CUDA: 1024x1024, bf16, a random checkpoint
 #      at the real block width with DEPTH blocks, under an 8 GB device budget that forces streaming (ddo presets,
-#      diffusers group offload block/leaf with streams, DDO 0.1.0rc2), then a resident run (ddo off vs diffusers);
+#      diffusers group offload block/leaf with streams, DDO 0.1.0rc2), then a resident run (ddo off vs diffusers),
+#      then the quantized rows (issue 26): QUANT_DEPTH blocks, bf16 beside GGUF Q8_0 and scaled fp8 (written here
+#      by gguf-py and torch; Q4_K on request: its quantizer is numpy, ~70 s for 4 blocks), ddo off and low_ram_safe
+#      under the same budget;
 #   4. OUT_DIR gets at most 8 files (the device tool returns no more): summary.txt, streaming.md, streaming.json,
-#      resident.md, resident.json, logs.tar.gz (every log, the gpu-checks outputs, the ddo reports).
-# Exit 0 when the checks passed and both benches wrote their tables.
+#      resident.md, resident.json, quant.md, quant.json, logs.tar.gz (every log, the gpu-checks outputs, the ddo
+#      reports).
+# Exit 0 when the checks passed and the three benches wrote their tables.
 #
 # Environment:
 #   DDO_GPU_BENCH_DRY_RUN=1  the CPU rehearsal: gpu-checks in its dry mode (cuda tests must skip) and the bench in
@@ -20,7 +24,9 @@
 #   DDO_GPU_BENCH_DEPTH      transformer blocks (default 20: 8.7 GB bf16, more than the 8 GB budget)
 #   DDO_GPU_BENCH_SIZE       WxH (default 1024x1024);  DDO_GPU_BENCH_STEPS (default 4)
 #   DDO_GPU_BENCH_ROUNDS     rounds per variant (default 1: one run each, no warm-up round; 2 excludes a warm-up)
-#   DDO_GPU_BENCH_BUDGET_GB  device budget of the streaming bench (default 8)
+#   DDO_GPU_BENCH_BUDGET_GB  device budget of the streaming and quant benches (default 8)
+#   DDO_GPU_BENCH_QUANT      the quant bench's formats (default q8_0,fp8; also q4_k; empty: no quant bench)
+#   DDO_GPU_BENCH_QUANT_DEPTH  its transformer blocks (default 4: the writers quantize on the CPU)
 #   DDO_GPU_BENCH_SKIP_CHECKS=1  reuse an existing build-gpu instead of running gpu-checks.sh
 #   DDO_CARRY, DDO_BUILD_DIR as for gpu-checks.sh
 # See docs/validation.md, "Device checks" and docs/benchmarks.md.
@@ -37,6 +43,8 @@ SIZE="${DDO_GPU_BENCH_SIZE:-1024x1024}"
 STEPS="${DDO_GPU_BENCH_STEPS:-4}"
 ROUNDS="${DDO_GPU_BENCH_ROUNDS:-1}"
 BUDGET="${DDO_GPU_BENCH_BUDGET_GB:-8}"
+QUANT="${DDO_GPU_BENCH_QUANT-q8_0,fp8}"
+QUANT_DEPTH="${DDO_GPU_BENCH_QUANT_DEPTH:-4}"
 WORK="$(mktemp -d /tmp/ddo-gpu-bench.XXXXXX)"
 mkdir -p "$OUT" "$WORK/logs"
 OUT="$(cd "$OUT" && pwd)"
@@ -109,6 +117,12 @@ bench() {  # name limit_s args...
 }
 bench streaming 330 "${common[@]}" --budget-gb "$BUDGET"
 bench resident 150 "${common[@]}" --budget-gb 0 --variants "ddo off,diffusers"
+if [ -n "$QUANT" ]; then
+  qv="ddo off,ddo low_ram_safe"
+  for q in ${QUANT//,/ }; do qv="$qv,ddo off $q,ddo low_ram_safe $q"; done
+  bench quant 180 "${common[@]}" --depth "$QUANT_DEPTH" --budget-gb "$BUDGET" --quant "$QUANT" \
+    --quant-presets off,low_ram_safe --variants "$qv"
+fi
 
 pack_logs
 say "result: $([ $status -eq 0 ] && echo PASS || echo FAIL); files in $OUT: $(cd "$OUT" && ls | tr '\n' ' ')"

@@ -90,9 +90,9 @@ for pc in $(find "$CARRY" -name '*.pc'); do
 done
 
 # 6. The model bench's Python wheels for the device's python (3.12; it has torch, accelerate, psutil, safetensors,
-#    pillow, huggingface-hub but not these): tools/device/gpu-bench.sh installs them with --no-index --no-deps.
+#    pillow, huggingface-hub but not these; gguf-py writes the quant bench's GGUF transformers): tools/device/gpu-bench.sh installs them with --no-index --no-deps.
 #    DDO_CARRY_WHEELS=0 skips it (no registry here).
-BENCH_WHEELS=(diffusers==0.42.1 diffusers-dynamic-offloader==0.1.0rc2 importlib_metadata==8.7.0)
+BENCH_WHEELS=(diffusers==0.42.1 diffusers-dynamic-offloader==0.1.0rc2 importlib_metadata==8.7.0 gguf==0.19.0)
 if [ "${DDO_CARRY_WHEELS:-1}" != 0 ]; then
   VENV="${DDO_VENV:-${XDG_CACHE_HOME:-$HOME/.cache}/ddo/venv}"
   mkdir -p "$CARRY/wheels"
