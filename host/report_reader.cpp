@@ -119,8 +119,33 @@ std::string staging_route(const json & hs, const char * route) {
            json_bytes(field(c, "bytes_total"));
 }
 
-// Components streamed by the offload engine (counters.<c>.engine): the plan, the bytes moved by source and the
-// host staging routes, in three lines each.
+}  // namespace
+
+std::string quantization_text(const json & counters, bool decode) {
+    const json & q = field(counters, "quantization");
+    if (!q.is_object() || !field(q, "method").is_string()) return {};
+    std::string out = field(q, "method").get<std::string>() + ":";
+    const json & formats = field(q, "formats");
+    if (formats.is_object()) {
+        bool first = true;
+        for (const auto & [f, n] : formats.items()) {
+            out += (first ? " " : ", ") + f + " " + json_text(n);
+            first = false;
+        }
+    }
+    out += "; stored " + json_bytes(field(q, "stored_bytes")) + " of " + json_bytes(field(q, "dense_bytes")) + " dense";
+    if (!decode) return out;
+    const json & conv = field(counters, "conversion");
+    const bool once = field(conv, "once").is_boolean() && field(conv, "once").get<bool>();
+    out += once ? "; decoded once, kept decoded" : "; decoded at each acquire";
+    out += ", " + secs(field(q, "dequant_s")) + " over " + json_text(field(q, "dequant_count")) + " decodes";
+    return out;
+}
+
+namespace {
+
+// Components streamed by the offload engine (counters.<c>.engine): the plan, the bytes moved by source, the
+// host staging routes and, when quantized, the formats and decode, a line each.
 void streaming(const json & counters) {
     bool header = false;
     for (const auto & [c, e] : counters.items()) {
@@ -152,6 +177,7 @@ void streaming(const json & counters) {
                         staging_route(hs, "pinned").c_str(), staging_route(hs, "registration").c_str());
         else
             std::printf("  %-16s staging: none (%s)\n", "", json_text(field(en, "host_staging_reason")).c_str());
+        if (const auto q = quantization_text(e); !q.empty()) std::printf("  %-16s quantized %s\n", "", q.c_str());
     }
 }
 

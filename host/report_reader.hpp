@@ -21,6 +21,11 @@ std::string json_text(const nlohmann::json & v);
 // A byte count through human_bytes ("1.500 GiB"); "null" when the field is not a number.
 std::string json_bytes(const nlohmann::json & v);
 
+// One component's quantization (counters.<c>.quantization, docs/metrics.md) in a line: "gguf: Q8_0 28, F32 8;
+// stored 0.863 GiB of 3.250 GiB dense" and, with `decode`, "; decoded at each acquire, 2.100 s over 84 decodes";
+// empty for a dense component or a field of the wrong type.
+std::string quantization_text(const nlohmann::json & component_counters, bool decode = true);
+
 // Phases, peaks, routes and counters of one report, on stdout.
 void summarize_report(const nlohmann::json & report);
 // Two reports side by side on stdout; says whether they are a matched comparison (na, nb: their names).

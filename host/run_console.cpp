@@ -1,5 +1,7 @@
 #include "run_console.hpp"
 
+#include "report_reader.hpp"
+
 #include <cstdio>
 #include <iostream>
 
@@ -47,6 +49,7 @@ std::string plan_line(const std::string & component, const json & counters) {
                                            ? " from the file"
                                            : " from host copies (" + human_bytes(host_b) + ")");
     line += "; device " + human_bytes(res_b + slot_b * slots);
+    if (const auto q = quantization_text(counters, /*decode=*/false); !q.empty()) line += "; quantized " + q;
     return line;
 }
 

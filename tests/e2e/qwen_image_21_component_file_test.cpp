@@ -1,13 +1,15 @@
 // ddo-host --transformer FILE (Note [Component files]) on the quantized parity fixtures
 // (tools/reference/qwen_image_21_quant_fixtures.py): the GGUF Q4_K transformer under ComfyUI's names, given as a file
 // to a checkpoint whose transformer/ holds only config.json, makes the image the folder form makes, byte for byte,
-// and the report names the file (identity: replaced_by with its header hash; counters: the GGUF formats). Another
+// and the report names the file (identity: replaced_by with its header hash; counters: the GGUF formats; the console
+// plan and `report summarize`: the formats, stored and dense sizes). Another
 // model's file, a file for a component the run does not read and a truncated file are refused with the documented
 // exit codes, the report written.
 #include <gtest/gtest.h>
 
 #include <unistd.h>
 
+#include <cstdio>
 #include <filesystem>
 
 #include <nlohmann/json.hpp>
@@ -28,9 +30,19 @@ std::string base(const fs::path & model) {
            quoted(kDir / "prompt_embeds.safetensors") + " --steps 2 --width 64 --height 64 ";
 }
 
-ddo::test::HostRun run(const std::string & tag, const std::string & args, std::vector<uint8_t> * pixels = nullptr) {
+// `summary`: what `ddo-host report summarize` prints for the run's report.
+ddo::test::HostRun run(const std::string & tag, const std::string & args, std::vector<uint8_t> * pixels = nullptr,
+                       std::string * summary = nullptr) {
     return ddo::test::run_ddo_host("component_file_" + tag, args, [&](const fs::path & dir) {
         if (pixels && fs::exists(dir / "image.png")) *pixels = ddo::test::read_png(dir / "image.png").pixels;
+        if (summary) {
+            const std::string cmd = std::string("'") + DDO_HOST_BIN + "' report summarize " + quoted(dir / "report.json");
+            FILE * p = ::popen(cmd.c_str(), "r");
+            ASSERT_NE(p, nullptr);
+            char buf[4096];
+            for (std::size_t n; (n = std::fread(buf, 1, sizeof buf, p)) > 0;) summary->append(buf, n);
+            EXPECT_EQ(::pclose(p), 0) << *summary;
+        }
     });
 }
 
@@ -38,11 +50,17 @@ ddo::test::HostRun run(const std::string & tag, const std::string & args, std::v
 
 TEST(Qi21ComponentFile, AGgufTransformerFileMakesTheImageOfTheFolderForm) {
     std::vector<uint8_t> folder_px, file_px;
+    std::string summary;
     const auto folder = run("folder", base(kDir / "gguf_q4_k"), &folder_px);
     ASSERT_EQ(folder.exit_code, 0) << folder.log;
     const auto file = run("file", base(kDir / "gguf_single") + "--transformer " + quoted(kDir / "gguf_q4_k_comfy.gguf"),
-                          &file_px);
+                          &file_px, &summary);
     ASSERT_EQ(file.exit_code, 0) << file.log;
+    // The plan on the console and `report summarize` say what is quantized and how much smaller it is stored.
+    EXPECT_NE(file.log.find("quantized gguf: "), std::string::npos) << file.log;
+    EXPECT_NE(summary.find("quantized gguf: "), std::string::npos) << summary;
+    EXPECT_NE(summary.find("Q4_K "), std::string::npos) << summary;
+    EXPECT_NE(summary.find(" dense; decoded "), std::string::npos) << summary;
     ASSERT_FALSE(folder_px.empty());
     EXPECT_EQ(file_px, folder_px) << "the file form's image differs from the folder form's";
 
