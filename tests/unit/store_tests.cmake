@@ -14,3 +14,7 @@ ddo_add_gtest(gguf_header_test LABELS unit
 ddo_add_gtest(sdnq_config_test LABELS unit
   SOURCES ${CMAKE_CURRENT_LIST_DIR}/sdnq_config_test.cpp
   LIBS ddo_core)
+# The LoRA reader (issue 27): key families into one canonical form, the scale rule, matching, refusals.
+ddo_add_gtest(lora_file_test LABELS unit
+  SOURCES ${CMAKE_CURRENT_LIST_DIR}/lora_file_test.cpp
+  LIBS ddo_core ddo_bench_synthetic)
