@@ -243,6 +243,32 @@ TEST_F(QuantParity, EverySdnqLayoutEqualsSdnqsOwnDecodeAfterADiffusersLoad) {
     EXPECT_GE(n, 30);
 }
 
+// Note [Host decode kernels]: every SDNQ layer decoded into a float32 buffer (over old values) equals the ATen decode
+// in float32 bit for bit; the row-wise integer layers without SVD or rotation take the fused kernel.
+TEST_F(QuantParity, EverySdnqLayerIntoABufferEqualsTheDecodeInFloat32) {
+    const auto & ref = ddo::test::reference_of(kDir, "quant_fixtures");
+    int n = 0, fused = 0;
+    for (const auto & [c, opts] : ref.at("sdnq_cases").items()) {
+        const auto dir = kDir / "sdnq" / c;
+        const auto cfg = sdnq_config(dir);
+        const auto f = TensorFile::open_component(dir);
+        for (const auto & l : ref.at("sdnq_layers")) {
+            const std::string layer = l.get<std::string>();
+            const auto t = sdnq_tensors(f, layer);
+            const auto [out, in] = ddo::store::sdnq_dense_shape(t.weight.sizes().vec(), t.scale.sizes().vec(), cfg.dtype_of(layer), layer);
+            const auto rule = cfg.layer(layer, out, in, t.scale.dim() == 3);
+            auto into = at::full({out, in}, 7.0f, at::kFloat);
+            q::sdnq_dequantize_into(t, rule, out, in, into, layer);
+            expect_bitwise("sdnq " + c + " " + layer + " into a buffer", into, q::sdnq_dequantize(t, rule, out, in, at::kFloat, layer));
+            fused += rule.dtype.integer && !rule.transposed && rule.hadamard_group == 0 && !t.svd_up && t.scale.dim() == 2 &&
+                     t.scale.size(1) == 1;
+            ++n;
+        }
+    }
+    std::cout << "[ parity    ] " << n << " SDNQ layers into a buffer bit-exact, " << fused << " through the fused kernel\n";
+    EXPECT_GE(fused, 5);
+}
+
 TEST_F(QuantParity, AnSdnqConfigThatDisagreesWithTheTensorsIsRefusedNamingTheLayer) {
     // The int8 quantized-matmul file (weights stored [in, out], scale [1, out]) read with use_quantized_matmul off.
     auto dir = kDir / "sdnq" / "int8_qmm";

@@ -52,7 +52,11 @@ at::Tensor decode(const ddo::store::EncodedTensor & e, const std::vector<at::Ten
 bool decodes_into(const ddo::store::EncodedTensor & e, at::ScalarType part_dtype, at::ScalarType dtype) {
     using ddo::store::Encoding;
     if (e.encoding == Encoding::dense) return part_dtype != dtype;
-    return e.encoding != Encoding::sdnq;
+    if (e.encoding != Encoding::sdnq) return true;
+    // SDNQ: the layers sdnq_dequantize_into decodes in one pass (others decode into fresh memory as they must).
+    const auto * scale = e.part("scale");
+    return dtype == at::kFloat && e.sdnq.dtype.integer && !e.sdnq.transposed && e.sdnq.hadamard_group == 0 &&
+           !e.part("svd_up") && scale && scale->shape.size() == 2 && scale->shape[1] == 1;
 }
 
 void decode_into(const ddo::store::EncodedTensor & e, const std::vector<at::Tensor> & parts, at::Tensor & out) {
@@ -73,7 +77,13 @@ void decode_into(const ddo::store::EncodedTensor & e, const std::vector<at::Tens
                 out.copy_(ggml_dequantize(data.contiguous(), e.ggml_type, e.shape));
             }
             return;
-        case Encoding::sdnq: out.copy_(decode(e, parts, out.scalar_type())); return;
+        case Encoding::sdnq: {
+            SdnqTensors t{data, *role(e, parts, "scale"), role(e, parts, "zero_point"), role(e, parts, "svd_up"),
+                          role(e, parts, "svd_down")};
+            const std::string layer = e.name.substr(0, e.name.size() - std::string(".weight").size());
+            sdnq_dequantize_into(t, e.sdnq, e.shape.at(0), e.shape.at(1), out, layer);
+            return;
+        }
     }
     throw RuntimeError("tensor " + e.name + ": unknown encoding");
 }

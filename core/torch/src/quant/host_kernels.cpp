@@ -8,8 +8,10 @@
 #include <c10/util/Half.h>
 
 #include <array>
+#include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <vector>
 
 #if defined(__SSE2__)
 #include <emmintrin.h>
@@ -131,6 +133,43 @@ void fp8(const at::Tensor & q, const at::Tensor & scale, at::Tensor & out) {
             }
             const float sr = s[per_row ? r : 0];
             for (int64_t k = 0; k < cols; ++k) yr[k] = table[xr[k]] * sr;
+        }
+    });
+}
+
+void sdnq_rows(const at::Tensor & q, bool packed, float offset, const at::Tensor & scale, const at::Tensor & zero,
+               at::Tensor & out) {
+    const auto * x = static_cast<const std::uint8_t *>(q.const_data_ptr());  // int8 read through its bytes, below
+    float * y = out.mutable_data_ptr<float>();
+    const float * s = scale.const_data_ptr<float>();
+    const float * z = zero.defined() ? zero.const_data_ptr<float>() : nullptr;
+    const int64_t rows = out.size(0), cols = out.size(1);
+    const bool is_signed = q.scalar_type() == at::kChar;
+    at::parallel_for(0, rows, std::max<int64_t>(1, (int64_t(1) << 17) / std::max<int64_t>(cols, 1)), [&](int64_t lo, int64_t hi) {
+        std::vector<float> v(static_cast<std::size_t>(cols));
+        for (int64_t r = lo; r < hi; ++r) {
+            float * yr = y + r * cols;
+            if (packed) {
+                const std::uint8_t * xr = x + r * cols / 2;
+                for (int64_t k = 0; k < cols / 2; ++k) {
+                    v[std::size_t(2 * k)] = float(xr[k] & 0x0F) + offset;
+                    v[std::size_t(2 * k + 1)] = float(xr[k] >> 4) + offset;
+                }
+            } else if (is_signed) {
+                const auto * xr = reinterpret_cast<const std::int8_t *>(x) + r * cols;
+                for (int64_t k = 0; k < cols; ++k) v[std::size_t(k)] = float(xr[k]);
+            } else {
+                const std::uint8_t * xr = x + r * cols;
+                for (int64_t k = 0; k < cols; ++k) v[std::size_t(k)] = float(xr[k]);
+            }
+            const float sr = s[r];
+            if (z) {
+                const float zr = z[r];
+                // ATen's CPU addcmul is one fused multiply-add (one rounding): so is this.
+                for (int64_t k = 0; k < cols; ++k) yr[k] = std::fma(v[std::size_t(k)], sr, zr);
+            } else {
+                for (int64_t k = 0; k < cols; ++k) yr[k] = v[std::size_t(k)] * sr;
+            }
         }
     });
 }

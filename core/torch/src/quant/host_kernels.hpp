@@ -19,4 +19,12 @@ void q4_k(const at::Tensor & blocks, at::Tensor & out);
 // (exactly q.float() * scale.float(): the fp8 -> f32 widening is exact, read from a 256-entry table).
 void fp8(const at::Tensor & q, const at::Tensor & scale, at::Tensor & out);
 
+// SDNQ's row-wise integer layers without SVD factors or rotation, stored [out, in] (not the quantized-matmul
+// transposed layout): q int8 / uint8 [out, in], or uint8 holding two 4-bit values a byte (low nibble first, `packed`);
+// `offset` added to each value first (-8 for int4's offset binary, else 0); scale float32 [out]; zero (unsigned
+// layers) float32 [out] or undefined; out float32 [out, in]. fma(q, scale, zero), or q * scale, in float32 (sdnq's
+// dequantize_weight: addcmul, which ATen's CPU kernel computes as one fused multiply-add, or mul_, after the cast).
+void sdnq_rows(const at::Tensor & q, bool packed, float offset, const at::Tensor & scale, const at::Tensor & zero,
+               at::Tensor & out);
+
 }  // namespace ddo::torch::quant::host

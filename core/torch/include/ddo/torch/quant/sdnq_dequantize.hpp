@@ -28,4 +28,11 @@ struct SdnqTensors {
 at::Tensor sdnq_dequantize(const SdnqTensors & t, const ddo::store::SdnqLayerRule & rule, int64_t out, int64_t in,
                            at::ScalarType result, const std::string & name);
 
+// The same decode written into `dst` ([out, in] in the result dtype, contiguous, on the tensors' device; a component's
+// reused scratch): on the CPU into float32, a row-wise integer layer stored [out, in] with no SVD factors and no
+// rotation runs the fused host kernel (Note [Host decode kernels]), equal bit for bit; every other layer decodes as
+// above and copies. Throws as above.
+void sdnq_dequantize_into(const SdnqTensors & t, const ddo::store::SdnqLayerRule & rule, int64_t out, int64_t in,
+                          at::Tensor & dst, const std::string & name);
+
 }  // namespace ddo::torch::quant
