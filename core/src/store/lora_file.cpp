@@ -139,6 +139,37 @@ Metadata adapter_metadata(const SafetensorsFile & f) {
     return m;
 }
 
+struct Key {
+    std::string_view component, module, family;
+    bool flattened = false;
+    Role role = Role::down;
+};
+
+// One key split into its component prefix, module path and role suffix. Throws UsageError naming the file and key
+// for an adapter kind ddo does not apply or a key of no LoRA family.
+Key parse_key(const std::filesystem::path & path, std::string_view name) {
+    for (const auto & r : kRefused)
+        if (r.suffix ? ends_with(name, r.part) : name.find(r.part) != std::string_view::npos)
+            throw UsageError(path.string() + ": " + std::string(name) + " is " + std::string(r.kind) +
+                             ", which ddo does not apply; use a plain LoRA (lora_A/lora_B or lora_down/lora_up)");
+    Key k{{}, name, "bare"};
+    const auto suffix = std::find_if(kSuffixes.begin(), kSuffixes.end(), [&](const Suffix & s) { return ends_with(name, s.text); });
+    if (suffix == kSuffixes.end())
+        throw UsageError(path.string() + ": " + std::string(name) + " is not a LoRA key (expected <module>.lora_A.weight / "
+                         ".lora_B.weight, .lora_down.weight / .lora_up.weight or .alpha); is this a LoRA file?");
+    k.role = suffix->role;
+    k.module.remove_suffix(suffix->text.size());
+    for (const auto & p : kPrefixes)
+        if (k.module.substr(0, p.text.size()) == p.text) {
+            k.module.remove_prefix(p.text.size());
+            k.component = p.component;
+            k.family = p.family;
+            k.flattened = p.flattened;
+            break;
+        }
+    return k;
+}
+
 std::string flatten(std::string_view s) {
     std::string out(s);
     std::replace(out.begin(), out.end(), '.', '_');
@@ -165,37 +196,13 @@ LoraFile LoraFile::open(const std::filesystem::path & path) {
     std::map<std::pair<std::string, std::string>, Parts> by_module;  // (component, module)
     std::set<std::string> families;
     for (const auto & t : f.tensors()) {
-        for (const auto & r : kRefused)
-            if (r.suffix ? ends_with(t.name, r.part) : t.name.find(r.part) != std::string::npos)
-                throw UsageError(path.string() + ": " + t.name + " is " + std::string(r.kind) +
-                                 ", which ddo does not apply; use a plain LoRA (lora_A/lora_B or lora_down/lora_up)");
-        std::string_view key = t.name;
-        const Suffix * suffix = nullptr;
-        for (const auto & s : kSuffixes)
-            if (ends_with(key, s.text)) {
-                suffix = &s;
-                break;
-            }
-        if (!suffix)
-            throw UsageError(path.string() + ": " + t.name + " is not a LoRA key (expected <module>.lora_A.weight / "
-                             ".lora_B.weight, .lora_down.weight / .lora_up.weight or .alpha); is this a LoRA file?");
-        key.remove_suffix(suffix->text.size());
-        std::string_view component, family = "bare";
-        bool flattened = false;
-        for (const auto & p : kPrefixes)
-            if (key.substr(0, p.text.size()) == p.text) {
-                key.remove_prefix(p.text.size());
-                component = p.component;
-                family = p.family;
-                flattened = p.flattened;
-                break;
-            }
-        families.insert(std::string(family));
-        auto & parts = by_module[{std::string(component), std::string(key)}];
-        parts.layer.component = component;
-        parts.layer.module = key;
-        parts.layer.flattened = flattened;
-        switch (suffix->role) {
+        const auto k = parse_key(path, t.name);
+        families.insert(std::string(k.family));
+        auto & parts = by_module[{std::string(k.component), std::string(k.module)}];
+        parts.layer.component = k.component;
+        parts.layer.module = k.module;
+        parts.layer.flattened = k.flattened;
+        switch (k.role) {
             case Role::down: parts.layer.down = &t; parts.layer.key = t.name; break;
             case Role::up: parts.layer.up = &t; break;
             case Role::alpha: parts.alpha = &t; break;
