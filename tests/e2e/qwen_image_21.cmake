@@ -60,7 +60,7 @@ endif()
 # ddo-host --transformer FILE (Note [Component files]) on the quantized parity fixtures: the GGUF file equals the
 # folder form; another model's file, an unused component's file and a truncated file are refused.
 if(TARGET qwen_image_21 AND TARGET ddo-host AND DDO_PYTHON AND TARGET qwen_image_21_quant_fixtures)
-  qi21_host_test(qwen_image_21_component_file_test TIMEOUT 300 LIBS nlohmann_json::nlohmann_json PNG::PNG)
+  qi21_host_test(qwen_image_21_component_file_test TIMEOUT 300 LIBS nlohmann_json::nlohmann_json PNG::PNG ddo_bench_synthetic)
   target_compile_definitions(qwen_image_21_component_file_test PRIVATE
     QI21Q_FIXTURE_DIR="${CMAKE_BINARY_DIR}/fixtures/qwen_image_21_quant")
   add_dependencies(qwen_image_21_component_file_test qwen_image_21_quant_fixtures)

@@ -15,7 +15,9 @@
 #include <nlohmann/json.hpp>
 
 #include "e2e/host_run.hpp"
+#include "ddo/store/safetensors_file.hpp"
 #include "e2e/png_read.hpp"
+#include "synthetic_model.hpp"
 
 namespace fs = std::filesystem;
 using ddo::test::quoted;
@@ -106,4 +108,34 @@ TEST(Qi21ComponentFile, ATruncatedFileIsARuntimeFailureNamingIt) {
     EXPECT_NE(r.log.find("cut.gguf"), std::string::npos) << r.log;
     EXPECT_EQ(r.report.value("status", ""), "failed") << r.report.dump().substr(0, 400);
     fs::remove_all(dir);
+}
+
+// Bad input, issue 26: the scaled-fp8 transformer with one weight_scale dropped, given as the transformer's file. Read
+// as an unscaled cast that weight would be off by its scale (a white image, no error): exit 4 naming the file and the
+// tensor, nothing computed, the report written.
+TEST(Qi21ComponentFile, AFileWithAScaleDroppedIsRefusedNamingTheTensor) {
+    const auto src = ddo::store::SafetensorsFile::open(kDir / "fp8_scaled" / "transformer" / "diffusion_pytorch_model.safetensors");
+    std::vector<ddo::bench::RawTensor> kept;
+    std::string dropped;
+    for (const auto & t : src.tensors()) {
+        if (dropped.empty() && t.name.ends_with(".weight_scale")) {
+            dropped = t.name;
+            continue;
+        }
+        ddo::bench::RawTensor r{t.name, std::string(ddo::store::dtype_name(t.dtype)), t.shape, std::vector<unsigned char>(t.nbytes)};
+        src.read_tensor(t, r.bytes.data(), ddo::store::ReadMode::pread);
+        kept.push_back(std::move(r));
+    }
+    ASSERT_FALSE(dropped.empty());
+    const auto file = fs::temp_directory_path() / ("ddo_dropped_scale_" + std::to_string(::getpid()) + ".safetensors");
+    ddo::bench::write_safetensors(file, kept);
+    const auto r = run("dropped_scale", base(kDir / "gguf_single") + "--transformer " + quoted(file));
+    fs::remove(file);
+    EXPECT_EQ(r.exit_code, 4) << r.log;
+    const std::string weight = dropped.substr(0, dropped.size() - std::string("_scale").size());
+    EXPECT_NE(r.log.find("fp8 tensor " + weight + " has no"), std::string::npos) << r.log;
+    EXPECT_NE(r.log.find(file.filename().string()), std::string::npos) << r.log;
+    ASSERT_TRUE(r.report.is_object()) << "no report written";
+    EXPECT_EQ(r.report.at("exit_code"), 4);
+    EXPECT_EQ(r.report.at("status"), "failed");
 }

@@ -6,7 +6,7 @@ if(TARGET ddo_model)
     DIR ${QUANT_FIXTURE_DIR} COMMENT "writing quantized files with gguf-py and torchao")
   ddo_add_gtest(quant_dequant_parity_test LABELS parity
     SOURCES ${CMAKE_CURRENT_LIST_DIR}/quant_dequant_parity_test.cpp
-    LIBS ddo_model)
+    LIBS ddo_model ddo_bench_synthetic)
   target_compile_definitions(quant_dequant_parity_test PRIVATE QUANT_FIXTURE_DIR="${QUANT_FIXTURE_DIR}")
   target_precompile_headers(quant_dequant_parity_test PRIVATE <ATen/ATen.h>)
 endif()

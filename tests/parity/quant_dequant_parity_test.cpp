@@ -6,6 +6,9 @@
 
 #include <ATen/ATen.h>
 
+#include <unistd.h>
+
+#include <cstring>
 #include <fstream>
 #include <map>
 #include <set>
@@ -17,6 +20,7 @@
 #include "ddo/torch/quant/ggml_dequantize.hpp"
 #include "ddo/torch/quant/sdnq_dequantize.hpp"
 #include "parity/parity_support.hpp"
+#include "synthetic_model.hpp"
 
 namespace {
 
@@ -189,6 +193,34 @@ TEST_F(QuantParity, EachFileIsRecognisedByItsLayoutAndReadDense) {
                            sdnq_expected.read(c + "/" + l + ".weight"));
         EXPECT_EQ(f.read("norm.weight").scalar_type(), at::kBFloat16);  // dense tensors as stored
     }
+}
+
+// A scaled fp8 file with one weight's scale dropped: read as an unscaled cast, that weight would be off by its scale
+// (a white image, no error). Refused naming the file and the tensor, also in a file marked scaled_fp8 (ComfyUI).
+TEST_F(QuantParity, AMissingScaleIsRefusedNamingTheFileAndTheTensor) {
+    const auto fp8 = [](const std::string & n) { return ddo::bench::RawTensor{n, "F8_E4M3", {4, 8}, std::vector<unsigned char>(32, 0x38)}; };
+    const auto scalar = [](const std::string & n) {
+        const float v = 0.5f;
+        std::vector<unsigned char> b(4);
+        std::memcpy(b.data(), &v, 4);
+        return ddo::bench::RawTensor{n, "F32", {}, b};
+    };
+    const auto dir = fs::temp_directory_path() / ("ddo_fp8_scale_" + std::to_string(::getpid()));
+    fs::create_directories(dir);
+    const auto dropped = dir / "dropped.safetensors", marked = dir / "marked.safetensors", cast = dir / "cast.safetensors";
+    ddo::bench::write_safetensors(dropped, {fp8("a.weight"), scalar("a.weight_scale"), fp8("b.weight")});
+    ddo::bench::write_safetensors(marked, {fp8("a.weight"), ddo::bench::RawTensor{"scaled_fp8", "F8_E4M3", {0}, {}}});
+    ddo::bench::write_safetensors(cast, {fp8("a.weight"), fp8("b.weight")});  // unscaled throughout: a plain cast
+    for (const auto & [file, says] : {std::pair{dropped, std::string("(a.weight)")}, std::pair{marked, std::string("scaled_fp8")}}) {
+        const auto e = ddo::test::error_of([&] { TensorFile::open_file(file); });
+        EXPECT_NE(e.find("runtime: "), std::string::npos) << e;
+        EXPECT_NE(e.find(file.string()), std::string::npos) << e;
+        EXPECT_NE(e.find(file == dropped ? "fp8 tensor b.weight has no b.weight_scale" : "fp8 tensor a.weight has no"),
+                  std::string::npos) << e;
+        EXPECT_NE(e.find(says), std::string::npos) << e;
+    }
+    EXPECT_EQ(TensorFile::open_file(cast).read("b.weight").to(at::kFloat).max().item<float>(), 1.0f);  // 0x38: 1.0, unscaled
+    fs::remove_all(dir);
 }
 
 TEST_F(QuantParity, IgnoringTheScaleWouldBeCaught) {

@@ -116,12 +116,31 @@ void detect_torchao(Builder & b) {
 
 void detect_fp8(Builder & b) {
     const bool comfy_legacy = b.get("scaled_fp8") != nullptr;
-    for (const auto * t : b.store.tensors()) {
-        if (!is_fp8(t->dtype) || b.consumed.count(t->name) || b.out.count(t->name) || t->numel() == 0) continue;
-        const std::string p = t->name.ends_with(".weight") ? prefix_of(t->name, ".weight") : t->name;
-        const bool comfy = comfy_legacy || b.get(p + ".comfy_quant") || b.get(p + ".scale_weight");
+    const auto scale_of = [&](const std::string & p) {
         const auto * s = b.get(p + ".weight_scale");
-        if (!s) s = b.get(p + ".scale_weight");
+        return s ? s : b.get(p + ".scale_weight");
+    };
+    const auto candidate = [&](const TensorInfo * t) {
+        return is_fp8(t->dtype) && !b.consumed.count(t->name) && !b.out.count(t->name) && t->numel() > 0;
+    };
+    const auto prefix = [](const TensorInfo * t) { return t->name.ends_with(".weight") ? prefix_of(t->name, ".weight") : t->name; };
+    // A scaled file whose weights all carry a scale: one without is a dropped scale, not an unscaled cast (its values
+    // would be off by the scale, a white image with no error). Refused naming it.
+    const TensorInfo * scaled = nullptr;
+    for (const auto * t : b.store.tensors())
+        if (candidate(t) && scale_of(prefix(t))) scaled = t;
+    for (const auto * t : b.store.tensors())
+        if (candidate(t) && (scaled || comfy_legacy) && !scale_of(prefix(t)))
+            throw RuntimeError(b.store.file_path(t->file_index).string() + ": fp8 tensor " + t->name + " has no " +
+                               prefix(t) + ".weight_scale (or .scale_weight), while " +
+                               (scaled ? "fp8 tensors of the same file have one (" + scaled->name + ")"
+                                       : std::string("the file is marked scaled_fp8")) +
+                               ": a scale is missing - re-export the checkpoint");
+    for (const auto * t : b.store.tensors()) {
+        if (!candidate(t)) continue;
+        const std::string p = prefix(t);
+        const bool comfy = comfy_legacy || b.get(p + ".comfy_quant") || b.get(p + ".scale_weight");
+        const auto * s = scale_of(p);
         auto e = b.make(t->name, !s ? Encoding::fp8_cast : comfy ? Encoding::fp8_compute_scale : Encoding::fp8_fp32_scale,
                         "FP8 " + fp8_name(t->dtype) + (s ? " scaled" : ""), t->shape);
         b.part(e, t->name, "data");
