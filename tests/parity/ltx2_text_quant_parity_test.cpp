@@ -99,7 +99,8 @@ TEST_F(Ltx2TextQuantParity, QuantizedTextEncodersEqualDiffusersEncodePrompt) {
             const auto got = encode_case(enc, *w, k);
             double e = compare(got.positive, f, c + " " + name, name + ".prompt");
             ASSERT_EQ(got.negative.has_value(), k.at("guided").get<bool>()) << c << " " << name;
-            if (got.negative) e = std::max(e, compare(*got.negative, f, c + " " + name + " negative", name + ".negative_prompt"));
+            if (got.negative)
+                e = std::max(e, compare(*got.negative, f, c + " " + name + " negative", name + ".negative_prompt"));
             std::cout << "[ parity    ] " << c << " " << name << " [" << got.positive.embeds.size(0) << ", "
                       << got.positive.embeds.size(1) << ", " << got.positive.embeds.size(2) << "]"
                       << (got.negative ? " + negative" : "") << ": max abs error " << e << " (tolerance " << kTol

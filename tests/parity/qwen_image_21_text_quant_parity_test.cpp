@@ -103,10 +103,10 @@ TEST_F(Qi21TextQuantParity, QuantizedTowersEqualTransformersOnTheirDecodedWeight
             const auto whole = qi::TensorFile::open_component(enc.weights());
             const auto table = enc.config().weight_prefix + "embed_tokens.weight";
             ASSERT_TRUE(whole.contains_stored(table)) << c << ": " << table;
-            EXPECT_FALSE(whole.read_stored(table).is_floating_point()) << c << ": " << table << " is stored dense";
+            EXPECT_FALSE(whole.read_stored(table).is_floating_point()) << c << ": " << table << " stored dense";
         }
-        std::cout << "[ batch     ] " << c << ": max |diff| " << d_batch << "; stored " << q.at("stored_bytes") << " of "
-                  << q.at("dense_bytes") << " dense bytes, " << q.at("formats").dump() << "\n";
+        std::cout << "[ batch     ] " << c << ": max |diff| " << d_batch << "; stored " << q.at("stored_bytes")
+                  << " of " << q.at("dense_bytes") << " dense bytes, " << q.at("formats").dump() << "\n";
     }
 }
 

@@ -244,7 +244,8 @@ def gemma_cases(out):
                 pe, pm, ne, nm = pipe.encode_prompt(prompt=prompt, negative_prompt=negative,
                                                     do_classifier_free_guidance=guided, num_videos_per_prompt=n,
                                                     max_sequence_length=max_len, device=torch.device("cpu"))
-            tensors[f"{name}.prompt_embeds"], tensors[f"{name}.prompt_attention_mask"] = pe.contiguous(), pm.contiguous()
+            tensors[f"{name}.prompt_embeds"] = pe.contiguous()
+            tensors[f"{name}.prompt_attention_mask"] = pm.contiguous()
             if guided:
                 tensors[f"{name}.negative_prompt_embeds"] = ne.contiguous()
                 tensors[f"{name}.negative_prompt_attention_mask"] = nm.contiguous()
