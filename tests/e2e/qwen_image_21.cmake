@@ -54,7 +54,11 @@ endif()
 # ddo-host from a text prompt on a checkpoint saved whole (the text-path fixtures).
 if(TARGET qwen_image_21 AND TARGET ddo-host AND DDO_PYTHON)
   qi21_host_test(qwen_image_21_text_test TIMEOUT 600 LIBS qwen_image_21_impl PNG::PNG)
-  target_compile_definitions(qwen_image_21_text_test PRIVATE QI21_TEXT_FIXTURE_DIR="${CMAKE_BINARY_DIR}/fixtures/qwen_image_21_text")
+  target_compile_definitions(qwen_image_21_text_test PRIVATE QI21_TEXT_FIXTURE_DIR="${CMAKE_BINARY_DIR}/fixtures/qwen_image_21_text"
+    TEXT_QUANT_FIXTURE_DIR="${CMAKE_BINARY_DIR}/fixtures/text_quant")
+  if(TARGET text_quant_fixtures)
+    add_dependencies(qwen_image_21_text_test text_quant_fixtures)
+  endif()
 endif()
 
 # ddo-host --transformer FILE (Note [Component files]) on the quantized parity fixtures: the GGUF file equals the

@@ -247,3 +247,23 @@ TEST_F(Qi21Text, ATextEncoderFileReplacesTheFoldersWeights) {
     fs::remove_all(copy);
     fs::remove(weights);
 }
+
+// Issue 26: a quantized text encoder through ddo-host. The scaled-fp8 tower of the text-encoder quant fixtures (the
+// same tiny Qwen3-VL as this checkpoint's, tools/reference/text_quant_fixtures.py; its parity against transformers is
+// tests/parity/qwen_image_21_text_quant_parity_test.cpp) given as --text-encoder FILE: the run completes from a prompt,
+// streamed on low_ram_safe, and the report, the console plan and `report summarize` say what is quantized.
+TEST_F(Qi21Text, AQuantizedTextEncoderFileRunsFromAPromptAndIsReported) {
+    const fs::path fp8 = fs::path(TEXT_QUANT_FIXTURE_DIR) / "qwen_fp8_scaled" / "checkpoint" / "text_encoder" / "model.safetensors";
+    if (!fs::exists(fp8)) GTEST_SKIP() << fp8 << " missing: build target text_quant_fixtures";
+    const auto & ref = runs().at("plain");
+    const auto dense = run("te_dense", args_of(ref) + " --preset low_ram_safe.toml");
+    const auto r = run("te_fp8", args_of(ref) + " --preset low_ram_safe.toml --text-encoder " + q(fp8.string()));
+    ASSERT_EQ(r.exit_code, 0) << r.log;
+    const auto & qn = r.report.at("counters").at("text_encoder").at("quantization");
+    EXPECT_EQ(qn.at("method"), "fp8") << qn.dump();
+    EXPECT_GT(qn.at("formats").value("FP8 E4M3 scaled", 0), 0) << qn.dump();
+    EXPECT_GT(qn.at("dequant_count").get<uint64_t>(), 0u) << qn.dump();
+    EXPECT_NE(r.log.find("quantized fp8: "), std::string::npos) << r.log;
+    ASSERT_EQ(dense.exit_code, 0) << dense.log;
+    EXPECT_NE(r.image.pixels, dense.image.pixels) << "the fp8 tower's rounding changes the embeddings, so the image";
+}
