@@ -11,7 +11,7 @@ if(TARGET ddo_ltx2_image)
     DEPENDS ${CMAKE_SOURCE_DIR}/tools/reference/ltx2_text_fixtures.py ${CMAKE_SOURCE_DIR}/tools/reference/gemma3_fixtures.py
             ${CMAKE_SOURCE_DIR}/tools/reference/tiny_gemma_tokenizer.py
             ${CMAKE_SOURCE_DIR}/tools/reference/ltx2_pipeline_fixtures.py)
-  # The base + PAG case on SDNQ int8 / uint4 + SVD, scaled-fp8 and GGUF Q8_0 transformers (issue 26).
+  # The base + PAG case on SDNQ int8 / uint4 + SVD, scaled-fp8, GGUF Q8_0 and Q4_K transformers (issue 26).
   set(LTX2_IMAGE_QUANT_FIXTURE_DIR ${CMAKE_BINARY_DIR}/fixtures/ltx2_image_quant)
   ddo_reference_fixtures(ltx2_image_quant SCRIPT ${CMAKE_SOURCE_DIR}/tools/reference/ltx2_image_quant_fixtures.py
     DIR ${LTX2_IMAGE_QUANT_FIXTURE_DIR} COMMENT "quantizing the tiny LTX-2 image transformer with sdnq and gguf-py")

@@ -7,7 +7,7 @@
 // _get_gemma_prompt_embeds made of a prompt (the connectors of a 4-layer Gemma-3). Tolerances (fp32): latents 1e-4
 // max abs, image 1/255 (pixel-equal). The DiT read through the offload engine on the resident, dynamic (one block
 // streamed) and disk routes gives bitwise the latents of the plain resident source (tolerance 0). The base + PAG case
-// on quantized transformers (SDNQ int8 and uint4 + SVD, scaled fp8, GGUF Q8_0; tools/reference/
+// on quantized transformers (SDNQ int8 and uint4 + SVD, scaled fp8, GGUF Q8_0 and Q4_K; tools/reference/
 // ltx2_image_quant_fixtures.py) within the same tolerances, resident and on every engine route (bitwise equal to the
 // engine's resident route).
 #include <gtest/gtest.h>
@@ -168,9 +168,10 @@ TEST_F(Ltx2ImageParity, TransformerSpecsMatchTheCheckpoint) {
 }
 
 // Issue 26: base + PAG on quantized transformers: SDNQ int8 and uint4 + SVD (diffusers' own SDNQ integration on the
-// composed model class), scaled fp8 (the reference runs the weights as ltx_core folds them) and GGUF Q8_0 (gguf-py's
-// decode run dense). Latents 1e-4, image 1/255 against the reference, resident and on the disk route; every engine
-// route bitwise equal to the engine's resident route; the report names the stored format.
+// composed model class), scaled fp8 (the reference runs the weights as ltx_core folds them) and GGUF Q8_0 and Q4_K
+// (gguf-py's decode run dense; Q4_K only where rows are whole 256-blocks: the timestep embedders). Latents 1e-4,
+// image 1/255 against the reference, resident and on the disk route; every engine route bitwise equal to the
+// engine's resident route; the report names the stored format.
 TEST_F(Ltx2ImageParity, QuantizedTransformersEqualTheReference) {
     const fs::path qdir = LTX2_IMAGE_QUANT_FIXTURE_DIR;
     const auto & qref = ddo::test::reference_of(qdir, "ltx2_image_quant_fixtures");
@@ -182,7 +183,8 @@ TEST_F(Ltx2ImageParity, QuantizedTransformersEqualTheReference) {
         {"sdnq_int8", {"sdnq", "SDNQ int8"}},
         {"sdnq_uint4_svd", {"sdnq", "SDNQ uint4"}},
         {"fp8_scaled", {"fp8", "FP8 E4M3 scaled"}},
-        {"gguf_q8_0", {"gguf", "Q8_0"}}};
+        {"gguf_q8_0", {"gguf", "Q8_0"}},
+        {"gguf_q4_k", {"gguf", "Q4_K"}}};
     std::set<std::string> seen;
     for (const auto & [c, facts] : qref.at("cases").items()) {
         ASSERT_TRUE(expected.count(c)) << "a case this test does not know: " << c;

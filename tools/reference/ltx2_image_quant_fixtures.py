@@ -12,9 +12,11 @@ ltx2_quant_fixtures.py stores the video one (its helpers):
   - fp8_scaled: every 2-D weight of the blocks F8_E4M3 with a 0-dim F32 `weight_scale` (Lightricks' layout); the
     reference runs the weights decoded as (q.float() * weight_scale), loaded dense;
   - gguf_q8_0: gguf-py writes transformer/diffusion_pytorch_model.gguf, Q8_0 for every 2-D weight whose rows are
-    whole 32-blocks, F32 for the rest; the reference runs gguf-py's decode of the file, loaded dense.
-The tiny image DiT is 16 wide (feed-forward 64), so no row is a whole Q4_K block: Q4_K is covered on the wide video
-DiT of ltx2_quant_fixtures.py.
+    whole 32-blocks, F32 for the rest; the reference runs gguf-py's decode of the file, loaded dense;
+  - gguf_q4_k: the same with Q4_K (gguf_writer.q4_k_quantize) for the 2-D `.weight`s whose rows are whole 256-blocks:
+    the tiny image DiT is 16 wide (feed-forward 64), so these are only the two timestep embedders' first layers (256
+    sinusoidal channels; globals, not block weights); Q4_K block weights are covered on the wide video DiT of
+    ltx2_quant_fixtures.py.
 
 Files written:
   checkpoint_<case>/          the image checkpoint (connectors/, vae/, scheduler/ as ltx2_image_fixtures.py's
@@ -44,6 +46,12 @@ import ltx2_quant_fixtures as lq  # noqa: E402
 CASE = "base_pag"
 
 
+def q4_k_where_rows_fit(name, t):
+    if t.dim() == 2 and name.endswith(".weight") and t.shape[1] % 256 == 0:
+        return lq.Q.Q4_K
+    return lq.q8_0_or_f32(name, t)
+
+
 def main():
     out = Path(sys.argv[1])
     out.mkdir(parents=True, exist_ok=True)
@@ -52,7 +60,7 @@ def main():
     tr, conn, vae, sched = li.components()
     s = li.CASES[CASE]
     cases = {}
-    for case in ("sdnq_int8", "sdnq_uint4_svd", "fp8_scaled", "gguf_q8_0"):
+    for case in ("sdnq_int8", "sdnq_uint4_svd", "fp8_scaled", "gguf_q8_0", "gguf_q4_k"):
         ck = out / f"checkpoint_{case}"
         conn.save_pretrained(ck / "connectors")
         vae.save_pretrained(ck / "vae")
@@ -64,7 +72,7 @@ def main():
         elif case == "fp8_scaled":
             ref, formats = lq.fp8_case(tr, folder)
         else:
-            ref, formats = lq.gguf_case(tr, folder, lq.q8_0_or_f32)
+            ref, formats = lq.gguf_case(tr, folder, q4_k_where_rows_fit if case == "gguf_q4_k" else lq.q8_0_or_f32)
         with torch.no_grad():
             latents, image = li.compose_image(ref, conn, vae, FlowMatchEulerDiscreteScheduler(**li.LTX2_SCHEDULER),
                                               embeds, s, li.SEED)
