@@ -6,7 +6,7 @@ if(TARGET ddo_ltx2_pipeline)
   set(LTX2_PIPELINE_FIXTURE_DIR ${CMAKE_BINARY_DIR}/fixtures/ltx2_pipeline)
   ddo_reference_fixtures(ltx2_pipeline SCRIPT ${CMAKE_SOURCE_DIR}/tools/reference/ltx2_pipeline_fixtures.py
     DIR ${LTX2_PIPELINE_FIXTURE_DIR} COMMENT "generating LTX-2 pipeline fixtures with diffusers")
-  # The guided case on SDNQ int8 and GGUF Q8_0 transformers (issue 26).
+  # The guided case on SDNQ int8 / uint4 + SVD, scaled-fp8, GGUF Q8_0 and (wide DiT) GGUF Q4_K transformers (issue 26).
   set(LTX2_QUANT_FIXTURE_DIR ${CMAKE_BINARY_DIR}/fixtures/ltx2_quant)
   ddo_reference_fixtures(ltx2_quant SCRIPT ${CMAKE_SOURCE_DIR}/tools/reference/ltx2_quant_fixtures.py
     DIR ${LTX2_QUANT_FIXTURE_DIR} COMMENT "quantizing the tiny LTX-2.3 transformer with sdnq and gguf-py")
