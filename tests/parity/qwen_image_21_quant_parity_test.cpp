@@ -105,7 +105,9 @@ TEST_F(Qi21QuantParity, EveryRouteStreamsTheStoredBytesAndEqualsResidentBitwise)
                 EXPECT_FALSE(conv.at("once").get<bool>()) << conv.dump();
                 EXPECT_NE(conv.at("reason").get<std::string>().find("keeps no residents"), std::string::npos) << conv.dump();
                 EXPECT_GT(q.at("dequant_count").get<uint64_t>(), quantized) << q.dump();
-                if (c.rfind("sdnq", 0) != 0) EXPECT_GT(scratch.at("reused").get<uint64_t>(), 0u) << scratch.dump();
+                if (c.rfind("sdnq", 0) != 0) {
+                    EXPECT_GT(scratch.at("reused").get<uint64_t>(), 0u) << scratch.dump();
+                }
                 EXPECT_EQ(scratch.at("kept_by_caller").get<uint64_t>(), 0u) << scratch.dump();
             }
             std::cout << "[ routes    ] " << c << " " << ddo::to_string(route) << " == resident bitwise; stored "
