@@ -292,8 +292,7 @@ TEST_F(QuantParity, EverySdnqLayerIntoABufferEqualsTheDecodeInFloat32) {
             auto into = at::full({out, in}, 7.0f, at::kFloat);
             q::sdnq_dequantize_into(t, rule, out, in, into, layer);
             expect_bitwise("sdnq " + c + " " + layer + " into a buffer", into, q::sdnq_dequantize(t, rule, out, in, at::kFloat, layer));
-            fused += rule.dtype.integer && !rule.transposed && rule.hadamard_group == 0 && !t.svd_up && t.scale.dim() == 2 &&
-                     t.scale.size(1) == 1;
+            fused += q::sdnq_fuses(rule, t.svd_up.has_value(), t.scale.sizes().vec());
             ++n;
         }
     }

@@ -55,8 +55,7 @@ bool decodes_into(const ddo::store::EncodedTensor & e, at::ScalarType part_dtype
     if (e.encoding != Encoding::sdnq) return true;
     // SDNQ: the layers sdnq_dequantize_into decodes in one pass (others decode into fresh memory as they must).
     const auto * scale = e.part("scale");
-    return dtype == at::kFloat && e.sdnq.dtype.integer && !e.sdnq.transposed && e.sdnq.hadamard_group == 0 &&
-           !e.part("svd_up") && scale && scale->shape.size() == 2 && scale->shape[1] == 1;
+    return dtype == at::kFloat && scale && sdnq_fuses(e.sdnq, e.part("svd_up") != nullptr, scale->shape);
 }
 
 void decode_into(const ddo::store::EncodedTensor & e, const std::vector<at::Tensor> & parts, at::Tensor & out) {

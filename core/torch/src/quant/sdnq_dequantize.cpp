@@ -112,15 +112,20 @@ at::Tensor sdnq_dequantize(const SdnqTensors & t, const ddo::store::SdnqLayerRul
     return r;
 }
 
+bool sdnq_fuses(const ddo::store::SdnqLayerRule & rule, bool has_svd, const std::vector<int64_t> & scale_shape) {
+    return rule.dtype.integer && !rule.transposed && rule.hadamard_group == 0 && !has_svd && scale_shape.size() == 2 &&
+           scale_shape[1] == 1;
+}
+
 void sdnq_dequantize_into(const SdnqTensors & t, const ddo::store::SdnqLayerRule & rule, int64_t out, int64_t in,
                           at::Tensor & dst, const std::string & name) {
     check_layout(t, rule, out, in, name);
     // Note [Host decode kernels]: row-wise integer layers as stored, nothing added after the scale (no SVD factors,
     // no rotation), decoded into float32 in one pass; the cast to the model dtype and back is the identity there.
     const bool fast = t.weight.is_cpu() && dst.is_cpu() && dst.scalar_type() == at::kFloat && dst.is_contiguous() &&
-                      dst.dim() == 2 && dst.size(0) == out && dst.size(1) == in && rule.dtype.integer && !rule.transposed &&
-                      rule.hadamard_group == 0 && !t.svd_up && t.scale.dim() == 2 && t.scale.size(0) == out &&
-                      t.scale.size(1) == 1 && (!rule.dtype.packed || in % 2 == 0) && t.weight.is_contiguous();
+                      dst.dim() == 2 && dst.size(0) == out && dst.size(1) == in &&
+                      sdnq_fuses(rule, t.svd_up.has_value(), t.scale.sizes().vec()) && t.scale.size(0) == out &&
+                      (!rule.dtype.packed || in % 2 == 0) && t.weight.is_contiguous();
     if (!fast) {
         dst.copy_(sdnq_dequantize(t, rule, out, in, dst.scalar_type(), name));
         return;

@@ -9,6 +9,7 @@
 
 #include <optional>
 #include <string>
+#include <vector>
 
 #include <ATen/core/Tensor.h>
 
@@ -27,6 +28,10 @@ struct SdnqTensors {
 // layer) when a tensor's shape disagrees with the rule (a config that does not match the file).
 at::Tensor sdnq_dequantize(const SdnqTensors & t, const ddo::store::SdnqLayerRule & rule, int64_t out, int64_t in,
                            at::ScalarType result, const std::string & name);
+
+// Whether sdnq_dequantize_into decodes a layer of `rule` in one fused pass on the CPU (into float32): a row-wise
+// integer layer (scale [out, 1]) stored [out, in], with no SVD factors and no rotation. `scale_shape`: the stored scale's.
+bool sdnq_fuses(const ddo::store::SdnqLayerRule & rule, bool has_svd, const std::vector<int64_t> & scale_shape);
 
 // The same decode written into `dst` ([out, in] in the result dtype, contiguous, on the tensors' device; a component's
 // reused scratch): on the CPU into float32, a row-wise integer layer stored [out, in] with no SVD factors and no
