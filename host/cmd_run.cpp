@@ -63,6 +63,7 @@ void require_utf8(const std::string & text, const std::string & what) {
 
 void require_utf8(const RunArgs & a) {
     for (const auto & s : a.sets) require_utf8(s, "--set " + s.substr(0, s.find('=')));
+    for (const auto & l : a.loras) require_utf8(l, "--lora");
     if (a.prompt) require_utf8(*a.prompt, "--prompt");
     if (a.negative_prompt) require_utf8(*a.negative_prompt, "--negative-prompt");
     for (const auto & [v, flag] : {std::pair{a.preset, "--preset"}, {a.model, "--model"}, {a.prompt_embeds, "--prompt-embeds"},
@@ -81,7 +82,8 @@ std::vector<std::string> all_sets(const RunArgs & a, std::optional<std::uint64_t
         {bool(a.height), "workload.height"},         {bool(a.seed), "workload.seed"},
         {bool(a.cfg_scale), "workload.guidance_scale"}, {bool(a.prompt), "workload.prompt"},
         {bool(a.negative_prompt), "workload.negative_prompt"}, {bool(a.num_images), "workload.num_images"},
-        {bool(a.frames), "workload.frames"},         {bool(a.fps), "workload.fps"}};
+        {bool(a.frames), "workload.frames"},         {bool(a.fps), "workload.fps"},
+        {!a.loras.empty(), "lora.adapters"},          {a.lora_allow_unmatched, "lora.allow_unmatched"}};
     for (const auto & [given, key] : shorthands)
         if (given)
             for (const auto & s : a.sets)
@@ -103,6 +105,8 @@ std::vector<std::string> all_sets(const RunArgs & a, std::optional<std::uint64_t
     }
     if (a.prompt) sets.push_back("workload.prompt=" + quoted(*a.prompt));
     if (a.negative_prompt) sets.push_back("workload.negative_prompt=" + quoted(*a.negative_prompt));
+    if (!a.loras.empty()) sets.push_back("lora.adapters=" + nlohmann::json(a.loras).dump());
+    if (a.lora_allow_unmatched) sets.push_back("lora.allow_unmatched=true");
     return sets;
 }
 
@@ -461,6 +465,12 @@ void install(CLI::App & app, HostOptions & options) {
         ->group(g);
     app.add_option("--text-encoder", a->text_encoder, "a .safetensors or .gguf file replacing the checkpoint's text "
                                                       "encoder weights (its diffusers/transformers names)")
+        ->group(g);
+    app.add_option("--lora", a->loras, "a LoRA file to apply, FILE[:STRENGTH] (repeatable; strength default 1.0; "
+                                       "lora.adapters): diffusers/PEFT, kohya, ComfyUI or Lightricks keys")
+        ->group(g);
+    app.add_flag("--lora-allow-unmatched", a->lora_allow_unmatched,
+                 "run when LoRA keys adapt no module (a warning in the report) instead of exit 2 (lora.allow_unmatched)")
         ->group(g);
     app.add_option("-p,--prompt", a->prompt, "prompt text (workload.prompt); needs a plugin with a text encoder")->group(g);
     app.add_option("--latents", a->latents, "initial noise: a safetensors file with tensor 'latents' (the pipeline's "

@@ -14,6 +14,8 @@ struct RunArgs {
     std::vector<std::string> sets;
     std::string model, prompt_embeds, latents, output, output_file, report;
     std::string transformer, text_encoder;  // --transformer FILE, --text-encoder FILE (Note [Component files])
+    std::vector<std::string> loras;         // --lora FILE[:STRENGTH] (repeatable): lora.adapters
+    bool lora_allow_unmatched = false;      // --lora-allow-unmatched: lora.allow_unmatched = true
     std::optional<std::string> prompt, negative_prompt;
     std::optional<long long> steps, width, height, seed, num_images, frames;
     std::optional<double> fps;

@@ -100,6 +100,26 @@ TEST(LoraFile, ComfyPrefixPeftInfixAndTheFilesAdapterMetadataAlpha) {
     EXPECT_EQ(match_lora(f, "transformer", false, kModules).matched.at(0).second, "transformer_blocks.0.attn.to_q");
 }
 
+// diffusers' save_lora_weights packs each component's LoraConfig under its prefix (_pack_dict_with_prefix):
+// "transformer.lora_alpha". Read as the bare key was, lora_a of the qwen fixtures got scale 1 where diffusers uses 2.
+TEST(LoraFile, DiffusersPrefixedAdapterMetadataGivesEachComponentItsAlpha) {
+    const auto p = tmp("prefixed.safetensors");
+    ddo::bench::write_safetensors(p, {f32("transformer.transformer_blocks.0.attn.to_q.lora_A.weight", {4, 32}),
+                                      f32("transformer.transformer_blocks.0.attn.to_q.lora_B.weight", {64, 4}),
+                                      f32("text_encoder.layers.0.q.lora_A.weight", {4, 32}),
+                                      f32("text_encoder.layers.0.q.lora_B.weight", {64, 4})},
+                                  {{"lora_adapter_metadata", R"({"transformer.r": 4, "transformer.lora_alpha": 8,
+                                                                 "transformer.use_rslora": false,
+                                                                 "text_encoder.r": 4, "text_encoder.lora_alpha": 4,
+                                                                 "text_encoder.use_rslora": true})"}});
+    const auto f = LoraFile::open(p);
+    ASSERT_EQ(f.layers().size(), 2u);
+    for (const auto & l : f.layers()) {
+        if (l.component == "transformer") EXPECT_DOUBLE_EQ(l.scale(0.7), 0.7 * 8.0 / 4.0);
+        else EXPECT_DOUBLE_EQ(l.scale(1.0), 4.0 / 2.0);  // rslora: alpha / sqrt(rank)
+    }
+}
+
 TEST(LoraFile, BareKeysBelongToTheComponentTheUserNamesAndARenameTableIsTried) {
     const auto p = tmp("bare.safetensors");
     ddo::bench::write_safetensors(p, {f32("blocks.0.q.lora_A.weight", {2, 32}), f32("blocks.0.q.lora_B.weight", {64, 2}),

@@ -36,6 +36,12 @@ const at::Tensor & GroupTensors::at(std::string_view name) const {
     return it->second;
 }
 
+Linear GroupTensors::linear(const std::string & module, bool bias) const {
+    Linear l{at(module + ".weight"), std::nullopt, lora(module + ".weight")};
+    if (bias) l.bias = at(module + ".bias");
+    return l;
+}
+
 struct ComponentWeights::Impl {
     std::string component;
     at::ScalarType dtype = at::kFloat;
@@ -71,6 +77,7 @@ struct ComponentWeights::Impl {
     std::uint64_t converted_bytes = 0, released_file_bytes = 0;
     bool begun = false, ended = false;
     std::function<void(const ComponentWeights &)> on_destroy;
+    std::shared_ptr<ComponentLora> lora;  // Note [Applying LoRA]: the factors, on the device for the weights' life
 
     ~Impl() {
         tensors.clear();
@@ -283,11 +290,13 @@ static std::vector<en::GroupDecl> engine_decls(ComponentWeights::Impl & m, std::
 }
 
 std::unique_ptr<ComponentWeights> ComponentWeights::open(const store::ComponentSource & source, std::vector<GroupSpec> groups,
-                                                         const ComponentPlan & plan, at::ScalarType compute_dtype) {
+                                                         const ComponentPlan & plan, at::ScalarType compute_dtype,
+                                                         std::shared_ptr<ComponentLora> lora) {
     std::unique_ptr<ComponentWeights> self(new ComponentWeights());
     auto & m = *self->impl_;
     m.component = plan.component;
     m.dtype = compute_dtype;
+    m.lora = std::move(lora);
     if (!plan.allocator)
         throw UsageError(plan.component + ": route '" + to_string(plan.route) +
                          "' runs through the offload engine, which needs an allocator plugin; none was loaded "
@@ -334,6 +343,12 @@ std::unique_ptr<ComponentWeights> ComponentWeights::open(const store::ComponentS
         m.transport = en::make_cpu_transport();
         caps.device_free = caps.device_total = caps.usable_host_ram();  // host memory stands in for the device
         caps.device_source = "host memory, the CPU transport's device: " + caps.describe_host_ram();
+    }
+    if (m.lora && caps.device_free) {
+        // Note [Applying LoRA]: the factors stay on the device for the weights' life (on CUDA they are allocated
+        // already, and the device query sees them).
+        *caps.device_free -= std::min(*caps.device_free, m.lora->bytes);
+        caps.device_source += "; less " + format_mib(m.lora->bytes) + " of LoRA factors";
     }
     en::EngineOptions eo;
     eo.device = d.is_cuda() ? plan.placement.index : 0;
@@ -395,6 +410,10 @@ const GroupTensors & ComponentWeights::acquire(std::size_t i) {
     if (m.tensors.count(i)) release(i);
     GroupTensors out;
     out.group_ = m.specs.at(i).name;
+    out.lora_ = m.lora.get();
+    if (m.lora)
+        for (const auto & n : m.specs.at(i).tensors)
+            if (const auto * d = m.lora->find(n)) d->handed_out = true;
     const auto & engine_groups = m.groups_of.at(i);
     const auto & mine = m.specs.at(i).tensors;
     const bool merged = m.shared_with.at(i).size() > 1;
@@ -537,6 +556,7 @@ nlohmann::json ComponentWeights::report() const {
             {"placement", impl_->placement},
             {"conversion", conversion_json()},
             {"quantization", quantization_json()},
+            {"lora", impl_->lora ? impl_->lora->to_json() : nlohmann::json(nullptr)},
             {"scratch", impl_->cuda ? nlohmann::json(nullptr) : impl_->scratch.to_json()},
             {"engine", impl_->engine->to_json()}};
 }

@@ -13,6 +13,8 @@
 #include "ddo/preset/resolved_settings.hpp"
 #include "ddo/report/run_tracker.hpp"
 #include "ddo/store/checkpoint_identity.hpp"
+#include "ddo/store/weight_encoding.hpp"
+#include "ddo/store/weight_store.hpp"
 #include "ddo/torch/torch_memory.hpp"
 #include "ddo/util/atomic_write.hpp"
 #include "ddo/util/build_info.hpp"
@@ -153,7 +155,7 @@ store::ComponentSource ModelRun::component(const std::string & name) const {
 
 std::unique_ptr<ComponentWeights> ModelRun::open_weights(const ComponentPlan & plan, const store::ComponentSource & source,
                                                          std::vector<GroupSpec> groups, at::ScalarType compute_dtype) {
-    auto w = ComponentWeights::open(source, std::move(groups), plan, compute_dtype);
+    auto w = ComponentWeights::open(source, std::move(groups), plan, compute_dtype, lora(plan.component, compute_dtype));
     if (auto * tr = ctx_.tracker) {
         tr->set_route_intended(plan.component, to_string(plan.route), plan.route_source);
         tr->set_route_executed(plan.component, w->route());
@@ -289,6 +291,61 @@ void ModelRun::record_checkpoint(const std::vector<std::string> & components) {
     checkpoint_["hash_weights"] = ctx_.hash_weights;
     checkpoint_["inputs"] = inputs_;
     if (ctx_.tracker) ctx_.tracker->set_checkpoint(checkpoint_);
+    open_loras(components);
+}
+
+void ModelRun::set_original_names(const std::string & component, std::vector<std::pair<std::string, std::string>> renames) {
+    original_names_[component] = std::move(renames);
+}
+
+// Note [Applying LoRA]: every file opened and matched against every component the run reads, before anything loads.
+void ModelRun::open_loras(const std::vector<std::string> & components) {
+    const auto & s = *ctx_.settings;
+    if (!s.has("lora.adapters") || s.at("lora.adapters").value.is_null()) return;
+    const auto & v = s.at("lora.adapters");
+    const std::string where = "lora.adapters (" + v.provenance.to_string() + ")";
+    std::vector<LoraRequest> requests;
+    for (const auto & e : v.value) {
+        auto r = parse_lora_request(e.get<std::string>(), where);
+        // A relative path in a preset file is relative to that file.
+        if (v.provenance.layer == SettingLayer::preset && r.path.is_relative() && !v.provenance.source.empty())
+            r.path = fs::path(v.provenance.source).parent_path() / r.path;
+        if (!fs::is_regular_file(r.path))
+            throw UsageError(where + ": " + r.path.string() + ": no such file; give the LoRA's .safetensors path");
+        requests.push_back(std::move(r));
+    }
+    if (requests.empty()) return;
+    loras_ = LoraAdapters::open(requests);
+    checkpoint_["loras"] = loras_.to_json();
+    if (ctx_.tracker) ctx_.tracker->set_checkpoint(checkpoint_);
+    for (const auto & c : components) {
+        if (c != "transformer" && c != "text_encoder" && c != "connectors") continue;  // the components LoRAs adapt
+        auto src = component(c);
+        if (!src.replaced() && !fs::is_directory(src.dir)) continue;
+        const auto it = original_names_.find(c);
+        if (src.replaced() && it != original_names_.end()) src.renames = it->second;  // a file in the original names
+        const auto store = store::WeightStore::open(src);
+        const auto enc = store::ComponentEncodings::detect(store);
+        loras_.match(c, enc, it == original_names_.end() ? std::vector<std::pair<std::string, std::string>>{} : it->second);
+    }
+    checkpoint_["loras"] = loras_.to_json();
+    if (ctx_.tracker) ctx_.tracker->set_checkpoint(checkpoint_);
+    const bool allow = s.has("lora.allow_unmatched") && s.at("lora.allow_unmatched").value == true;
+    const auto warnings = loras_.check(allow);
+    if (!warnings.empty()) {
+        checkpoint_["lora_warnings"] = warnings;
+        if (ctx_.tracker) ctx_.tracker->set_checkpoint(checkpoint_);
+        for (const auto & w : warnings) log(3, "LoRA (lora.allow_unmatched): " + w);
+    }
+}
+
+std::shared_ptr<ComponentLora> ModelRun::lora(const std::string & component, at::ScalarType dtype) {
+    if (loras_.empty()) return nullptr;
+    const auto it = lora_loaded_.find(component);
+    if (it != lora_loaded_.end()) return it->second;
+    auto l = loras_.load(component, dtype, device().device());
+    lora_loaded_[component] = l;
+    return l;
 }
 
 void ModelRun::add_checkpoint_facts(const nlohmann::json & facts) {

@@ -197,7 +197,14 @@ json convert_text(std::string text, const KeyDef & d, const std::string & key, c
     }
     case KeyType::string: return text;
     case KeyType::enumeration: return check_enum(d, key, text, loc);
-    case KeyType::string_or_list: return json::array({text});
+    case KeyType::string_or_list: {
+        // '["a", "b"]' (a JSON array of strings: what --lora writes for several files), else one string.
+        if (!text.empty() && text.front() == '[') {
+            const auto j = json::parse(text, nullptr, /*allow_exceptions=*/false);
+            if (j.is_array() && std::all_of(j.begin(), j.end(), [](const json & e) { return e.is_string(); })) return j;
+        }
+        return json::array({text});
+    }
     case KeyType::number_list: {
         // "[1.0, 0.5]" or "1.0,0.5"
         if (!text.empty() && text.front() == '[' && text.back() == ']') text = text.substr(1, text.size() - 2);

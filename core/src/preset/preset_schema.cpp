@@ -158,6 +158,15 @@ const std::vector<KeyDef> & preset_schema() {
                            "Sampling sigmas, excluding the terminal one (the pipeline's sigmas=); their count is the "
                            "number of steps. Unset = the checkpoint's sample_sigmas, else the plugin's default grid."});
         s.push_back(num("workload.guidance_scale", 0, 100, nullptr, "Guidance scale. Unset = plugin default."));
+        // LoRA (issue 27; Note [Applying LoRA] in docs/architecture.md).
+        s.push_back(KeyDef{"lora.adapters", KeyType::string_or_list, std::nullopt, std::nullopt, {}, nullptr,
+                           "LoRA files to apply, each \"PATH[:STRENGTH[:COMPONENT]]\" (strength default 1.0; COMPONENT: "
+                           "the component a file's unprefixed keys adapt, default transformer). A relative path in a "
+                           "preset file is relative to that file. --lora FILE[:STRENGTH] (repeatable) sets it. Unset = "
+                           "none."});
+        s.push_back(boolean("lora.allow_unmatched", false,
+                            "LoRA keys that adapt no module of the run are an error (exit 2) unless true: then a "
+                            "warning, recorded in the report. --lora-allow-unmatched sets it."));
         return s;
     }();
     return schema;

@@ -47,7 +47,9 @@ std::string gguf_header_bytes(int fd, const fs::path & file) {
     return bytes;
 }
 
-json file_entry(const fs::path & file, const IdentityOptions & o) {
+}  // namespace
+
+json file_identity(const fs::path & file, const IdentityOptions & o) {
     UniqueFd fd(::open(file.c_str(), O_RDONLY | O_CLOEXEC));
     if (!fd) throw RuntimeError(file.string() + ": cannot open (" + std::strerror(errno) + "); check the checkpoint path");
     std::error_code ec;
@@ -81,6 +83,8 @@ json file_entry(const fs::path & file, const IdentityOptions & o) {
     return e;
 }
 
+namespace {
+
 json config_entry(const fs::path & file) {
     if (!fs::exists(file)) return nullptr;
     const auto sha = file_sha256(file);
@@ -107,7 +111,7 @@ json component_identity(const fs::path & folder, const IdentityOptions & o) {
     if (ec) throw RuntimeError(folder.string() + ": cannot list the component folder (" + ec.message() + ")");
     std::sort(weights.begin(), weights.end());
     std::sort(indexes.begin(), indexes.end());
-    for (const auto & w : weights) j["files"].push_back(file_entry(w, o));
+    for (const auto & w : weights) j["files"].push_back(file_identity(w, o));
     for (const auto & i : indexes) j["files"].push_back(config_entry(i));
     if (o.hash_weights)
         j["hash_weights_s"] = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
@@ -123,7 +127,7 @@ json checkpoint_identity(const fs::path & model_dir, const std::vector<std::stri
             // Note [Component files]: the folder gives config.json, the file every weight.
             json e = fs::is_directory(folder) ? component_identity(folder, o)
                                               : json{{"folder", c}, {"config", nullptr}, {"files", json::array()}};
-            e["replaced_by"] = file_entry(r->second, o);
+            e["replaced_by"] = file_identity(r->second, o);
             e["replaced_by"]["file"] = fs::absolute(r->second).string();
             j["components"][c] = std::move(e);
             continue;

@@ -120,23 +120,29 @@ struct Metadata {
     bool rslora = false;
 };
 
-// peft's LoraConfig, as diffusers' save_lora_weights stores it (metadata key lora_adapter_metadata).
-Metadata adapter_metadata(const SafetensorsFile & f) {
-    Metadata m;
+// peft's LoraConfig, as diffusers' save_lora_weights stores it (metadata key lora_adapter_metadata): each component's
+// config under its prefix ("transformer.lora_alpha", "transformer.use_rslora": _pack_dict_with_prefix), or bare keys
+// (a file saved by peft itself). component -> its config; "" for the bare one.
+std::map<std::string, Metadata> adapter_metadata(const SafetensorsFile & f) {
+    std::map<std::string, Metadata> out;
     const auto it = f.metadata().find("lora_adapter_metadata");
-    if (it == f.metadata().end()) return m;
+    if (it == f.metadata().end()) return out;
     const auto fail = [&](const std::string & what) {
         return UsageError(f.path().string() + ": __metadata__.lora_adapter_metadata " + what);
     };
     const auto j = nlohmann::json::parse(it->second, nullptr, false);
     if (!j.is_object()) throw fail("is not a JSON object; re-save the LoRA");
-    for (const char * k : {"alpha_pattern", "rank_pattern"})
-        if (j.contains(k) && !j.at(k).is_null() && !j.at(k).empty())
-            throw fail(std::string("has a ") + k + ", per-module " + (k[0] == 'a' ? "alphas" : "ranks") +
+    for (const auto & [key, value] : j.items()) {
+        const auto dot = key.rfind('.');
+        const std::string component = dot == std::string::npos ? "" : key.substr(0, dot);
+        const std::string field = dot == std::string::npos ? key : key.substr(dot + 1);
+        if ((field == "alpha_pattern" || field == "rank_pattern") && !value.is_null() && !value.empty())
+            throw fail("has a " + key + ", per-module " + (field[0] == 'a' ? "alphas" : "ranks") +
                        " ddo does not apply yet; fold them into .alpha keys or re-save without");
-    if (j.contains("lora_alpha") && j.at("lora_alpha").is_number()) m.alpha = j.at("lora_alpha").get<double>();
-    if (j.contains("use_rslora") && j.at("use_rslora").is_boolean()) m.rslora = j.at("use_rslora").get<bool>();
-    return m;
+        if (field == "lora_alpha" && value.is_number()) out[component].alpha = value.get<double>();
+        if (field == "use_rslora" && value.is_boolean()) out[component].rslora = value.get<bool>();
+    }
+    return out;
 }
 
 struct Key {
@@ -220,9 +226,13 @@ LoraFile LoraFile::open(const std::filesystem::path & path) {
                                std::to_string(l.down->shape.size()) + "-D [" + (l.down->shape.empty() ? "" : std::to_string(l.down->shape[0])) +
                                ", ...], B " + std::to_string(l.up->shape.size()) + "-D); a linear LoRA has A [rank, in] and B [out, rank]");
         l.rank = l.down->shape[0];
+        // The component's config ("transformer.lora_alpha"), else the file's bare one.
+        auto m = meta.find(l.component);
+        if (m == meta.end()) m = meta.find("");
+        const Metadata config = m == meta.end() ? Metadata{} : m->second;
         if (parts.alpha) l.alpha = scalar_value(f, *parts.alpha);
-        else if (meta.alpha) l.alpha = meta.alpha;
-        l.rslora = meta.rslora;
+        else if (config.alpha) l.alpha = config.alpha;
+        l.rslora = config.rslora;
         out.layers_.push_back(std::move(l));
     }
     if (out.layers_.empty()) throw UsageError(path.string() + ": no LoRA modules in the file");

@@ -62,6 +62,19 @@ struct WeightStore::Impl {
     }
 };
 
+std::string renamed(std::string name, const std::vector<std::pair<std::string, std::string>> & renames) {
+    for (const auto & [from, to] : renames) {
+        if (!from.empty() && from.front() == kAtStart) {
+            const std::string_view head = std::string_view(from).substr(1);
+            if (name.starts_with(head)) name.replace(0, head.size(), to);
+            continue;
+        }
+        for (std::size_t at = name.find(from); at != std::string::npos; at = name.find(from, at + to.size()))
+            name.replace(at, from.size(), to);
+    }
+    return name;
+}
+
 namespace {
 
 // By its magic (ddo/store/gguf_header.hpp), else the file is read as safetensors.
@@ -87,15 +100,7 @@ std::optional<std::string> folder_name(std::string name, const std::string & pre
         if (!name.starts_with(prefix)) return std::nullopt;
         name.erase(0, prefix.size());
     }
-    for (const auto & [from, to] : source.renames) {
-        if (!from.empty() && from.front() == kAtStart) {
-            const std::string_view head = std::string_view(from).substr(1);
-            if (name.starts_with(head)) name.replace(0, head.size(), to);
-            continue;
-        }
-        for (std::size_t at = name.find(from); at != std::string::npos; at = name.find(from, at + to.size()))
-            name.replace(at, from.size(), to);
-    }
+    name = renamed(std::move(name), source.renames);
     for (const auto & d : source.dropped)
         if (name.starts_with(d)) return std::nullopt;
     return name;

@@ -32,6 +32,10 @@ nlohmann::json checkpoint_identity(const std::filesystem::path & model_dir, cons
                                    const IdentityOptions & options = {},
                                    const std::map<std::string, std::filesystem::path> & replaced = {});
 
+// One safetensors or GGUF file: {"file" (its name), "size", "header_bytes", "header_xxh3_128", ["sha256", "xxh3_128"]}
+// (the last two with options.hash_weights). Throws RuntimeError naming the file when its header cannot be read.
+nlohmann::json file_identity(const std::filesystem::path & file, const IdentityOptions & options = {});
+
 // An input file (prompt embeddings, latents, condition images): {"file", "size", "sha256"}.
 nlohmann::json input_identity(const std::filesystem::path & file);
 

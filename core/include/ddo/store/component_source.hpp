@@ -31,6 +31,10 @@ struct ComponentSource {
     bool replaced() const noexcept { return !file.empty(); }
 };
 
+// `name` with a rename table applied (ComponentSource::renames: each pair in order, every occurrence, or only at the
+// start for a `first` beginning with kAtStart). Defined in weight_store.cpp.
+std::string renamed(std::string name, const std::vector<std::pair<std::string, std::string>> & renames);
+
 // The ddo-host flag that gives a component's file: "text_encoder" -> "text-encoder" (--text-encoder FILE).
 inline std::string component_flag(std::string component) {
     for (auto & ch : component)

@@ -5,8 +5,10 @@
 namespace ddo::ltx2 {
 
 at::Tensor linear(Weights & w, const std::string & prefix, const at::Tensor & x, bool bias) {
-    return bias ? at::linear(x, w.get(prefix + ".weight"), w.get(prefix + ".bias"))
-                : at::linear(x, w.get(prefix + ".weight"));
+    // With its LoRA when one adapts the module (Note [Applying LoRA]).
+    const auto weight = prefix + ".weight";
+    return model::linear(x, w.get(weight), bias ? std::optional<at::Tensor>(w.get(prefix + ".bias")) : std::nullopt,
+                         w.lora(weight));
 }
 
 at::Tensor rms_norm(const at::Tensor & x, double eps) {

@@ -2,11 +2,10 @@
 
 namespace ddo::ltx2 {
 
-store::ComponentSource with_original_names(store::ComponentSource source, const std::string & component) {
-    if (component != "transformer" || !source.replaced()) return source;
+std::vector<std::pair<std::string, std::string>> original_name_renames() {
     // Applied in order, each to every occurrence: the av_ca_* and prompt modulations before the plain
     // adaln_single they contain (diffusers renames adaln_single. / audio_adaln_single. only at the start of a key).
-    source.renames = {
+    std::vector<std::pair<std::string, std::string>> renames = {
         {"audio_patchify_proj", "audio_proj_in"},
         {"patchify_proj", "proj_in"},
         {"av_ca_video_scale_shift_adaln_single", "av_cross_attn_video_scale_shift"},
@@ -21,8 +20,14 @@ store::ComponentSource with_original_names(store::ComponentSource source, const 
         {"k_norm", "norm_k"},
     };
     // Only at the start of a name, as diffusers does (a substring rule would also rewrite the names above).
-    source.renames.emplace_back("\x01" "audio_adaln_single.", "audio_time_embed.");
-    source.renames.emplace_back("\x01" "adaln_single.", "time_embed.");
+    renames.emplace_back("\x01" "audio_adaln_single.", "audio_time_embed.");
+    renames.emplace_back("\x01" "adaln_single.", "time_embed.");
+    return renames;
+}
+
+store::ComponentSource with_original_names(store::ComponentSource source, const std::string & component) {
+    if (component != "transformer" || !source.replaced()) return source;
+    source.renames = original_name_renames();
     // The text connectors' weights sit in the original DiT; here they are the connectors component's.
     source.dropped = {"video_embeddings_connector.", "audio_embeddings_connector."};
     return source;

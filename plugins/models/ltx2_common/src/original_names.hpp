@@ -4,6 +4,8 @@
 #pragma once
 
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "ddo/store/component_source.hpp"
 
@@ -12,5 +14,9 @@ namespace ddo::ltx2 {
 // `source` with the DiT's renames and the connector tensors of the original file dropped when it is the
 // "transformer" component replaced by a file; unchanged otherwise.
 store::ComponentSource with_original_names(store::ComponentSource source, const std::string & component);
+
+// The DiT's rename table alone (ComponentSource::renames): also how Lightricks' LoRAs, keyed by the original module
+// names, find the modules they adapt (ModelRun::set_original_names; Note [Applying LoRA]).
+std::vector<std::pair<std::string, std::string>> original_name_renames();
 
 }  // namespace ddo::ltx2

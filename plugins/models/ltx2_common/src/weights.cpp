@@ -69,4 +69,10 @@ at::Tensor EngineWeights::get(const std::string & name) {
 
 bool EngineWeights::contains(const std::string & name) const { return tensor_group_.count(name) != 0; }
 
+const model::LoraDelta * EngineWeights::lora(const std::string & name) {
+    for (auto it = open_.rbegin(); it != open_.rend(); ++it)
+        if (it->second->contains(name)) return it->second->lora(name);
+    return nullptr;
+}
+
 }  // namespace ddo::ltx2

@@ -28,6 +28,8 @@ public:
     // made it available is open (resident sources: for the source's lifetime). Throws RuntimeError naming it.
     virtual at::Tensor get(const std::string & name) = 0;
     virtual bool contains(const std::string & name) const = 0;
+    // The LoRA factors adapting weight tensor `name` (Note [Applying LoRA]), null when none; valid as get()'s tensor.
+    virtual const model::LoraDelta * lora(const std::string & /*name*/) { return nullptr; }
     virtual at::Device device() const = 0;
     virtual at::ScalarType dtype() const = 0;
 
@@ -76,6 +78,7 @@ public:
     ~EngineWeights() override;
     at::Tensor get(const std::string & name) override;
     bool contains(const std::string & name) const override;
+    const model::LoraDelta * lora(const std::string & name) override;
     at::Device device() const override { return device_; }
     at::ScalarType dtype() const override { return dtype_; }
 

@@ -80,6 +80,7 @@ Checkpoint open_checkpoint(model::ModelRun & run, const Request & r) {
     run.begin_phase("load");
     std::vector<std::string> components{"transformer", "connectors", "vae", "audio_vae", "vocoder", "scheduler"};
     if (r.prompt.from_text) components.insert(components.begin(), {"text_encoder", "tokenizer"});
+    run.set_original_names("transformer", original_name_renames());  // Lightricks' LoRAs use them
     run.record_checkpoint(components);
     Checkpoint c{VideoModel::open(run.model_dir(), with_original_names(run.component("transformer"), "transformer")), std::nullopt};
     if (r.prompt.from_text) c.encoder = open_prompt_encoder(run, c.m.connectors_config);

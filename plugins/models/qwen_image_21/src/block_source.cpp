@@ -12,14 +12,15 @@ namespace {
 
 uint64_t weights_bytes(const TransformerBlockWeights & w) {
     uint64_t b = 0;
-    for (const auto * t : {&w.to_q, &w.to_k, &w.to_v, &w.to_out, &w.norm_q, &w.norm_k, &w.mlp_proj, &w.mlp_gate,
-                           &w.mlp_out})
+    for (const auto * t : {&w.to_q.weight, &w.to_k.weight, &w.to_v.weight, &w.to_out.weight, &w.norm_q, &w.norm_k,
+                           &w.mlp_proj.weight, &w.mlp_gate.weight, &w.mlp_out.weight})
         b += uint64_t(t->numel()) * t->element_size();
     return b;
 }
 
 TransformerBlockWeights to_device(TransformerBlockWeights w, at::Device d) {
-    for (auto * t : {&w.to_q, &w.to_k, &w.to_v, &w.to_out, &w.norm_q, &w.norm_k, &w.mlp_proj, &w.mlp_gate, &w.mlp_out})
+    for (auto * t : {&w.to_q.weight, &w.to_k.weight, &w.to_v.weight, &w.to_out.weight, &w.norm_q, &w.norm_k,
+                     &w.mlp_proj.weight, &w.mlp_gate.weight, &w.mlp_out.weight})
         *t = t->to(d);
     return w;
 }
@@ -48,7 +49,8 @@ public:
         : owned_(std::move(owned)), w_(w), c_(c) {}
     const TransformerBlockWeights & acquire(int64_t i) override {
         const auto & t = w_.acquire(std::size_t(i));
-        weights_[i] = block_weights_from([&](const std::string & n) { return t.at(n); }, c_, i);
+        weights_[i] = block_weights_from([&](const std::string & n) { return t.at(n); }, c_, i,
+                                         [&](const std::string & n) { return t.lora(n); });
         return weights_[i];
     }
     void release(int64_t i) override {

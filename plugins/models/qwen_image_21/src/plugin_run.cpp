@@ -265,7 +265,7 @@ struct LoadedTransformer {
 
 LoadedTransformer open_transformer(model::ModelRun & run, const ModelFiles & m, const RunPlan & p, at::ScalarType dtype) {
     const auto & tc = m.transformer_config;
-    LoadedTransformer t{Transformer(tc, load_transformer_globals(m.transformer, tc, dtype)),
+    LoadedTransformer t{Transformer(tc, load_transformer_globals(m.transformer, tc, dtype, run.lora("transformer", dtype).get())),
                         run.open_weights(p.transformer, run.component("transformer"), transformer_groups(tc), dtype),
                         nullptr};
     t.blocks = engine_blocks(*t.weights, tc);

@@ -10,7 +10,7 @@ namespace {
 
 constexpr int64_t kTokensPerSlot = 4;  // one VLM image slot = 2x2 latent tokens
 
-at::Tensor proj(const at::Tensor & x, const at::Tensor & w) { return at::linear(x, w); }
+at::Tensor proj(const at::Tensor & x, const model::Linear & w) { return w(x); }
 
 // diffusers RMSNorm (normalization.py), elementwise affine, no bias.
 at::Tensor rms_norm(const at::Tensor & x, const at::Tensor & w, double eps) {
@@ -127,17 +127,25 @@ void validate_transformer_checkpoint(const TensorFile & f, const TransformerConf
                                ") contradicts the weights");
 }
 
-TransformerGlobals load_transformer_globals(const TensorFile & f, const TransformerConfig & c, at::ScalarType dt) {
+TransformerGlobals load_transformer_globals(const TensorFile & f, const TransformerConfig & c, at::ScalarType dt,
+                                            const model::ComponentLora * lora) {
     auto s = global_tensor_specs(c);
     auto get = [&](size_t i) { return f.weight(s[i].first, s[i].second, dt); };
-    return {get(0), get(1), get(2), get(3), get(4), get(5), get(6), get(7), get(8)};
+    auto lin = [&](size_t i) {
+        const auto * d = lora ? lora->find(s[i].first) : nullptr;
+        if (d) d->handed_out = true;
+        return model::Linear{get(i), std::nullopt, d};
+    };
+    return {lin(0), get(1), lin(2), lin(3), lin(4), lin(5), lin(6), lin(7), lin(8)};
 }
 
 TransformerBlockWeights block_weights_from(const std::function<at::Tensor(const std::string &)> & get,
-                                           const TransformerConfig & c, int64_t i) {
+                                           const TransformerConfig & c, int64_t i, const LoraLookup & lora) {
     auto s = block_tensor_specs(c, i);
-    return {get(s[0].first), get(s[1].first), get(s[2].first), get(s[3].first), get(s[4].first),
-            get(s[5].first), get(s[6].first), get(s[7].first), get(s[8].first)};
+    auto lin = [&](size_t k) {
+        return model::Linear{get(s[k].first), std::nullopt, lora ? lora(s[k].first) : nullptr};
+    };
+    return {lin(0), lin(1), lin(2), lin(3), get(s[4].first), get(s[5].first), lin(6), lin(7), lin(8)};
 }
 
 TransformerBlockWeights load_transformer_block(const TensorFile & f, const TransformerConfig & c, int64_t i,
@@ -205,7 +213,7 @@ std::vector<int64_t> image_ids_of(const at::Tensor & image_positions, const std:
 }
 
 // QwenImage21TemporalTimesteps (cos first) + TimestepEmbedding without biases.
-at::Tensor timestep_embedding(const at::Tensor & timestep, const at::Tensor & linear_1, const at::Tensor & linear_2,
+at::Tensor timestep_embedding(const at::Tensor & timestep, const model::Linear & linear_1, const model::Linear & linear_2,
                               at::ScalarType dt) {
     const int64_t half = 128;
     auto freqs = at::exp(at::arange(0, half, at::kFloat) * (-std::log(10000.0)) / half);
@@ -233,7 +241,7 @@ TransformerState Transformer::prepare(const TransformerInputs & in, KvMode mode)
     const auto & c = config_;
     if (mode != KvMode::off && !c.causal_condition)
         throw UsageError("qwen_image_21: the KV cache needs causal_condition=true in transformer/config.json");
-    const auto dt = g_.img_in.scalar_type();
+    const auto dt = g_.img_in.weight.scalar_type();
     const int64_t B = in.hidden_states.size(0);
     auto hidden = proj(in.hidden_states.to(dt), g_.img_in);
     auto text = in.encoder_hidden_states.to(dt);

@@ -13,6 +13,9 @@
 
 #include <ATen/ATen.h>
 
+#include "ddo/model/linear.hpp"
+#include "ddo/model/lora_adapters.hpp"
+
 #include "checkpoint.hpp"
 #include "config.hpp"
 
@@ -20,26 +23,35 @@ namespace ddo::qwen_image_21 {
 
 using ImageShape = std::array<int64_t, 3>;  // (frame, height, width) in latent tokens
 
+// Linear modules as model::Linear: their weight and the LoRA adapting them, if any (Note [Applying LoRA]).
 struct TransformerGlobals {
-    at::Tensor img_in, txt_norm, txt_in_layer, txt_out_layer, time_linear_1, time_linear_2, modulation, norm_out,
-        proj_out;
+    model::Linear img_in;
+    at::Tensor txt_norm;
+    model::Linear txt_in_layer, txt_out_layer, time_linear_1, time_linear_2, modulation, norm_out, proj_out;
 };
 
 struct TransformerBlockWeights {
-    at::Tensor to_q, to_k, to_v, to_out, norm_q, norm_k, mlp_proj, mlp_gate, mlp_out;
+    model::Linear to_q, to_k, to_v, to_out;
+    at::Tensor norm_q, norm_k;
+    model::Linear mlp_proj, mlp_gate, mlp_out;
 };
+
+// Looks up the LoRA factors of a weight tensor ("<module>.weight"); empty or null: none.
+using LoraLookup = std::function<const model::LoraDelta *(const std::string & weight)>;
 
 // (name, shape) of every tensor, in checkpoint naming. Block tensors carry the "transformer_blocks.<i>." prefix.
 std::vector<std::pair<std::string, std::vector<int64_t>>> global_tensor_specs(const TransformerConfig & c);
 std::vector<std::pair<std::string, std::vector<int64_t>>> block_tensor_specs(const TransformerConfig & c, int64_t i);
 // Checks that the checkpoint holds exactly the tensors the config implies (names, shapes, floating dtypes).
 void validate_transformer_checkpoint(const TensorFile & f, const TransformerConfig & c);
-TransformerGlobals load_transformer_globals(const TensorFile & f, const TransformerConfig & c, at::ScalarType dtype);
+// lora: the transformer's LoRA factors (ModelRun::lora), null for none.
+TransformerGlobals load_transformer_globals(const TensorFile & f, const TransformerConfig & c, at::ScalarType dtype,
+                                            const model::ComponentLora * lora = nullptr);
 TransformerBlockWeights load_transformer_block(const TensorFile & f, const TransformerConfig & c, int64_t i,
                                                at::ScalarType dtype);
 // Builds block weights from tensors named as in block_tensor_specs (e.g. leased from the engine).
 TransformerBlockWeights block_weights_from(const std::function<at::Tensor(const std::string &)> & get,
-                                           const TransformerConfig & c, int64_t i);
+                                           const TransformerConfig & c, int64_t i, const LoraLookup & lora = {});
 
 // 3-axis RoPE table (complex64 [S, head_dim/2]) with the 2.1 position rules (QwenImage21Rope.forward).
 at::Tensor rope_table(const TransformerConfig & c, const std::vector<ImageShape> & img_shapes,

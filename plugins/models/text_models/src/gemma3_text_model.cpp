@@ -251,9 +251,8 @@ at::Tensor decoder_layer(at::Tensor h, const model::GroupTensors & t, const std:
     h = h + rms_norm(linear(a, t, p + "self_attn.o_proj", c.attention_bias), t.at(p + "post_attention_layernorm.weight"),
                      c.rms_norm_eps);
     x = rms_norm(h, t.at(p + "pre_feedforward_layernorm.weight"), c.rms_norm_eps);
-    auto mlp = at::linear(at::gelu(at::linear(x, t.at(p + "mlp.gate_proj.weight")), "tanh") *
-                              at::linear(x, t.at(p + "mlp.up_proj.weight")),
-                          t.at(p + "mlp.down_proj.weight"));
+    auto mlp = linear(at::gelu(linear(x, t, p + "mlp.gate_proj"), "tanh") * linear(x, t, p + "mlp.up_proj"), t,
+                      p + "mlp.down_proj");
     return h + rms_norm(mlp, t.at(p + "post_feedforward_layernorm.weight"), c.rms_norm_eps);
 }
 

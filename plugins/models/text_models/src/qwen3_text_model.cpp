@@ -148,9 +148,8 @@ at::Tensor qwen3_last_hidden_before_norm(model::ComponentWeights & weights, cons
         const auto a = tower::attend(q, k, v, cos, sin, attend_mask, std::nullopt, scale);
         h = h + linear(a, t, p + "self_attn.o_proj", c.attention_bias);
         x = rms_norm(h, t.at(p + "post_attention_layernorm.weight"), c.rms_norm_eps);
-        auto mlp = at::linear(at::silu(at::linear(x, t.at(p + "mlp.gate_proj.weight"))) *
-                                  at::linear(x, t.at(p + "mlp.up_proj.weight")),
-                              t.at(p + "mlp.down_proj.weight"));
+        auto mlp = linear(at::silu(linear(x, t, p + "mlp.gate_proj")) * linear(x, t, p + "mlp.up_proj"), t,
+                          p + "mlp.down_proj");
         h = h + mlp;
     });
     return h;

@@ -80,8 +80,9 @@ inline at::Tensor rotate_half(const at::Tensor & x) {
     return at::cat({-x.narrow(-1, half, half), x.narrow(-1, 0, half)}, -1);
 }
 
-inline at::Tensor linear(const at::Tensor & x, const model::GroupTensors & t, const std::string & name, bool bias) {
-    return at::linear(x, t.at(name + ".weight"), bias ? std::optional<at::Tensor>(t.at(name + ".bias")) : std::nullopt);
+// Linear module `name` of the group, with its LoRA if one adapts it (Note [Applying LoRA]).
+inline at::Tensor linear(const at::Tensor & x, const model::GroupTensors & t, const std::string & name, bool bias = false) {
+    return t.linear(name, bias)(x);
 }
 
 // q [B, H, L, D], k and v [B, KV, L, D] -> attention output [B, L, H * D]: RoPE on q and k, each key/value head

@@ -27,6 +27,8 @@
 #include <nlohmann/json.hpp>
 
 #include "ddo/model/component_plan.hpp"
+#include "ddo/model/linear.hpp"
+#include "ddo/model/lora_adapters.hpp"
 #include "ddo/store/component_source.hpp"
 
 namespace ddo::model {
@@ -44,19 +46,27 @@ public:
     const at::Tensor & at(std::string_view name) const;
     bool contains(std::string_view name) const { return map_.count(std::string(name)) != 0; }
     const std::string & group() const noexcept { return group_; }
+    // The LoRA factors adapting weight tensor `name` ("<module>.weight"), or null (Note [Applying LoRA]).
+    const LoraDelta * lora(std::string_view name) const { return lora_ ? lora_->find(name) : nullptr; }
+    // Linear module `module`: "<module>.weight", "<module>.bias" when `bias`, and its LoRA.
+    Linear linear(const std::string & module, bool bias = false) const;
 
 private:
     friend class ComponentWeights;
     std::string group_;
     std::unordered_map<std::string, at::Tensor> map_;
+    const ComponentLora * lora_ = nullptr;  // borrowed from the ComponentWeights
 };
 
 class ComponentWeights {
 public:
-    // source: the component folder, or a file replacing its weights (Note [Component files]). Throws UsageError when
-    // no allocator plugin was loaded, RuntimeError naming file and tensor for a tensor missing from the checkpoint.
+    // source: the component folder, or a file replacing its weights (Note [Component files]). lora: the component's
+    // LoRA factors (LoraAdapters::load; null: none), kept on the device beside the plan, whose device budget they
+    // reduce, and handed out with each group (GroupTensors::lora). Throws UsageError when no allocator plugin was
+    // loaded, RuntimeError naming file and tensor for a tensor missing from the checkpoint.
     static std::unique_ptr<ComponentWeights> open(const store::ComponentSource & source, std::vector<GroupSpec> groups,
-                                                  const ComponentPlan & plan, at::ScalarType compute_dtype);
+                                                  const ComponentPlan & plan, at::ScalarType compute_dtype,
+                                                  std::shared_ptr<ComponentLora> lora = nullptr);
     ~ComponentWeights();
     ComponentWeights(const ComponentWeights &) = delete;
     ComponentWeights & operator=(const ComponentWeights &) = delete;
@@ -86,7 +96,8 @@ public:
     // Ends the engine phase; returns the outstanding owners (must be 0). Idempotent.
     std::uint64_t finish();
     // {"route", "bytes_streamed", "execution_groups", "placement", "conversion", "quantization" (formats and counts
-    // of the declared tensors, stored and dense bytes, dequant_s and its clock), "engine": Engine::to_json()}
+    // of the declared tensors, stored and dense bytes, dequant_s and its clock), "lora" (ComponentLora::to_json, null
+    // without one), "engine": Engine::to_json()}
     nlohmann::json report() const;
 
     // Called once from the destructor (never throws out of it): ModelRun records the counters of weights that

@@ -36,6 +36,7 @@
 #include "ddo/model/component_plan.hpp"
 #include "ddo/model/component_weights.hpp"
 #include "ddo/model/device_placement.hpp"
+#include "ddo/model/lora_adapters.hpp"
 #include "ddo/run_context.hpp"
 #include "ddo/store/component_source.hpp"
 #include "ddo/util/path_lock.hpp"
@@ -171,11 +172,21 @@ public:
     void record_route(const std::string & component, const std::string & intended, const std::string & executed,
                       const std::string & note = "");
     void record_counters(const std::string & component, nlohmann::json counters);
-    // checkpoint: {"path", "identity": checkpoint_identity(model_dir, components), "hash_weights", "inputs"}, from
-    // the headers alone: call it before the checkpoint is validated, so a failed load still says what it read.
+    // checkpoint: {"path", "identity": checkpoint_identity(model_dir, components), "hash_weights", "inputs", "loras"},
+    // from the headers alone: call it before the checkpoint is validated, so a failed load still says what it read.
+    // The LoRA files (lora.adapters) are opened and matched here against every component the run reads, before
+    // anything is computed: UsageError (exit 2) for modules that adapt nothing (unless lora.allow_unmatched: then
+    // warnings, checkpoint.lora_warnings), RuntimeError (exit 4) for a damaged file or a factor of the wrong shape.
     // `components` are every component the run reads: a file given for another one (--text-encoder FILE with
     // --prompt-embeds) is refused here, UsageError (exit 2) naming the flag.
     void record_checkpoint(const std::vector<std::string> & components);
+    // A model's table of original names for `component` (LTX-2's: diffusers' converter), tried for a LoRA key that
+    // names nothing as spelled (Note [Applying LoRA]). Call it before record_checkpoint.
+    void set_original_names(const std::string & component, std::vector<std::pair<std::string, std::string>> renames);
+    // The LoRA factors adapting `component` in `dtype` on the run's device (read once, shared with the component's
+    // weights from open_weights), or null when no LoRA adapts it. For weights a plugin holds outside the engine
+    // (resident globals): their Linear modules take them (GroupTensors does this for the engine's groups).
+    std::shared_ptr<ComponentLora> lora(const std::string & component, at::ScalarType dtype);
     // Model facts added under checkpoint.facts (block counts, payloads) once the plugin has read them.
     void add_checkpoint_facts(const nlohmann::json & facts);
     // inputs.<role>: {"file", "size", "sha256"}.
@@ -227,6 +238,10 @@ private:
     std::vector<std::filesystem::path> planned_outputs_;  // images (plan_images) or the tensor file (plan_tensor_file)
     std::vector<PathLock> output_locks_;  // this run's claim on its output paths (released with the run)
     nlohmann::json checkpoint_ = nlohmann::json::object();
+    LoraAdapters loras_;
+    std::map<std::string, std::vector<std::pair<std::string, std::string>>> original_names_;
+    std::map<std::string, std::shared_ptr<ComponentLora>> lora_loaded_;  // component -> factors (null: none)
+    void open_loras(const std::vector<std::string> & components);
 };
 
 }  // namespace ddo::model

@@ -1,0 +1,17 @@
+#include "ddo/model/linear.hpp"
+
+#include <ATen/ATen.h>
+
+namespace ddo::model {
+
+// Note [Applying LoRA]: peft's LoraLayer.forward adds lora_B(lora_A(x)) * scaling to the base layer's output; here
+// every LoRA of the module is one stacked pair with the scales folded into B, so the sum is one pair of matmuls.
+at::Tensor linear(const at::Tensor & x, const at::Tensor & weight, const std::optional<at::Tensor> & bias,
+                  const LoraDelta * lora) {
+    auto y = at::linear(x, weight, bias);
+    if (!lora) return y;
+    ++lora->applied;
+    return y.add_(at::linear(at::linear(x, lora->down), lora->up));
+}
+
+}  // namespace ddo::model
