@@ -9,7 +9,7 @@ Usage: ltx2_lora_fixtures.py OUT_DIR
 The models are the other scripts' own (their builders imported, the same seeds, so the same weights):
   video/   ltx2_pipeline_fixtures.pipeline(v23=False): the LTX-2.0 checkpoint that script writes as checkpoint_20/,
            run as its case "plain" (diffusers' LTX2Pipeline: 2 steps, no guidance, 32x32, 5 frames at 25 fps,
-           seed 0, prompt embeddings without negatives, max_sequence_length 16)
+           seed 0, the positive prompt embeddings only, max_sequence_length 16)
   image/   ltx2_image_fixtures.components(): the LTX-2.3 image checkpoint that script writes as checkpoint/, run as
            its case "base_pag" (the composed reference compose_image: 4 linspace steps, CFG 3, rescale 0.7, PAG 0.2
            on block 1, 24x32 (width x height), seed 43), the case its ddo-host e2e test runs from prompt embeddings
@@ -21,13 +21,16 @@ The LoRAs (LORAS below; the same for both models, module lists resolved on each 
   lora_b   rank 2, no alpha (lora_alpha = r, scale 1): attn1.to_q and attn1.to_v of every block
 Each is made with peft on a fresh copy of the transformer (PeftAdapterMixin.add_adapter with a LoraConfig naming the
 modules by their full paths), its factors then overwritten with fp32 normal draws from torch.Generator seeded
-LORA_SEED + index (per module in sorted order: A [r, in] * A_GAIN / sqrt(in), B [out, r] * B_GAIN / sqrt(r)), and
+LORA_SEED + index (per module in sorted order, A then B: A [r, in] * A_GAIN / sqrt(in), B [out, r] * B_GAIN /
+sqrt(r)), and
 read back with peft's get_peft_model_state_dict. From the same factors, per model and LoRA X:
   lora_X.peft.safetensors     diffusers' writer: LTX2Pipeline.save_lora_weights(transformer_lora_layers=
                               get_peft_model_state_dict(...), transformer_lora_adapter_metadata=LoraConfig.to_dict()):
                               keys transformer.<module>.lora_A.weight / .lora_B.weight; the safetensors metadata
                               key "lora_adapter_metadata" holds the JSON LoraConfig with every key prefixed
                               "transformer." (r, lora_alpha, target_modules, ...), which load_lora_weights reads back
+                              (peft shortens target_modules to name suffixes such as "to_q", "proj", "2": the keys,
+                              not that list, name the modules)
   lora_X.comfyui.safetensors  diffusion_model.<diffusers module>.lora_A.weight / .lora_B.weight, and for lora_a
                               diffusion_model.<module>.alpha (0-d fp32, 8.0); no metadata
   lora_X.ltx.safetensors      Lightricks' official layout (ltx-core, LTXV_LORA_COMFY_RENAMING_MAP): diffusion_model.
@@ -64,19 +67,30 @@ Files written (OUT_DIR/video/ and OUT_DIR/image/):
                               rounding: the PNG ddo-host writes)
 OUT_DIR/reference.json (written last): versions, seeds, per model the runs (LoRAs with strengths, steps, size,
 frames, fps, seed, guidance) and the ddo-host flags of the run without its LoRA flags, the formats, the LoRAs (rank,
-alpha, module counts, the ltx pre-multiplication), the original-name mapping used, the LoRA effect (max |delta| of
-frames / image between runs; asserted > MIN_EFFECT for one vs none), and "checks": whether diffusers'
-load_lora_weights accepts each comfyui / ltx file and whether the runs from them equal the peft files' (bitwise,
-latents and frames / image).
+alpha, module counts, the ltx pre-multiplication, the peft metadata as written), the original-name mapping used, the
+LoRA effect (max |delta| of frames / image between runs; one vs none and two vs one asserted > MIN_EFFECT), and
+"checks", per model:
+  peft / comfyui / ltx   whether diffusers' load_lora_weights accepts each file (else its error) and the peft scaling
+                         it loads with at strength 1; every factor diffusers reads from an accepted file is asserted
+                         to sit in the adapter's layer. For comfyui and ltx, the runs one, two and b (lora_b alone at
+                         1.3, check only) from those files against the peft files' runs: compared or not (a refused
+                         file), bitwise equal, max |delta| per tensor. diffusers 0.42.1 refuses the comfyui lora_a: its
+                         LTX-2 loader requires "lora" in every key, and the .alpha keys lack it
+  merged                 the peft runs against the factors merged by hand into the base weights (W += strength *
+                         lora_alpha / r * B @ A, fp32; no peft): max |delta| per tensor, latents asserted
+                         < MERGED_TOLERANCE (the semantics checked without diffusers' and peft's code)
+Two messages are silenced: diffusers' "missing keys" warning when adapter "b" loads next to "a" (spurious: its filter
+`adapter_name in key` finds the "b" of "transformer_blocks"; the factor check above stands in for it) and peft's
+"Already found a `peft_config`" when a second adapter is injected (intended here).
 """
 
 import argparse
 import json
 import logging
 import sys
+import warnings
 from pathlib import Path
 
-import numpy as np
 import torch
 from peft import LoraConfig, get_peft_model_state_dict
 from safetensors import safe_open
@@ -98,6 +112,7 @@ import ltx2_single_file_fixtures as lsf  # noqa: E402
 LORA_SEED = 27
 A_GAIN, B_GAIN = 1.0, 0.5
 MIN_EFFECT = 0.05  # max |delta| of frames / image in [0, 1], one vs none
+MERGED_TOLERANCE = 1e-4  # max |delta| of the latents, merged weights vs peft's runtime LoRA
 BLOCK_A = ("attn1.to_q", "attn1.to_k", "attn1.to_v", "attn1.to_out.0", "attn2.to_q", "attn2.to_k", "attn2.to_v",
            "attn2.to_out.0", "ff.net.0.proj", "ff.net.2")
 LORAS = {
@@ -233,6 +248,7 @@ class SpuriousMissingKeys(logging.Filter):
 
 
 dlogging.get_logger("diffusers.utils.peft_utils").addFilter(SpuriousMissingKeys())
+warnings.filterwarnings("ignore", message="Already found a `peft_config` attribute in the model")
 
 
 def apply(host, out, fmt, loras):
@@ -255,10 +271,28 @@ def apply(host, out, fmt, loras):
     return scaling
 
 
+def merge(transformer, out, loras):
+    """The independent check of peft's runtime LoRA: W += strength * lora_alpha / r * B @ A (fp32) for each
+    (name, strength) of `loras`, from the peft files' factors and metadata, into the plain transformer."""
+    modules = dict(transformer.named_modules())
+    with torch.no_grad():
+        for name, strength in loras:
+            path = out / f"lora_{name}.peft.safetensors"
+            with safe_open(str(path), "pt") as f:
+                meta = json.loads(f.metadata()["lora_adapter_metadata"])
+                scale = strength * meta["transformer.lora_alpha"] / meta["transformer.r"]
+                for key in f.keys():
+                    if ".lora_A." in key:
+                        module = key.removeprefix("transformer.").split(".lora_A.")[0]
+                        b = f.get_tensor(key.replace(".lora_A.", ".lora_B."))
+                        modules[module].weight += scale * (b @ f.get_tensor(key))
+    return {}
+
+
 # ------------------------------------------------------------------------------------------------------------- video
 def video_run(out, embeds, fmt, loras, load_only=False):
     pipe = lp.pipeline(False)
-    scaling = apply(pipe, out, fmt, loras)
+    scaling = merge(pipe.transformer, out, loras) if fmt == "merged" else apply(pipe, out, fmt, loras)
     if load_only:
         return scaling
     return lp.run(pipe, embeds, lp.PLAIN, False)
@@ -271,7 +305,7 @@ IMAGE_CASE = "base_pag"
 def image_run(out, embeds, fmt, loras, load_only=False):
     tr, conn, vae, _ = lif.components()
     host = ImageLoraHost(lora_image_transformer(tr))
-    scaling = apply(host, out, fmt, loras)
+    scaling = merge(host.transformer, out, loras) if fmt == "merged" else apply(host, out, fmt, loras)
     if load_only:
         return scaling
     with torch.no_grad():
@@ -323,6 +357,15 @@ def checks(out, run_fn, embeds, reference):
             runs[run] = {"compared": True, "loras": [[f"lora_{n}", s] for n, s in loras],
                          "equal": all(torch.equal(got[k], want[k]) for k in want), "max_abs_diff": diffs}
         result[fmt] = {"files": files, "runs": runs}
+    merged = {}
+    for run, loras in CHECK_RUNS.items():
+        if loras:
+            got = run_fn(out, embeds, "merged", loras)
+            merged[run] = {k: max_diff(got, reference[run], k) for k in reference[run]}
+            assert merged[run]["latents"] < MERGED_TOLERANCE, (run, merged[run])
+    result["merged"] = {"what": "the peft files' factors merged by hand into the base weights (W += strength * "
+                                "lora_alpha / r * B @ A, fp32) against the peft runs: max abs difference",
+                        "runs": merged}
     return result
 
 
