@@ -25,12 +25,15 @@ LORA_SEED + index (per module in sorted order, A then B: A [r, in] * A_GAIN / sq
 sqrt(r)), and
 read back with peft's get_peft_model_state_dict. From the same factors, per model and LoRA X:
   lora_X.peft.safetensors     diffusers' writer: LTX2Pipeline.save_lora_weights(transformer_lora_layers=
-                              get_peft_model_state_dict(...), transformer_lora_adapter_metadata=LoraConfig.to_dict()):
+                              get_peft_model_state_dict(...), transformer_lora_adapter_metadata=LoraConfig.to_dict()
+                              with its sets sorted):
                               keys transformer.<module>.lora_A.weight / .lora_B.weight; the safetensors metadata
                               key "lora_adapter_metadata" holds the JSON LoraConfig with every key prefixed
                               "transformer." (r, lora_alpha, target_modules, ...), which load_lora_weights reads back
                               (peft shortens target_modules to name suffixes such as "to_q", "proj", "2": the keys,
-                              not that list, name the modules)
+                              not that list, name the modules). Between generations only the order of the header's
+                              __metadata__ entries ("format", "lora_adapter_metadata") varies: safetensors writes
+                              that map unordered
   lora_X.comfyui.safetensors  diffusion_model.<diffusers module>.lora_A.weight / .lora_B.weight, and for lora_a
                               diffusion_model.<module>.alpha (0-d fp32, 8.0); no metadata
   lora_X.ltx.safetensors      Lightricks' official layout (ltx-core, LTXV_LORA_COMFY_RENAMING_MAP): diffusion_model.
@@ -207,8 +210,12 @@ def write_loras(out, model_factory):
         spec = LORAS[name]
         config, state = make_lora(model_factory(), name, index)
         modules = sorted(k.rsplit(".lora_", 1)[0] for k in state if ".lora_A." in k)
+        metadata = config.to_dict()
+        for k, v in metadata.items():  # sets (target_modules) in a stable order, so the header is reproducible
+            if isinstance(v, set):
+                metadata[k] = sorted(v)
         LTX2Pipeline.save_lora_weights(out, transformer_lora_layers=state, weight_name=f"lora_{name}.peft.safetensors",
-                                       transformer_lora_adapter_metadata=config.to_dict())
+                                       transformer_lora_adapter_metadata=metadata)
         comfy = {f"diffusion_model.{k}": v for k, v in state.items()}
         if spec["alpha"] is not None:
             comfy.update({f"diffusion_model.{m}.alpha": torch.tensor(float(spec["alpha"])) for m in modules})
