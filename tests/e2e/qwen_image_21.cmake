@@ -69,3 +69,18 @@ if(TARGET qwen_image_21 AND TARGET ddo-host AND DDO_PYTHON AND TARGET qwen_image
     QI21Q_FIXTURE_DIR="${CMAKE_BINARY_DIR}/fixtures/qwen_image_21_quant")
   add_dependencies(qwen_image_21_component_file_test qwen_image_21_quant_fixtures)
 endif()
+
+# LoRA through ddo-host (issue 27) against diffusers' load_lora_weights on qwen_image_21, ltx2_image and ltx2_video
+# (tools/reference/qwen_image_21_lora_fixtures.py, ltx2_lora_fixtures.py): every key family, every route, quantized
+# transformers, refusals.
+if(TARGET qwen_image_21 AND TARGET ltx2_video AND TARGET ltx2_image AND TARGET ddo-host AND TARGET ddo_media AND DDO_PYTHON)
+  ddo_add_gtest(lora_test LABELS e2e TIMEOUT 900
+    SOURCES ${CMAKE_CURRENT_LIST_DIR}/lora_test.cpp
+    LIBS ddo_model ddo_media PNG::PNG)
+  target_compile_definitions(lora_test PRIVATE
+    QI21_LORA_FIXTURE_DIR="${CMAKE_BINARY_DIR}/fixtures/qwen_image_21_lora"
+    LTX2_LORA_FIXTURE_DIR="${CMAKE_BINARY_DIR}/fixtures/ltx2_lora" DDO_HOST_BIN="$<TARGET_FILE:ddo-host>")
+  target_precompile_headers(lora_test PRIVATE <ATen/ATen.h>)
+  add_dependencies(lora_test ddo-host qwen_image_21 ltx2_video ltx2_image linear vmm ddo_manifest_main
+    qwen_image_21_lora_fixtures ltx2_lora_fixtures)
+endif()
