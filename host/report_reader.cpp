@@ -142,6 +142,36 @@ std::string quantization_text(const json & counters, bool decode) {
     return out;
 }
 
+std::string lora_text(const json & counters) {
+    const json & l = field(counters, "lora");
+    if (!l.is_object()) return {};
+    std::string out = "LoRA " + json_text(field(l, "modules")) + " modules, " + json_text(field(l, "how"));
+    out += " (" + json_text(field(l, "applied")) + " at run time";
+    if (field(l, "merged").is_number() && field(l, "merged").get<double>() > 0)
+        out += ", " + json_text(field(l, "merged")) + " merged (" + json_bytes(field(l, "merged_bytes")) + ")";
+    out += "), factors " + json_bytes(field(l, "bytes"));
+    const json & missing = field(l, "not_applied");
+    if (missing.is_array() && !missing.empty()) out += "; NOT APPLIED: " + json_text(missing);
+    return out;
+}
+
+std::vector<std::string> lora_files_text(const json & r) {
+    std::vector<std::string> out;
+    for (const auto & l : array_field(at_path(r, "identity.checkpoint"), "loras")) {
+        std::string ranks, alpha, matched;
+        for (const auto & k : array_field(l, "ranks")) ranks += (ranks.empty() ? "" : "/") + json_text(k);
+        for (const auto & a : array_field(l, "alpha")) alpha += (alpha.empty() ? "" : ", ") + json_text(a);
+        const json & m = field(l, "matched");
+        if (m.is_object())
+            for (const auto & [c, n] : m.items()) matched += ", " + c + " " + json_text(n) + " matched";
+        const std::string sha = json_text(at_path(l, "identity.sha256"));
+        out.push_back(json_text(field(l, "path")) + " (" + json_text(field(l, "format")) + ", rank " + ranks + ", " + alpha +
+                      ") at " + json_text(field(l, "strength")) + ": " + json_text(field(l, "modules")) + " modules" +
+                      matched + ", " + json_text(field(l, "unmatched")) + " unmatched, sha256 " + sha.substr(0, 12));
+    }
+    return out;
+}
+
 namespace {
 
 // Components streamed by the offload engine (counters.<c>.engine): the plan, the bytes moved by source, the
@@ -178,6 +208,7 @@ void streaming(const json & counters) {
         else
             std::printf("  %-16s staging: none (%s)\n", "", json_text(field(en, "host_staging_reason")).c_str());
         if (const auto q = quantization_text(e); !q.empty()) std::printf("  %-16s quantized %s\n", "", q.c_str());
+        if (const auto l = lora_text(e); !l.empty()) std::printf("  %-16s %s\n", "", l.c_str());
     }
 }
 
@@ -194,6 +225,7 @@ void print_identity(const json & r) {
     std::cout << "host: " << json_text(at_path(r, "identity.host.version")) << " (" << json_text(at_path(r, "identity.host.git_revision"))
               << ")  dry_run: " << json_text(field(r, "dry_run")) << "\n";
     std::cout << "tracked total (host clock): " << secs(at_path(r, "timing.tracked_total_host_s")) << "\n";
+    for (const auto & l : lora_files_text(r)) std::cout << "lora: " << l << "\n";
 }
 
 // What ran: the workload, the adjustments, the outputs.
@@ -318,6 +350,9 @@ void summarize_report(const json & r) {
 namespace {
 
 // Fields that must be equal for two runs to be a matched comparison (seed 003).
+// settings.values["lora.apply"].value (the key holds a dot, so not at_path).
+json lora_apply(const json & r) { return field(field(at_path(r, "settings.values"), "lora.apply"), "value"); }
+
 std::vector<std::string> identity_differences(const json & a, const json & b) {
     std::vector<std::string> diffs;
     auto cmp = [&](const std::string & path) {
@@ -332,6 +367,15 @@ std::vector<std::string> identity_differences(const json & a, const json & b) {
     const json roles = ia.is_object() ? ia : json::object();  // named: items() must not iterate a temporary
     for (const auto & [role, _] : roles.items())
         if (at_path(ia, role + ".sha256") != at_path(ib, role + ".sha256")) diffs.push_back("identity.checkpoint.inputs." + role + ".sha256");
+    // LoRAs by content and strength (issue 27), and how they were applied.
+    auto loras = [](const json & r) {
+        json out = json::array();
+        for (const auto & l : array_field(at_path(r, "identity.checkpoint"), "loras"))
+            out.push_back({at_path(l, "identity.sha256"), field(l, "strength"), field(l, "bare_keys_component")});
+        return out;
+    };
+    if (loras(a) != loras(b)) diffs.push_back("identity.checkpoint.loras");
+    if (!loras(a).empty() && lora_apply(a) != lora_apply(b)) diffs.push_back("settings.values.lora.apply");
     for (const char * p : {"identity.plugin.name", "identity.plugin.version", "identity.plugin.sha256", "identity.checkpoint.identity",
                            "identity.host.git_revision", "identity.host.build_type", "environment.os", "environment.kernel",
                            "environment.gpu_name", "environment.driver_version", "environment.cuda_driver_version",
@@ -348,8 +392,22 @@ void diff_reports(const json & a, const json & b, const std::string & na, const 
         std::cout << "matched comparison: workload and identity fields are equal\n";
     } else {
         std::cout << "NOT a matched comparison: these workload/identity fields differ:\n";
-        for (const auto & d : diffs)
+        for (const auto & d : diffs) {
+            if (d == "identity.checkpoint.loras") {  // each side's files, a line each
+                const auto la = lora_files_text(a), lb = lora_files_text(b);
+                std::cout << "  " << d << ":\n";
+                for (const auto & l : la) std::cout << "    A " << l << "\n";
+                if (la.empty()) std::cout << "    A none\n";
+                for (const auto & l : lb) std::cout << "    B " << l << "\n";
+                if (lb.empty()) std::cout << "    B none\n";
+                continue;
+            }
+            if (d == "settings.values.lora.apply") {
+                std::cout << "  " << d << ": " << json_text(lora_apply(a)) << "  vs  " << json_text(lora_apply(b)) << "\n";
+                continue;
+            }
             std::cout << "  " << d << ": " << json_text(at_path(a, d)) << "  vs  " << json_text(at_path(b, d)) << "\n";
+        }
     }
     std::cout << "\n";
     std::printf("%-40s %-20s %-20s %-12s %s\n", "", na.substr(0, 20).c_str(), nb.substr(0, 20).c_str(), "B - A", "B / A");

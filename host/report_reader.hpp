@@ -4,6 +4,7 @@
 #pragma once
 
 #include <string>
+#include <vector>
 #include <string_view>
 
 #include <nlohmann/json.hpp>
@@ -25,6 +26,12 @@ std::string json_bytes(const nlohmann::json & v);
 // stored 0.863 GiB of 3.250 GiB dense" and, with `decode`, "; decoded at each acquire, 2.100 s over 84 decodes";
 // empty for a dense component or a field of the wrong type.
 std::string quantization_text(const nlohmann::json & component_counters, bool decode = true);
+
+// One component's LoRA factors (counters.<c>.lora): "LoRA 16 modules, runtime (16 added), 18.2 KiB"; empty without.
+std::string lora_text(const nlohmann::json & component_counters);
+// Each LoRA of the run (identity.checkpoint.loras) in a line: "style.safetensors (kohya, rank 32, alpha / rank) at 0.7:
+// 240 modules, transformer 240 matched, 0 unmatched, sha256 1a2b3c4d5e6f".
+std::vector<std::string> lora_files_text(const nlohmann::json & report);
 
 // Phases, peaks, routes and counters of one report, on stdout.
 void summarize_report(const nlohmann::json & report);

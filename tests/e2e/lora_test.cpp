@@ -33,6 +33,7 @@ namespace {
 
 const fs::path kQwen = QI21_LORA_FIXTURE_DIR;
 const fs::path kLtx = LTX2_LORA_FIXTURE_DIR;
+const fs::path kQwenText = QI21_TEXT_LORA_FIXTURE_DIR;
 
 struct LoraRun : ddo::test::HostRun {
     ddo::test::Png image;
@@ -119,6 +120,51 @@ TEST_F(Qi21Lora, EveryKeyFamilyEqualsDiffusersLoadLoraWeights) {
     }
 }
 
+// A text-encoder LoRA (text_encoder. keys: the Qwen3-VL language model's 21 Linears) from a prompt, alone and with a
+// transformer LoRA, in the PEFT family (alpha in diffusers' prefixed metadata) and kohya's lora_te_ (qwen_image_21_text_
+// lora_fixtures.py: diffusers' own LoRA loading path into the text encoder, then QwenImage21Pipeline), on the resident
+// and the streamed (low_ram_safe: group_leaf) text-encoder routes.
+TEST(Qi21TextLora, ATextEncoderLoraFromAPromptEqualsDiffusers) {
+    ASSERT_TRUE(fs::exists(kQwenText / "reference.json")) << kQwenText << ": build target qwen_image_21_text_lora_fixtures";
+    const auto ref = reference(kQwenText);
+    const auto want = ddo::model::TensorFile::open_file(kQwenText / "pipeline.safetensors");
+    const auto args_of = [&](const nlohmann::json & flags, const std::string & preset, const std::string & swap = "") {
+        std::string a = "--preset " + preset;
+        for (const auto & f : flags) {
+            std::string t = f.get<std::string>();
+            if (!swap.empty() && t.starts_with("te_lora.peft")) t = swap;
+            const auto colon = t.find(':');
+            if (fs::exists(kQwenText / t.substr(0, colon))) t = (kQwenText / t).string();  // fixture-relative paths
+            a += " " + ddo::test::quoted(fs::path(t));
+        }
+        return a;
+    };
+    for (const std::string preset : {"off.toml", "low_ram_safe.toml"}) {
+        for (const std::string r : {"te", "both"}) {
+            const auto got = run("qt_" + r, args_of(ref.at("ddo_host").at("flags").at(r), preset));
+            ASSERT_EQ(got.exit_code, 0) << got.log;
+            const int d = max_pixel_diff(got.image, want.read(r + ".pixels"));
+            EXPECT_LE(d, 1) << preset << " " << r;
+            EXPECT_GT(max_pixel_diff(got.image, want.read("none.pixels")), 10) << r << ": no effect";
+            const auto & c = got.report.at("counters").at("text_encoder").at("lora");
+            EXPECT_EQ(c.at("applied"), 21) << c.dump();
+            EXPECT_EQ(got.report.at("identity").at("checkpoint").at("loras").at(0).at("matched").at("text_encoder"), 21);
+            std::cout << "[ lora      ] qwen_image_21 text encoder (" << preset << ") " << r << ": max pixel difference "
+                      << d << "/255, " << c.at("applied") << " modules adapted\n";
+        }
+    }
+    const auto kohya = run("qt_kohya", args_of(ref.at("ddo_host").at("flags").at("te"), "off.toml",
+                                               ref.at("ddo_host").at("kohya_te_lora").get<std::string>()));
+    ASSERT_EQ(kohya.exit_code, 0) << kohya.log;
+    EXPECT_LE(max_pixel_diff(kohya.image, want.read("te.pixels")), 1) << "kohya lora_te_";
+    // From embeddings the text encoder is not read: its LoRA adapts nothing, refused (exit 2).
+    const auto refused = run("qt_embeds", "--plugin qwen_image --model " + quoted(kQwen / "checkpoint") + " --prompt-embeds " +
+                                              quoted(kQwen / "prompt_embeds.safetensors") + " --steps 1 --width 64 --height 64 --lora " +
+                                              quoted(kQwenText / "te_lora.peft.safetensors"));
+    EXPECT_EQ(refused.exit_code, 2) << refused.log;
+    EXPECT_NE(refused.log.find("this run does not read the text_encoder"), std::string::npos) << refused.log;
+}
+
 TEST_F(Qi21Lora, EveryRouteGivesTheResidentImageBitwise) {
     const auto flags = lora_flags(kQwen, ref.at("runs").at("two").at("loras"), "peft");
     const auto resident = run("qi_resident", qwen_args(kQwen / "checkpoint", flags + " --set components.transformer.route=resident"));
@@ -131,6 +177,33 @@ TEST_F(Qi21Lora, EveryRouteGivesTheResidentImageBitwise) {
         EXPECT_EQ(got.report.at("counters").at("transformer").at("lora").at("applied"),
                   resident.report.at("counters").at("transformer").at("lora").at("applied"));
     }
+}
+
+// lora.apply = merge on the resident route: every block module merged once (the globals the plugin holds stay at run
+// time), the image equal to the run-time one within rounding and to itself bitwise; a streamed route keeps run time.
+TEST_F(Qi21Lora, MergedIntoResidentWeightsEqualsRuntime) {
+    const auto flags = lora_flags(kQwen, ref.at("runs").at("two").at("loras"), "peft");
+    const auto runtime = run("qi_runtime", qwen_args(kQwen / "checkpoint", flags + " --set components.transformer.route=resident"));
+    ASSERT_EQ(runtime.exit_code, 0) << runtime.log;
+    const std::string merge = flags + " --set components.transformer.route=resident --set lora.apply=merge";
+    const auto a = run("qi_merge_a", qwen_args(kQwen / "checkpoint", merge));
+    const auto b = run("qi_merge_b", qwen_args(kQwen / "checkpoint", merge));
+    ASSERT_EQ(a.exit_code, 0) << a.log;
+    ASSERT_EQ(b.exit_code, 0) << b.log;
+    EXPECT_LE(max_pixel_diff(a.image, want.read("two.pixels")), 1);
+    EXPECT_EQ(a.image.pixels, b.image.pixels) << "merging is reproducible bitwise";
+    const auto & c = a.report.at("counters").at("transformer").at("lora");
+    EXPECT_EQ(c.at("how"), "merged and runtime") << c.dump();
+    EXPECT_EQ(c.at("merged"), 14) << "every block module (2 blocks x 7)";
+    EXPECT_EQ(c.at("applied"), 2) << "img_in and proj_out: globals held by the plugin";
+    EXPECT_GT(c.at("merged_bytes").get<std::uint64_t>(), 0u);
+    EXPECT_TRUE(c.at("not_applied").empty()) << c.dump();
+    const auto streamed = run("qi_merge_disk", qwen_args(kQwen / "checkpoint", flags + " --set components.transformer.route=disk --set lora.apply=merge"));
+    ASSERT_EQ(streamed.exit_code, 0) << streamed.log;
+    EXPECT_EQ(streamed.report.at("counters").at("transformer").at("lora").at("merged"), 0) << "a streamed group is never merged";
+    EXPECT_EQ(streamed.image.pixels, runtime.image.pixels);
+    std::cout << "[ lora      ] merge (resident): " << c.at("merged") << " modules merged in " << c.at("merge_s")
+              << " s, max pixel difference to run time " << max_pixel_diff(a.image, want.read("two.pixels")) << "/255\n";
 }
 
 TEST_F(Qi21Lora, QuantizedTransformersTakeTheLoraAtRunTime) {
@@ -219,16 +292,31 @@ TEST_F(Ltx2Lora, TheImageModelEqualsTheReferenceInEveryKeyFamily) {
     const auto & m = ref.at("models").at("image");
     const auto want = ddo::model::TensorFile::open_file(kLtx / "image" / "image.safetensors");
     for (const std::string format : {"peft", "comfyui", "ltx"}) {
-        const auto loras = ref.at("strengths").at("two");
-        const auto got = run("li_" + format, ltx_args(m, lora_flags(kLtx / "image", loras, format)));
-        ASSERT_EQ(got.exit_code, 0) << got.log;
-        const int d = max_pixel_diff(got.image, want.read("two.pixels"));
-        EXPECT_LE(d, 1) << format;
-        EXPECT_GT(max_pixel_diff(got.image, want.read("none.pixels")), 10) << format << ": no effect";
-        const auto & c = got.report.at("counters").at("transformer").at("lora");
-        EXPECT_EQ(c.at("applied"), c.at("modules")) << c.dump();
-        std::cout << "[ lora      ] ltx2_image " << format << " two: max pixel difference " << d << "/255, "
-                  << c.at("applied") << " modules adapted\n";
+        for (const std::string r : {"one", "two"}) {
+            const auto loras = ref.at("strengths").at(r);
+            const auto got = run("li_" + format + r, ltx_args(m, lora_flags(kLtx / "image", loras, format)));
+            ASSERT_EQ(got.exit_code, 0) << got.log;
+            const int d = max_pixel_diff(got.image, want.read(r + ".pixels"));
+            EXPECT_LE(d, 1) << format << " " << r;
+            EXPECT_GT(max_pixel_diff(got.image, want.read("none.pixels")), 10) << format << " " << r << ": no effect";
+            const auto & c = got.report.at("counters").at("transformer").at("lora");
+            EXPECT_EQ(c.at("applied"), c.at("modules")) << c.dump();
+            std::cout << "[ lora      ] ltx2_image " << format << " " << r << ": max pixel difference " << d << "/255, "
+                      << c.at("applied") << " modules adapted\n";
+        }
+    }
+}
+
+TEST_F(Ltx2Lora, TheImageModelsRoutesGiveTheResidentImageBitwise) {
+    const auto & m = ref.at("models").at("image");
+    const auto flags = lora_flags(kLtx / "image", ref.at("strengths").at("two"), "ltx");
+    const auto resident = run("li_resident", ltx_args(m, flags + " --set components.transformer.route=resident"));
+    ASSERT_EQ(resident.exit_code, 0) << resident.log;
+    for (const std::string route : {"disk", "group_leaf"}) {
+        const auto got = run("li_" + route, ltx_args(m, flags + " --set components.transformer.route=" + route));
+        ASSERT_EQ(got.exit_code, 0) << route << "\n" << got.log;
+        EXPECT_EQ(got.report.at("routes").at("transformer").at("executed"), route);
+        EXPECT_EQ(got.image.pixels, resident.image.pixels) << route;
     }
 }
 

@@ -203,6 +203,9 @@ std::map<std::string, Effect> effects() {
                                          differs("sampler.cpu_budget_fraction")};
     e["workload.sigmas"].shown_by = "Qi21Text.SampleSigmasOfTheCheckpointAndWorkloadSigmasGiveDiffusersImage";
     e["workload.guidance_scale"] = {kStream, kStream + " --set workload.guidance_scale=3", false, pixels_differ()};
+    e["lora.adapters"].shown_by = "Qi21Lora.EveryKeyFamilyEqualsDiffusersLoadLoraWeights";
+    e["lora.apply"].shown_by = "Qi21Lora.MergedIntoResidentWeightsEqualsRuntime";
+    e["lora.allow_unmatched"].shown_by = "Qi21Lora.ALoraForAnotherModelIsRefusedBeforeAnythingIsComputed";
     // The plugin's own option.
     e["plugin.qwen_image_21.use_kv_cache"] = {kStream, kStream + " --set plugin.qwen_image_21.use_kv_cache=false", true,
                                               differs("workload.kv_cache_used")};

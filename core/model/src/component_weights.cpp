@@ -9,6 +9,7 @@
 #include <chrono>
 #include <map>
 #include <optional>
+#include <unordered_set>
 
 #include "ddo/engine/cpu_transport.hpp"
 #include "ddo/engine/engine.hpp"
@@ -78,6 +79,7 @@ struct ComponentWeights::Impl {
     bool begun = false, ended = false;
     std::function<void(const ComponentWeights &)> on_destroy;
     std::shared_ptr<ComponentLora> lora;  // Note [Applying LoRA]: the factors, on the device for the weights' life
+    std::map<std::string, at::Tensor> lora_merged;  // lora.apply = "merge": resident weights with B·A added, kept
 
     ~Impl() {
         tensors.clear();
@@ -263,6 +265,33 @@ static at::Tensor decoded(ComponentWeights::Impl & m, const store::EncodedTensor
     return r;
 }
 
+// Note [Applying LoRA], lora.apply = "merge": the adapted weights of resident engine group `g` among `out`'s tensors
+// replaced by W + B·A (computed in float32, stored in the weight's dtype), made at the group's first acquire and kept
+// for the weights' life; their deltas are no longer handed out. Streamed groups keep the run-time term.
+static void merge_lora_into_resident(ComponentWeights::Impl & m, std::size_t g,
+                                     std::unordered_map<std::string, at::Tensor> & map,
+                                     std::unordered_set<std::string> & merged_names) {
+    if (!m.lora || !m.lora->merge || m.engine->plan().groups.at(g).residency != en::Residency::resident) return;
+    for (const auto * e : m.in_group[g]) {
+        const auto * d = m.lora->find(e->name);
+        const auto it = map.find(e->name);
+        if (!d || it == map.end()) continue;
+        auto & merged = m.lora_merged[e->name];
+        if (!merged.defined()) {
+            const auto t0 = std::chrono::steady_clock::now();
+            const auto & w = it->second;
+            merged = (w.to(at::kFloat) + at::matmul(d->up.to(at::kFloat), d->down.to(at::kFloat)))
+                         .to(w.scalar_type())
+                         .contiguous();
+            m.lora->merged_bytes += std::uint64_t(merged.nbytes());
+            m.lora->merge_s += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+            d->merged = true;
+        }
+        it->second = merged;
+        merged_names.insert(e->name);
+    }
+}
+
 // The engine's group declarations: `per` consecutive declared groups each (decl_of: declared group -> engine
 // declaration), every declared tensor as the stored tensors that encode it (Note [Quantized weights]). Records the
 // declared tensors and whether any is quantized.
@@ -440,6 +469,7 @@ const GroupTensors & ComponentWeights::acquire(std::size_t i) {
         const auto views = ddo::torch::tensor_views(m.leases.at(m.held_by.at(g)).front());
         m.scratch.begin_group();
         for (const auto & n : mine) out.map_.emplace(n, decoded(m, *m.encodings->find(n), views, false, m.scratch_of[i]));
+        merge_lora_into_resident(m, g, out.map_, out.merged_);
         m.scratch.end_group();
         auto [it, inserted] = m.tensors.insert_or_assign(i, std::move(out));
         (void)inserted;
@@ -453,6 +483,7 @@ const GroupTensors & ComponentWeights::acquire(std::size_t i) {
         held.push_back(m.engine->acquire(g));  // a converted resident is acquired too: the engine counts its hits
         if (auto c = m.converted.find(g); c != m.converted.end()) {
             for (const auto & [n, t] : c->second) out.map_.emplace(n, t);
+            merge_lora_into_resident(m, g, out.map_, out.merged_);
             continue;
         }
         const auto views = ddo::torch::tensor_views(held.back());  // named: .all() refers into it
@@ -470,6 +501,7 @@ const GroupTensors & ComponentWeights::acquire(std::size_t i) {
             for (const auto * e : m.in_group[g]) out.map_.emplace(e->name, decoded(m, *e, views, true, taken));
             held.back().release();
         }
+        merge_lora_into_resident(m, g, out.map_, out.merged_);
     }
     m.scratch.end_group();
     auto [it, inserted] = m.tensors.insert_or_assign(i, std::move(out));
@@ -520,6 +552,7 @@ std::uint64_t ComponentWeights::finish() {
     m.scratch_of.clear();
     m.scratch.clear();
     m.converted.clear();
+    m.lora_merged.clear();
     m.leases.clear();
     m.held_by.clear();
     m.users.clear();

@@ -76,20 +76,30 @@ const LoraDelta * ComponentLora::find(std::string_view weight) const {
 }
 
 nlohmann::json ComponentLora::to_json() const {
-    std::uint64_t applied = 0;
+    std::uint64_t applied = 0, merged = 0;
     std::vector<std::string> not_applied;
     for (const auto & [w, d] : deltas) {
         applied += d.applied > 0;
-        if (d.handed_out && d.applied == 0) not_applied.push_back(w);
+        merged += d.merged;
+        if (d.handed_out && d.applied == 0 && !d.merged) not_applied.push_back(w);
     }
     std::sort(not_applied.begin(), not_applied.end());
-    return {{"how", "runtime"},
-            {"how_reason", "the low-rank term is added to each adapted Linear's output at every call (x A^T) B^T; the "
-                           "stored weights are not changed"},
+    const std::string how = merged == 0 ? "runtime" : applied == 0 ? "merged" : "merged and runtime";
+    std::string reason = "runtime: the low-rank term (x A^T) B^T is added to each adapted Linear's output at every call; "
+                         "the stored weights are not changed";
+    if (merge)
+        reason = "lora.apply = merge: B A added once into the weights of resident groups (" + std::to_string(merged) +
+                 " modules, a merged copy in the compute dtype); the modules of streamed groups and of weights the "
+                 "plugin holds outside the engine stay at run time (" + std::to_string(applied) + ")";
+    return {{"how", how},
+            {"how_reason", reason},
             {"modules", deltas.size()},
             {"bytes", bytes},
             {"read_s", read_s},
             {"applied", applied},
+            {"merged", merged},
+            {"merged_bytes", merged_bytes},
+            {"merge_s", merge_s},
             {"not_applied", not_applied}};
 }
 
@@ -153,7 +163,7 @@ std::vector<std::string> LoraAdapters::check(bool allow_unmatched) const {
 }
 
 std::shared_ptr<ComponentLora> LoraAdapters::load(const std::string & component, at::ScalarType dtype,
-                                                  c10::Device device) const {
+                                                  c10::Device device, bool merge) const {
     const auto t0 = std::chrono::steady_clock::now();
     // module weight -> the factors of each file that adapts it, in the order the files were given.
     std::map<std::string, std::pair<std::vector<at::Tensor>, std::vector<at::Tensor>>> parts;
@@ -169,6 +179,7 @@ std::shared_ptr<ComponentLora> LoraAdapters::load(const std::string & component,
     if (parts.empty()) return nullptr;
     auto out = std::make_shared<ComponentLora>();
     out->component = component;
+    out->merge = merge;
     const auto opts = at::TensorOptions().dtype(dtype).device(device);
     for (auto & [w, p] : parts) {
         LoraDelta d;

@@ -343,7 +343,9 @@ std::shared_ptr<ComponentLora> ModelRun::lora(const std::string & component, at:
     if (loras_.empty()) return nullptr;
     const auto it = lora_loaded_.find(component);
     if (it != lora_loaded_.end()) return it->second;
-    auto l = loras_.load(component, dtype, device().device());
+    const auto & s = *ctx_.settings;
+    const bool merge = s.has("lora.apply") && s.at("lora.apply").value == "merge";
+    auto l = loras_.load(component, dtype, device().device(), merge);
     lora_loaded_[component] = l;
     return l;
 }

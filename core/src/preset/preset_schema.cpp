@@ -164,6 +164,10 @@ const std::vector<KeyDef> & preset_schema() {
                            "the component a file's unprefixed keys adapt, default transformer). A relative path in a "
                            "preset file is relative to that file. --lora FILE[:STRENGTH] (repeatable) sets it. Unset = "
                            "none."});
+        s.push_back(choice("lora.apply", {"runtime", "merge"}, "runtime",
+                           "How LoRA factors reach the weights: runtime = the low-rank term added at every call "
+                           "(every route, every weight format; the stored weights untouched); merge = B A added once "
+                           "into the weights of resident groups (a merged copy; streamed groups stay at run time)."));
         s.push_back(boolean("lora.allow_unmatched", false,
                             "LoRA keys that adapt no module of the run are an error (exit 2) unless true: then a "
                             "warning, recorded in the report. --lora-allow-unmatched sets it."));

@@ -21,6 +21,7 @@
 #include <string>
 #include <string_view>
 #include <unordered_map>
+#include <unordered_set>
 #include <vector>
 
 #include <ATen/core/Tensor.h>
@@ -47,7 +48,10 @@ public:
     bool contains(std::string_view name) const { return map_.count(std::string(name)) != 0; }
     const std::string & group() const noexcept { return group_; }
     // The LoRA factors adapting weight tensor `name` ("<module>.weight"), or null (Note [Applying LoRA]).
-    const LoraDelta * lora(std::string_view name) const { return lora_ ? lora_->find(name) : nullptr; }
+    // Null too for a module whose LoRA was merged into this weight (lora.apply = "merge").
+    const LoraDelta * lora(std::string_view name) const {
+        return lora_ && !merged_.count(std::string(name)) ? lora_->find(name) : nullptr;
+    }
     // Linear module `module`: "<module>.weight", "<module>.bias" when `bias`, and its LoRA.
     Linear linear(const std::string & module, bool bias = false) const;
 
@@ -56,6 +60,7 @@ private:
     std::string group_;
     std::unordered_map<std::string, at::Tensor> map_;
     const ComponentLora * lora_ = nullptr;  // borrowed from the ComponentWeights
+    std::unordered_set<std::string> merged_;  // weights whose LoRA is merged into the tensor handed out
 };
 
 class ComponentWeights {

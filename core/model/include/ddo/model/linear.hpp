@@ -23,6 +23,9 @@ struct LoraDelta {
     // acquired): a LoRA handed out and never added means the plugin read the weight without linear() -- reported.
     mutable std::uint64_t applied = 0;
     mutable bool handed_out = false;
+    // lora.apply = "merge": the product was added once into the module's resident weight (Note [Applying LoRA]); the
+    // delta is then never handed out with it.
+    mutable bool merged = false;
 };
 
 // x Wᵀ (+ b) (+ (x Aᵀ) Bᵀ): `lora` may be null (borrowed).

@@ -47,10 +47,17 @@ struct ComponentLora {
     std::unordered_map<std::string, LoraDelta> deltas;
     std::uint64_t bytes = 0;  // of every factor, on the device
     double read_s = 0;        // reading and stacking the factors (host steady clock)
+    // lora.apply = "merge": ComponentWeights adds B·A once into the weights of resident groups (the rest stays at run
+    // time); what it merged, the merged copies' bytes and the host time it took.
+    bool merge = false;
+    std::uint64_t merged_bytes = 0;
+    double merge_s = 0;
 
     const LoraDelta * find(std::string_view weight) const;
-    // {"modules", "bytes", "read_s", "applied" (module count whose term was added), "not_applied" (handed out, never
-    // added: the plugin read those weights without model::linear; must be empty), "how": "runtime"}.
+    // {"how" ("runtime", "merged" or "merged and runtime"), "how_reason", "modules", "bytes", "read_s", "applied"
+    // (modules whose term was added at run time), "merged" (modules merged into their resident weight), "merged_bytes",
+    // "merge_s", "not_applied" (handed out, neither added nor merged: the plugin read those weights without
+    // model::linear; must be empty)}.
     nlohmann::json to_json() const;
 };
 
@@ -73,7 +80,9 @@ public:
     std::vector<std::string> check(bool allow_unmatched) const;
 
     // The factors of `component` in `dtype` on `device` (read from the files now), null when no LoRA adapts it.
-    std::shared_ptr<ComponentLora> load(const std::string & component, at::ScalarType dtype, c10::Device device) const;
+    // merge: lora.apply = "merge" (ComponentLora::merge).
+    std::shared_ptr<ComponentLora> load(const std::string & component, at::ScalarType dtype, c10::Device device,
+                                        bool merge = false) const;
 
     // The report's "loras": per file its identity (store::file_identity with sha256), format, ranks, alpha policy,
     // strength, and per component the modules matched and unmatched.
