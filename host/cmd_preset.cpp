@@ -42,6 +42,7 @@ std::string effective_text(const ResolvedSettings & s, const std::string & key, 
         }
     }
     if (key.starts_with("workload.") && v.is_null()) return "(the plugin's default)";
+    if (key == "lora.adapters" && v.is_null()) return "(none)";
     if (key.ends_with("_budget_gb") && v.is_number() && v.get<double>() == 0)
         return "0 (auto: from the machine at run start)";
     return value_text(v);

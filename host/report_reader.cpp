@@ -142,9 +142,10 @@ std::string quantization_text(const json & counters, bool decode) {
     return out;
 }
 
-std::string lora_text(const json & counters) {
+std::string lora_text(const json & counters, bool after_run) {
     const json & l = field(counters, "lora");
     if (!l.is_object()) return {};
+    if (!after_run) return "LoRA " + json_text(field(l, "modules")) + " modules, factors " + json_bytes(field(l, "bytes"));
     std::string out = "LoRA " + json_text(field(l, "modules")) + " modules, " + json_text(field(l, "how"));
     out += " (" + json_text(field(l, "applied")) + " at run time";
     if (field(l, "merged").is_number() && field(l, "merged").get<double>() > 0)

@@ -27,8 +27,9 @@ std::string json_bytes(const nlohmann::json & v);
 // empty for a dense component or a field of the wrong type.
 std::string quantization_text(const nlohmann::json & component_counters, bool decode = true);
 
-// One component's LoRA factors (counters.<c>.lora): "LoRA 16 modules, runtime (16 added), 18.2 KiB"; empty without.
-std::string lora_text(const nlohmann::json & component_counters);
+// One component's LoRA factors (counters.<c>.lora): "LoRA 16 modules, runtime (16 at run time), factors 18.2 KiB";
+// `after_run` false (the plan, before any step): "LoRA 16 modules, factors 18.2 KiB" only. Empty without.
+std::string lora_text(const nlohmann::json & component_counters, bool after_run = true);
 // Each LoRA of the run (identity.checkpoint.loras) in a line: "style.safetensors (kohya, rank 32, alpha / rank) at 0.7:
 // 240 modules, transformer 240 matched, 0 unmatched, sha256 1a2b3c4d5e6f".
 std::vector<std::string> lora_files_text(const nlohmann::json & report);

@@ -50,7 +50,7 @@ std::string plan_line(const std::string & component, const json & counters) {
                                            : " from host copies (" + human_bytes(host_b) + ")");
     line += "; device " + human_bytes(res_b + slot_b * slots);
     if (const auto q = quantization_text(counters, /*decode=*/false); !q.empty()) line += "; quantized " + q;
-    if (const auto l = lora_text(counters); !l.empty()) line += "; " + l;
+    if (const auto l = lora_text(counters, /*after_run=*/false); !l.empty()) line += "; " + l;
     return line;
 }
 
