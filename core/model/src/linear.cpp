@@ -11,7 +11,12 @@ at::Tensor linear(const at::Tensor & x, const at::Tensor & weight, const std::op
     auto y = at::linear(x, weight, bias);
     if (!lora) return y;
     ++lora->applied;
-    return y.add_(at::linear(at::linear(x, lora->down), lora->up));
+    // The up-projection accumulates into y inside the GEMM (beta = 1): no [tokens, out] temporary, no second pass.
+    const auto h = at::linear(x, lora->down);
+    if (!y.is_contiguous()) return y.add_(at::linear(h, lora->up));
+    auto y2 = y.view({-1, y.size(-1)});
+    y2.addmm_(h.reshape({-1, h.size(-1)}), lora->up.t());
+    return y;
 }
 
 }  // namespace ddo::model
