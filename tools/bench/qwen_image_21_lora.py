@@ -33,8 +33,10 @@ holds (fp32, stacked) and their read time; and the share of the adapted Linears'
 (rank (in + out) / (in out) summed over the modules: the arithmetic floor of that cost). After the runs, the add
 alone is timed in this process's torch (the libtorch ddo links) at the run's shapes: fp32, --threads threads,
 (size / 16)^2 tokens (the steady steps run the KV-cached target tokens only), every adapted module's
-linear(linear(x, A), B) + add_ as model::linear does (and addmm_ into y, for information) at rank 32 n for each n,
-medians of 15 calls, summed over the modules; printed against the 0-LoRA step of the first route. Written to
+h = linear(x, A), then y.addmm_(h, B^T) (beta 1: the up projection accumulated into y inside the GEMM) as
+model::linear does, and for information the earlier form y.add_(linear(h, B)) (model::linear before 402661d), at
+rank 32 n for each n, medians of 15 calls, summed over the modules; printed against the 0-LoRA step of the first
+route. Written to
 BUILD/bench/qwen_image_21_lora.json. A benchmark prints figures; no test asserts on them (docs/benchmarks.md).
 """
 
@@ -131,8 +133,9 @@ def run_ddo(build: Path, ckpt: Path, route: str, loras, a, out: Path):
 
 def isolated_add(mods, ranks, tokens: int, threads: int, reps: int = 15):
     """The runtime add alone, in this process's torch (the libtorch ddo links), fp32, `threads` threads: per rank, the
-    seconds a step of linear(linear(x, A), B) + add_ over the adapted modules (what model::linear adds), the same with
-    addmm_ into y (for information), and the bare Linears linear(x, W); medians of `reps` calls per module."""
+    seconds a step over the adapted modules of what model::linear adds, linear(x, A) then addmm_ into y (beta 1), of
+    the earlier form y.add_(linear(linear(x, A), B)) (for information), and of the bare Linears linear(x, W); medians
+    of `reps` calls per module."""
     import time
     import torch
     import torch.nn.functional as F
@@ -148,8 +151,8 @@ def isolated_add(mods, ranks, tokens: int, threads: int, reps: int = 15):
             fn()
             v.append(time.perf_counter() - t0)
         return statistics.median(v)
-    out = {"tokens": tokens, "threads": threads, "linear_s": 0.0, "add_s": {r: 0.0 for r in ranks},
-           "addmm_s": {r: 0.0 for r in ranks}}
+    out = {"tokens": tokens, "threads": threads, "linear_s": 0.0, "addmm_s": {r: 0.0 for r in ranks},
+           "linear_add_s": {r: 0.0 for r in ranks}}
     cache = {}
     for o, i in mods.values():
         if (o, i) not in cache:  # the blocks repeat the same shapes: time each once
@@ -166,7 +169,7 @@ def isolated_add(mods, ranks, tokens: int, threads: int, reps: int = 15):
         c = cache[(o, i)]
         out["linear_s"] += c["linear"]
         for r in ranks:
-            out["add_s"][r] += c[("add", r)]
+            out["linear_add_s"][r] += c[("add", r)]
             out["addmm_s"][r] += c[("addmm", r)]
     return out
 
@@ -258,9 +261,10 @@ def main():
           f"{iso['linear_s']:.3f} s a step), against the 0-LoRA {routes[0]} step {base_res:.3f} s:")
     for n in counts[1:]:
         r = a.rank * n
-        print(f"    {n} LoRA{'s' * (n != 1)} (rank {r}): linear + add_ {iso['add_s'][r]:.4f} s a step = "
-              f"{100 * iso['add_s'][r] / base_res:.2f} % ({100 * iso['add_s'][r] / base_res / n:.2f} % per LoRA); "
-              f"addmm_ into y {iso['addmm_s'][r]:.4f} s")
+        t = iso["addmm_s"][r]
+        print(f"    {n} LoRA{'s' * (n != 1)} (rank {r}): x A^T + addmm_ into y (model::linear) {t:.4f} s a step = "
+              f"{100 * t / base_res:.2f} % ({100 * t / base_res / n:.2f} % per LoRA); as linear + add_ "
+              f"(before 402661d) {iso['linear_add_s'][r]:.4f} s")
     print(f"  load average before {[round(x, 2) for x in load_before]}, after {[round(x, 2) for x in load_after]} "
           f"(1/5/15 min) on {os.cpu_count()} cores")
     result = {"config": vars(a), "lora": {"files": [str(f) for f in loras], "rank": a.rank, "dtype": "bf16",
