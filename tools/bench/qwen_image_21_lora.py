@@ -53,6 +53,7 @@ ROOT = HERE.parent.parent
 sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(ROOT / "tools" / "reference"))
 import qwen_image_21_bench_checkpoint as ckpt_mod  # noqa: E402
+from qwen_image_21_quant import summary  # noqa: E402  (median, min, max over the rounds: one definition)
 
 N_LORAS = 4
 SEED = 27000
@@ -183,11 +184,6 @@ def check_lora(run, n: int, n_modules: int, what: str):
     if not lora or lora.get("modules") != n_modules or lora.get("applied") != n_modules:
         raise SystemExit(f"bench: {what}: counters.transformer.lora is {lora}; expected modules = applied = "
                          f"{n_modules} (every block Linear adapted)")
-
-
-def summary(values):
-    values = [v for v in values if v is not None]
-    return {"median": statistics.median(values), "min": min(values), "max": max(values)} if values else None
 
 
 def main():
