@@ -2,7 +2,6 @@
 // LTX2LatentUpsamplerModel.__init__, ResBlock, SpatialRationalResampler in diffusers pipelines/ltx2/latent_upsampler.py).
 #include "latent_upsampler_config.hpp"
 
-#include <cmath>
 #include <fstream>
 
 #include <c10/core/ScalarType.h>
@@ -161,6 +160,56 @@ LatentUpsamplerConfig LatentUpsamplerConfig::load(const std::filesystem::path & 
     } catch (const nlohmann::json::exception & e) {
         throw RuntimeError(file.string() + ": not valid JSON (" + e.what() + "); re-download or re-export the "
                            "upsampler");
+    }
+    return from_json(j, file);
+}
+
+LatentUpsamplerConfig LatentUpsamplerConfig::from_weights(const model::TensorFile & f,
+                                                         const std::filesystem::path & file) {
+    const auto fail = [&](const std::string & tensor, const std::string & what) {
+        throw RuntimeError(file.string() + ": tensor '" + tensor + "' " + what +
+                           ": not an LTX-2 latent upsampler; give the latent_upsampler/ folder of a diffusers "
+                           "checkpoint (with config.json) or a Lightricks spatial / temporal upscaler file");
+    };
+    if (!f.contains("initial_conv.weight")) fail("initial_conv.weight", "is missing");
+    const auto first = f.shape_of("initial_conv.weight");
+    if (first.size() != 4 && first.size() != 5) fail("initial_conv.weight", "is not a 2-D or 3-D convolution");
+    nlohmann::json j;
+    j["mid_channels"] = first[0];
+    j["in_channels"] = first[1];
+    j["dims"] = first.size() == 5 ? 3 : 2;
+    int64_t blocks = 0;
+    while (f.contains("res_blocks." + std::to_string(blocks) + ".conv1.weight")) ++blocks;
+    j["num_blocks_per_stage"] = blocks;
+    const int64_t mid = first[0];
+    if (f.contains("upsampler.conv.weight")) {
+        const auto s = f.shape_of("upsampler.conv.weight");
+        const int64_t ratio = s.empty() || mid == 0 ? 0 : s[0] / mid;
+        const double scale = ratio == 4 ? 2.0 : ratio == 9 ? 1.5 : ratio == 16 ? 4.0 : 0.0;
+        if (scale == 0.0 || s[0] != ratio * mid)
+            fail("upsampler.conv.weight", "has " + model::shape_str(s) + " for mid_channels " + std::to_string(mid) +
+                                              " (a rational resampler has 4, 9 or 16 x mid output channels)");
+        j["spatial_upsample"] = true;
+        j["temporal_upsample"] = false;
+        j["use_rational_resampler"] = true;
+        j["rational_spatial_scale"] = scale;
+    } else if (f.contains("upsampler.0.weight")) {
+        const auto s = f.shape_of("upsampler.0.weight");
+        const int64_t ratio = s.empty() || mid == 0 ? 0 : s[0] / mid;
+        if (s.size() == 4 && s[0] == 4 * mid) {
+            j["spatial_upsample"] = true;
+            j["temporal_upsample"] = false;
+            j["use_rational_resampler"] = false;
+        } else if (s.size() == 5 && (ratio == 2 || ratio == 8) && s[0] == ratio * mid) {
+            j["spatial_upsample"] = ratio == 8;
+            j["temporal_upsample"] = true;
+        } else {
+            fail("upsampler.0.weight", "has " + model::shape_str(s) + " for mid_channels " + std::to_string(mid) +
+                                           " (plain x2: 2-D, 4 x mid; temporal: 3-D, 2 x mid; spatiotemporal: 3-D, "
+                                           "8 x mid)");
+        }
+    } else {
+        fail("upsampler.conv.weight", "and upsampler.0.weight are both missing");
     }
     return from_json(j, file);
 }

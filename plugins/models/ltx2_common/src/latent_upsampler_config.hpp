@@ -58,6 +58,14 @@ struct LatentUpsamplerConfig {
     static LatentUpsamplerConfig from_json(const nlohmann::json & j, const std::filesystem::path & file);
     // <dir>/config.json. Throws RuntimeError when it is missing or not JSON.
     static LatentUpsamplerConfig load(const std::filesystem::path & dir);
+    // The config a checkpoint without config.json implies (a single .safetensors such as Lightricks'
+    // ltx-2.3-spatial-upscaler-x2-1.1.safetensors), from the weight shapes as sd.cpp's ltx_latent_upscaler.hpp
+    // detects it: in / mid channels from initial_conv.weight, blocks from res_blocks.<i>, dims from the conv rank,
+    // the upsampler from its conv (upsampler.conv.* = rational, num^2 = out / mid: 4 -> x2, 9 -> x1.5 (0.75 has the
+    // same shapes and is not told apart), 16 -> x4; upsampler.0.* 4-D with 4 mid = plain x2, 5-D with 2 mid =
+    // temporal, 8 mid = spatiotemporal). `file` names the source in messages. Throws RuntimeError naming the tensor
+    // and file when the shapes fit no variant, UsageError (as from_json) for a variant not implemented.
+    static LatentUpsamplerConfig from_weights(const model::TensorFile & f, const std::filesystem::path & file);
 };
 
 // Tensor name -> shape of everything the forward reads, in the order it first uses them. The rational resampler's
