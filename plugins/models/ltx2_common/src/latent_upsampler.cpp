@@ -94,7 +94,7 @@ at::Tensor LatentUpsampler::upsample(const at::Tensor & x) const {
 
 at::Tensor LatentUpsampler::forward(const at::Tensor & x_in) const {
     require_5d(x_in, config_.in_channels, "the latent upsampler's input (" + config_.file.string() + ")");
-    auto x = x_in.to(w_.device(), w_.dtype());
+    auto x = x_in.to(w_.device(), w_.dtype()).contiguous();  // the reference's input is contiguous (see below)
     {
         Weights::Scope s(w_, "initial");
         x = at::silu(group_norm(conv(x, "initial_conv"), "initial_norm"));
@@ -154,9 +154,12 @@ at::Tensor upsample_video_latents(const LatentUpsampler & upsampler, const at::T
                          std::to_string(upsampler.config().in_channels) + "] (" + std::to_string(latent_frames) +
                          " x " + std::to_string(latent_height) + " x " + std::to_string(latent_width) +
                          " latent pixels), got " + model::shape_str(packed.sizes()));
-    // _unpack_latents, patch size 1: [B, F H W, C] -> [B, C, F, H, W].
+    // _unpack_latents, patch size 1: [B, F H W, C] -> [B, C, F, H, W], contiguous as the reference's flatten leaves
+    // it (a permuted view keeps its channels-last strides through element-wise ops and sends the convolutions down
+    // another kernel: 2.7e-6 off instead of 0; forward makes its input contiguous for the same reason).
     const auto x = packed.reshape({packed.size(0), latent_frames, latent_height, latent_width, -1})
-                       .permute({0, 4, 1, 2, 3});
+                       .permute({0, 4, 1, 2, 3})
+                       .contiguous();
     return upsample_video_latents(upsampler, x, stats, scaling_factor, options);
 }
 
