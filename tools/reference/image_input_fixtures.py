@@ -124,17 +124,17 @@ def main():
                               "height": int(pix.shape[0]), "channels": int(pix.shape[2]), "exact": True,
                               "max_abs_tolerance": 0, "bit_depth": 16})
     big = photo(rng, 64, 96, 3)
-    add("jpeg_420", Image.fromarray(big, "RGB"), "JPEG", "jpg", False, 6, quality=95, subsampling=2)
+    add("jpeg_420", Image.fromarray(big, "RGB"), "JPEG", "jpg", False, 20, quality=95, subsampling=2)
     add("jpeg_444", Image.fromarray(big, "RGB"), "JPEG", "jpg", False, 2, quality=95, subsampling=0)
-    add("jpeg_gray", Image.fromarray(big[..., 1], "L"), "JPEG", "jpg", True, 0, quality=90)
+    add("jpeg_gray", Image.fromarray(big[..., 1], "L"), "JPEG", "jpg", False, 1, quality=90)
     add("webp_lossless", Image.fromarray(big, "RGB"), "WEBP", "webp", True, lossless=True)
     add("webp_lossless_rgba", Image.fromarray(photo(rng, 40, 60, 4), "RGBA"), "WEBP", "webp", True, lossless=True, exact=True)
-    add("webp_lossy", Image.fromarray(big, "RGB"), "WEBP", "webp", False, 8, quality=90)
+    add("webp_lossy", Image.fromarray(big, "RGB"), "WEBP", "webp", False, 20, quality=90)
     # EXIF orientation: a non-square image so that a swapped width/height shows
     for o in range(2, 9):
         exif = Image.Exif()
         exif[0x0112] = o
-        e = add(f"jpeg_orientation{o}", Image.fromarray(big, "RGB"), "JPEG", "jpg", False, 6, quality=95,
+        e = add(f"jpeg_orientation{o}", Image.fromarray(big, "RGB"), "JPEG", "jpg", False, 20, quality=95,
                 subsampling=2, exif=exif.tobytes())
         e["orientation"] = o
     exif = Image.Exif()
