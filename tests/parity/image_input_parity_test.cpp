@@ -10,6 +10,7 @@
 //   equal Image.resize byte for byte.
 // - resize_like_vae_image_processor then x / 255 * 2 - 1: equals VideoProcessor.preprocess's float32 tensor exactly.
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <cmath>
 #include <cstdint>
@@ -22,6 +23,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "ddo/error.hpp"
 #include "ddo/media/image_reader.hpp"
 #include "ddo/media/image_resize.hpp"
 
@@ -132,6 +134,32 @@ TEST_F(ImageInput, VaeImageProcessorResizeAndNormalise) {
                   << ", " << got.width << "x" << got.height << "): " << mismatched << " values differ\n";
         EXPECT_EQ(mismatched, 0);
     }
+}
+
+// A JPEG and a WebP cut in half (from the fixtures) are refused as truncated, naming the file; a JPEG with bytes
+// appended after its EOI (a camera trailer) still reads.
+TEST_F(ImageInput, TruncatedJpegAndWebpAreRefused) {
+    for (const char * name : {"jpeg_420.jpg", "webp_lossy.webp", "webp_lossless.webp"}) {
+        auto bytes = bytes_of(kDir / "decode" / name);
+        bytes.resize(bytes.size() / 2);
+        const fs::path p = fs::temp_directory_path() / ("ddo_truncated_" + std::to_string(::getpid()) + "_" + name);
+        std::ofstream(p, std::ios::binary).write(reinterpret_cast<const char *>(bytes.data()), std::streamsize(bytes.size()));
+        std::string msg = "(no UsageError)";
+        try {
+            read_image(p);
+        } catch (const ddo::UsageError & e) {
+            msg = e.what();
+        }
+        EXPECT_NE(msg.find(p.string()), std::string::npos) << msg;
+        EXPECT_NE(msg.find("truncated"), std::string::npos) << msg;
+        fs::remove(p);
+    }
+    auto bytes = bytes_of(kDir / "decode" / "jpeg_420.jpg");
+    for (char c : std::string("TRAILER\xff\x00 some camera data")) bytes.push_back(std::uint8_t(c));
+    const fs::path p = fs::temp_directory_path() / ("ddo_trailer_" + std::to_string(::getpid()) + ".jpg");
+    std::ofstream(p, std::ios::binary).write(reinterpret_cast<const char *>(bytes.data()), std::streamsize(bytes.size()));
+    EXPECT_EQ(read_image(p).width, 96);
+    fs::remove(p);
 }
 
 }  // namespace

@@ -3,17 +3,21 @@
 //   (truncated), a PNG whose IHDR says 0x0, a PNG whose IHDR says 100000x100000 with no data (refused naming the size
 //   and the limit, before any decoding: the process's peak RSS grows by less than 64 MiB, where the RGB buffer would
 //   be 28 GiB), an image over a small limit, an animated PNG (acTL, 2 frames: "stills", "--image FILE@FRAME");
-// - a valid stored PNG decodes to its pixels, 4 orientations of apply_exif_orientation move a marked pixel where
-//   PIL's transpose methods put it;
+// - a valid stored PNG decodes to its pixels; the 7 orientations of apply_exif_orientation move a marked pixel where
+//   PIL's transpose methods put it (image_input_parity_test checks them on PIL's own JPEGs);
 // - h264_round_trip: crf 0 is the identity (no crop), crf 33 crops 33x21 to 32x20, the same input gives the same
-//   bytes twice, and a noisy image changes by a plausible amount (mean |diff| between 1 and 30 levels; measured
-//   figures printed), a smooth one by little (mean < 3); crf out of range and non-RGB input are refused.
+//   bytes twice; uniform noise changes by a mean |diff| between 1 and 100 levels (it is incompressible and 4:2:0
+//   discards most of its chroma), a smooth gradient by little (crf 33: mean < 3; crf 1: mean < 1.5, the yuv420p
+//   conversions' rounding), the gradient with mild noise by more than the smooth one and less than 12 (measured
+//   figures printed); a crf out of range and non-RGB input are refused.
 #include <gtest/gtest.h>
 #include <sys/resource.h>
 #include <unistd.h>
 #include <zlib.h>
 
+#include <algorithm>
 #include <cmath>
+#include <iostream>
 #include <cstdint>
 #include <filesystem>
 #include <fstream>
@@ -195,7 +199,7 @@ Image8 image(int w, int h, bool noisy) {
         for (int x = 0; x < w; ++x)
             for (int c = 0; c < 3; ++c)
                 im.pixels[(std::size_t(y) * std::size_t(w) + std::size_t(x)) * 3 + std::size_t(c)] =
-                    noisy ? std::uint8_t(rng() & 0xff) : std::uint8_t((x * 255 / w + y * 64 / h + c * 40) & 0xff);
+                    noisy ? std::uint8_t(rng() & 0xff) : std::uint8_t(40 + x * 150 / w + y * 30 / h + c * 10);
     return im;
 }
 
@@ -230,8 +234,17 @@ TEST(H264RoundTrip, AsTheReference) {
     const auto [lmean, lmx] = difference(smooth, h264_round_trip(smooth, 1));
     std::cout << "[ measured  ] crf 33, gradient 64x48: mean |diff| " << smean << ", max " << smx
               << "; crf 1: mean " << lmean << ", max " << lmx << "\n";
-    EXPECT_LT(smean, 6.0);
+    EXPECT_LT(smean, 3.0);
+    EXPECT_LT(lmean, 1.5);
     EXPECT_LE(lmean, smean);
+    // A photo-like frame: the gradient with mild noise (uniform +-12 levels).
+    Image8 grainy = smooth;
+    std::mt19937 rng(11);
+    for (auto & v : grainy.pixels) v = std::uint8_t(std::clamp(int(v) + int(rng() % 25) - 12, 0, 255));
+    const auto [gmean, gmx] = difference(grainy, h264_round_trip(grainy, 33));
+    std::cout << "[ measured  ] crf 33, gradient + uniform noise +-12, 64x48: mean |diff| " << gmean << ", max " << gmx << "\n";
+    EXPECT_GT(gmean, smean);
+    EXPECT_LT(gmean, 12.0);
     EXPECT_THROW(h264_round_trip(noisy, 52), ddo::UsageError);
     Image8 rgba = noisy;
     rgba.channels = 4;

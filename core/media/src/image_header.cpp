@@ -98,11 +98,10 @@ ImageHeader parse_jpeg(const Bytes & b, const std::string & describe) {
             h.orientation = exif_orientation(&b[data + 6], len - 8);
         } else if (m == 0xda) {  // start of scan: the entropy-coded data follows; the file must end with EOI
             if (!sof) damaged(describe, "the JPEG has no frame header (SOF) before its scan");
-            std::size_t last = b.size();
-            while (last > end && b[last - 1] == 0) --last;  // some writers pad after EOI
+            // Entropy-coded data stuffs every 0xff (ff 00), so the first ff d9 after the scan header is the EOI;
+            // trailers some cameras append after it (and MPO's second image) do not make the file truncated.
             bool eoi = false;
-            for (std::size_t i = last; i >= end + 2 && i + 16 >= last; --i)
-                if (b[i - 2] == 0xff && b[i - 1] == 0xd9) { eoi = true; break; }
+            for (std::size_t i = end; i + 1 < b.size() && !eoi; ++i) eoi = b[i] == 0xff && b[i + 1] == 0xd9;
             h.truncated = !eoi;
             return h;
         } else if (m == 0xd9) {
