@@ -52,6 +52,8 @@ Request resolve_request(model::ModelRun & run) {
     run.check_class("audio_vae/config.json", {"AutoencoderKLLTX2Audio"});
     run.check_class("connectors/config.json", {"LTX2TextConnectors"});
     run.check_class("vocoder/config.json", {"LTX2Vocoder", "LTX2VocoderWithBWE"});
+    run.refuse_if_set("workload.images", "ltx2_video takes no condition image yet (image-to-video: issue 28)");
+    run.refuse_if_set("workload.strength", "ltx2_video takes no condition image yet (image-to-video: issue 28)");
     // Where the prompt comes from: text (the checkpoint's Gemma-3 encodes it) or a --prompt-embeds file.
     r.prompt = model::PromptSource::of(run, r.w);
     if (r.prompt.encode_only)
