@@ -1,9 +1,10 @@
 // LTX-2 video VAE encoder parity against diffusers fixtures (tools/reference/ltx2_video_vae_encoder_fixtures.py):
-// one frame ([1, 3, 1, H, W], the image-to-video condition) -> several frames (1 + 8k) on a 2.0-like, a 2.3-like
-// and an odd config (stride-2 conv downsampler, a block without downsampler, non-causal, replicate padding); the
-// mode of the latent distribution (retrieve_latents(..., "argmax")); the pipelines' normalisation; spatial tiles
-// (tiled_encode) mapped from vae.tile_size / vae.tile_overlap; leaf_offload through the offload engine (group_leaf,
-// one group per leaf) bitwise equal to resident; config and checkpoint errors naming key / tensor and file.
+// one frame ([1, 3, 1, H, W], the image-to-video condition) -> several frames (1 + 8k) on a 2.0-like, a 2.3-like,
+// an odd config (stride-2 conv downsampler, a block without downsampler, non-causal, replicate padding) and the
+// pipelines' tiny one-block VAE; the mode of the latent distribution (retrieve_latents(..., "argmax")); the
+// pipelines' normalisation; spatial tiles (tiled_encode) mapped from vae.tile_size / vae.tile_overlap; leaf_offload
+// through the offload engine (group_leaf, one group per leaf) bitwise equal to resident; config and checkpoint
+// errors naming key / tensor and file.
 // Tolerances (fp32, CPU): latents max abs 1e-4 (latents of about unit size, printed); normalisation of the
 // reference latents 1e-6; encode + normalise 1e-3 (the latents' 1e-4 times scaling_factor / std, std >= 0.5);
 // leaf_offload vs resident: bitwise.
@@ -91,9 +92,9 @@ nlohmann::json config_json(const fs::path & dir) {
 
 }  // namespace
 
-TEST_F(Ltx2VideoVaeEncoder, EncodeOneFrame) { EXPECT_EQ(run_resident("_single"), 3); }
+TEST_F(Ltx2VideoVaeEncoder, EncodeOneFrame) { EXPECT_EQ(run_resident("_single"), 4); }
 
-TEST_F(Ltx2VideoVaeEncoder, EncodeSeveralFrames) { EXPECT_EQ(run_resident("_multi"), 4); }
+TEST_F(Ltx2VideoVaeEncoder, EncodeSeveralFrames) { EXPECT_EQ(run_resident("_multi"), 5); }
 
 TEST_F(Ltx2VideoVaeEncoder, Normalisation) {
     auto f = encode_fixture();
@@ -115,7 +116,7 @@ TEST_F(Ltx2VideoVaeEncoder, Normalisation) {
 TEST_F(Ltx2VideoVaeEncoder, EncodeOneFrameNormalised) {
     // The image-to-video condition end to end: encode one frame, take the mode, normalise.
     auto f = encode_fixture();
-    for (const std::string name : {"v20_single", "v23_single", "odd_single"}) {
+    for (const std::string name : {"v20_single", "v23_single", "odd_single", "tiny_single"}) {
         Vae vae(name.substr(0, name.find('_')));
         const auto stats = lt::read_video_latent_stats(vae.file, vae.config);
         const auto got = lt::normalize_video_latents(vae.encoder.encode(f.read(name + ".video")), stats.mean,
@@ -157,7 +158,7 @@ TEST_F(Ltx2VideoVaeEncoder, EncodeTiled) {
 }
 
 TEST_F(Ltx2VideoVaeEncoder, SpecsAndLeafGroupsCoverTheEncoder) {
-    for (const std::string name : {"v20", "v23", "odd"}) {
+    for (const std::string name : {"v20", "v23", "odd", "tiny"}) {
         Vae vae(name);
         std::set<std::string> specs, grouped, stored;
         for (const auto & [t, shape] : lt::video_vae_encoder_specs(vae.config)) EXPECT_TRUE(specs.insert(t).second) << t;
@@ -305,7 +306,7 @@ TEST_F(Ltx2VideoVaeEncoder, ConfigRejectsUnsupportedValues) {
              {"downsample_type", {"spatial", "sideways", "spatiotemporal", "spatiotemporal"}},
              {"downsample_type", {"spatial", "temporal"}},
              {"encoder_spatial_padding_mode", "mirror"},
-             {"layers_per_block", {1, 1, 1, 1}},
+             {"layers_per_block", {1, 1, 1}},
              {"spatio_temporal_scaling", {true, true, true}},
              {"block_out_channels", {16, 48, 64, 128}},   // 16 x 2 channels cannot be averaged into 48
              {"block_out_channels", {16, 32, 64, 132}}}) {  // not a multiple of 8
@@ -323,6 +324,12 @@ TEST_F(Ltx2VideoVaeEncoder, ConfigRejectsUnsupportedValues) {
     const auto e = error_of([&] { lt::VideoVaeConfig::from_json(j, file); });
     EXPECT_NE(e.find("'block_out_channels'"), std::string::npos) << e;
     EXPECT_NE(e.find("encoder block 1"), std::string::npos) << e;
+    // layers_per_block with one entry per block: the mid block takes the last (the pipelines' tiny VAEs).
+    j = base;
+    j["layers_per_block"] = {1, 2, 1, 3};
+    const auto c = lt::VideoVaeConfig::from_json(j, file);
+    EXPECT_EQ(c.down_blocks[3].layers, 3);
+    EXPECT_EQ(c.encoder_mid_layers, 3);
 }
 
 TEST_F(Ltx2VideoVaeEncoder, CheckpointErrorsNameTensorAndFile) {

@@ -15,13 +15,14 @@ diffusers-layout component folders: config.json + diffusion_pytorch_model.safete
         2.3 VAE's 1024 -> 1024), causal, zeros padding, patch 4 (32x space, 8x time)
   odd   what the class also takes: a stride-2 conv downsampler ("conv"), a block without downsampler, a block of 0
         resnets, non-causal, replicate padding, patch 1, scaling_factor 0.5 (4x space, 4x time)
+  tiny  the pipelines' tiny test VAE: one spatial block, layers_per_block (1,) shared with the mid block
 
 Tiles are set on the reference exactly as the C++ plan maps vae.tile_size / vae.tile_overlap:
 tile_sample_min_{height,width} = tile, tile_sample_stride_{height,width} = tile - overlap (use_tiling; the temporal
 tiled encode, use_framewise_decoding, stays off).
 
 Files written:
-  v20/ v23/ odd/             the tiny VAE checkpoints (fp32)
+  v20/ v23/ odd/ tiny/       the tiny VAE checkpoints (fp32)
   encode.safetensors         <case>.video (the input, pixels in [-1, 1]), <case>.latents (the mode, not normalised),
                              <case>.normalized (the latents normalised with the VAE's latents_mean / latents_std and
                              scaling_factor)
@@ -103,6 +104,20 @@ CONFIGS = {
         encoder_spatial_padding_mode="replicate",
         scaling_factor=0.5,
     ),
+    # The pipelines' tiny test VAE (ltx2_pipeline_fixtures.py): one block, layers_per_block of one entry shared by
+    # the block and the mid block.
+    "tiny": dict(
+        DECODER,
+        in_channels=3,
+        latent_channels=4,
+        block_out_channels=(8,),
+        layers_per_block=(1,),
+        spatio_temporal_scaling=(True,),
+        downsample_type=("spatial",),
+        patch_size=1,
+        patch_size_t=1,
+        encoder_causal=True,
+    ),
 }
 
 # name, vae, video shape [B, 3, F, H, W], tile px, overlap px
@@ -114,6 +129,8 @@ CASES = [
     ("v23_multi", "v23", (1, 3, 9, 64, 64), None, None),
     ("odd_single", "odd", (1, 3, 1, 12, 8), None, None),
     ("odd_multi", "odd", (2, 3, 9, 8, 12), None, None),
+    ("tiny_single", "tiny", (1, 3, 1, 6, 4), None, None),
+    ("tiny_multi", "tiny", (1, 3, 5, 4, 6), None, None),
     ("v20_tiled", "v20", (1, 3, 1, 96, 128), 64, 32),
     ("v20_tiled_multi", "v20", (1, 3, 9, 80, 64), 48, 16),
     ("v23_tiled", "v23", (1, 3, 1, 192, 160), 128, 64),

@@ -149,10 +149,17 @@ void derive_encoder_blocks(VideoVaeConfig & c) {
     const auto & f = c.file;
     const std::size_t n = c.block_out_channels.size();
     if (n == 0) unsupported(f, "block_out_channels", "is empty");
-    require_size(c.layers_per_block.size(), n + 1, f, "layers_per_block",
-                 "one more than block_out_channels: the encoder's mid block last");
-    require_size(c.spatio_temporal_scaling.size(), n, f, "spatio_temporal_scaling", "one per encoder block");
-    // Indexed per block by the reference: entries past the last block are never read.
+    // Indexed per block by the reference, and the mid block takes layers_per_block's last entry: n + 1 entries in
+    // the real configs, n in the pipelines' tiny test VAEs (the last block and the mid block share it); entries past
+    // those are never read.
+    if (c.layers_per_block.size() < n)
+        unsupported(f, "layers_per_block", "has " + std::to_string(c.layers_per_block.size()) +
+                                               " entries, expected at least " + std::to_string(n) +
+                                               " (one per encoder block, the last also the mid block's)");
+    if (c.spatio_temporal_scaling.size() < n)
+        unsupported(f, "spatio_temporal_scaling", "has " + std::to_string(c.spatio_temporal_scaling.size()) +
+                                                      " entries, expected at least " + std::to_string(n) +
+                                                      " (one per encoder block)");
     if (c.down_block_types.size() < n)
         unsupported(f, "down_block_types", "has " + std::to_string(c.down_block_types.size()) +
                                                " entries, expected at least " + std::to_string(n) +
@@ -203,7 +210,7 @@ void derive_encoder_blocks(VideoVaeConfig & c) {
         hidden = b.out_channels;
     }
     c.encoder_mid_channels = hidden;
-    c.encoder_mid_layers = c.layers_per_block[n];
+    c.encoder_mid_layers = c.layers_per_block.back();
 }
 
 }  // namespace
