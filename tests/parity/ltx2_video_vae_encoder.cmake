@@ -14,7 +14,9 @@ if(TARGET ddo_ltx2_video_vae)
     LIBS ddo_ltx2_video_vae)
   target_compile_definitions(ltx2_video_vae_encoder_parity_test PRIVATE
     LTX2_VIDEO_VAE_ENCODER_FIXTURE_DIR="${LTX2_VIDEO_VAE_ENCODER_FIXTURE_DIR}"
-    LTX2_VIDEO_VAE_PLUGIN_DIR="${CMAKE_BINARY_DIR}/lib/ddo/plugins")
+    LTX2_VIDEO_VAE_PLUGIN_DIR="${CMAKE_BINARY_DIR}/lib/ddo/plugins"
+    # The conditioning fixtures' pipeline-encoded condition images (ltx2_conditioning.cmake), when built.
+    LTX2_CONDITIONING_FIXTURE_DIR="${CMAKE_BINARY_DIR}/fixtures/ltx2_conditioning")
   add_dependencies(ltx2_video_vae_encoder_parity_test linear)
   target_precompile_headers(ltx2_video_vae_encoder_parity_test PRIVATE <ATen/ATen.h>)
 endif()

@@ -125,6 +125,33 @@ TEST_F(Ltx2VideoVaeEncoder, EncodeOneFrameNormalised) {
     }
 }
 
+TEST_F(Ltx2VideoVaeEncoder, PipelineConditionImagesEncodeAsTheReference) {
+    // The image-to-video and condition pipelines' own encode + normalise (ltx2_conditioning_fixtures.py: the tiny
+    // LTX-2.0 / 2.3 checkpoints' VAEs, the preprocessed images and the normalised latents the pipelines made).
+    const fs::path dir = LTX2_CONDITIONING_FIXTURE_DIR;
+    if (!fs::exists(dir / "reference.json"))
+        GTEST_SKIP() << dir << "/reference.json missing: build target ltx2_conditioning_fixtures";
+    for (const auto & [file, checkpoint, pixels, latents] : std::vector<std::tuple<std::string, std::string, std::string,
+                                                                                   std::string>>{
+             {"i2v_20", "checkpoint_20", "image", "image_latents"},
+             {"i2v_23", "checkpoint_23", "image", "image_latents"},
+             {"cond_23", "checkpoint_23", "cond0.pixels", "cond0.latents"},
+             {"cond_23", "checkpoint_23", "cond1.pixels", "cond1.latents"}}) {
+        const auto vae_dir = dir / checkpoint / "vae";
+        const auto config = lt::VideoVaeConfig::load(vae_dir);
+        const auto weights_file = TensorFile::open_component(vae_dir);
+        lt::validate_video_vae_encoder_checkpoint(weights_file, config);
+        lt::ResidentWeights w(weights_file, at::kFloat, at::Device(at::kCPU));
+        const lt::VideoVaeEncoder encoder(config, w);
+        const auto f = TensorFile::open_file(dir / (file + ".safetensors"));
+        auto video = f.read(pixels);
+        if (video.dim() == 4) video = video.unsqueeze(2);  // vae.encode(image.unsqueeze(2))
+        const auto stats = lt::read_video_latent_stats(weights_file, config);
+        const auto got = lt::normalize_video_latents(encoder.encode(video), stats.mean, stats.std, 1.0);
+        expect_close(file + " " + pixels + " -> " + latents, got, f.read(latents), kLatentTol);
+    }
+}
+
 TEST_F(Ltx2VideoVaeEncoder, EncodeTiled) {
     auto f = encode_fixture();
     int ran = 0;
