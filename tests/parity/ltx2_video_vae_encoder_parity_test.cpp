@@ -131,8 +131,8 @@ TEST_F(Ltx2VideoVaeEncoder, PipelineConditionImagesEncodeAsTheReference) {
     const fs::path dir = LTX2_CONDITIONING_FIXTURE_DIR;
     if (!fs::exists(dir / "reference.json"))
         GTEST_SKIP() << dir << "/reference.json missing: build target ltx2_conditioning_fixtures";
-    for (const auto & [file, checkpoint, pixels, latents] : std::vector<std::tuple<std::string, std::string, std::string,
-                                                                                   std::string>>{
+    using Case = std::tuple<std::string, std::string, std::string, std::string>;  // fixture, checkpoint, in, out
+    for (const auto & [file, checkpoint, pixels, latents] : std::vector<Case>{
              {"i2v_20", "checkpoint_20", "image", "image_latents"},
              {"i2v_23", "checkpoint_23", "image", "image_latents"},
              {"cond_23", "checkpoint_23", "cond0.pixels", "cond0.latents"},
@@ -188,7 +188,8 @@ TEST_F(Ltx2VideoVaeEncoder, SpecsAndLeafGroupsCoverTheEncoder) {
     for (const std::string name : {"v20", "v23", "odd", "tiny"}) {
         Vae vae(name);
         std::set<std::string> specs, grouped, stored;
-        for (const auto & [t, shape] : lt::video_vae_encoder_specs(vae.config)) EXPECT_TRUE(specs.insert(t).second) << t;
+        for (const auto & [t, shape] : lt::video_vae_encoder_specs(vae.config))
+            EXPECT_TRUE(specs.insert(t).second) << t;
         for (const auto & g : lt::video_vae_encoder_leaf_groups(vae.config)) {
             for (const auto & t : g.tensors) {
                 EXPECT_TRUE(grouped.insert(t).second) << t << " in two groups";
@@ -296,7 +297,8 @@ TEST_F(Ltx2VideoVaeEncoder, ConfigLayoutOfTheRealCheckpoints) {
     EXPECT_TRUE(c.encodable_pixels(512));
     EXPECT_FALSE(c.encodable_pixels(500));
     auto spec = lt::video_vae_encoder_specs(c);
-    EXPECT_EQ(lt::video_vae_encoder_leaf_groups(c).size(), 46u);  // 20 resnets x 2 convs, 4 downsamplers, conv_in, conv_out
+    // 20 resnets x 2 convs, 4 downsamplers, conv_in, conv_out.
+    EXPECT_EQ(lt::video_vae_encoder_leaf_groups(c).size(), 46u);
     EXPECT_EQ(spec.front().first, "encoder.conv_in.conv.weight");
     EXPECT_EQ(spec.front().second, (std::vector<int64_t>{128, 48, 3, 3, 3}));
     EXPECT_EQ(spec.back().first, "encoder.conv_out.conv.bias");

@@ -69,8 +69,8 @@ struct VideoVaeConfig {
     bool decoder_causal = true;  // the class default; the converted 2.0 / 2.3 checkpoints say false
     SpatialPadding decoder_spatial_padding = SpatialPadding::reflect;
     // The encoder (LTX2VideoEncoder3d): in_channels, block_out_channels, down_block_types, layers_per_block (one per
-    // block; the last entry is also the mid block's), spatio_temporal_scaling, downsample_type, encoder_causal (the encoder runs with it:
-    // encode passes causal=None), encoder_spatial_padding_mode.
+    // block; the last entry is also the mid block's), spatio_temporal_scaling, downsample_type, encoder_causal (the
+    // encoder runs with it: encode passes causal=None), encoder_spatial_padding_mode.
     int64_t in_channels = 3;
     std::vector<int64_t> block_out_channels{256, 512, 1024, 2048};
     std::vector<std::string> down_block_types{"LTX2VideoDownBlock3D", "LTX2VideoDownBlock3D", "LTX2VideoDownBlock3D",

@@ -45,7 +45,8 @@ at::Tensor VideoVaeEncoder::resnet(const at::Tensor & x, const std::string & p, 
                             config_.resnet_norm_eps);
 }
 
-at::Tensor VideoVaeEncoder::downsampler(const at::Tensor & x, const std::string & p, const VideoVaeDownBlock & b) const {
+at::Tensor VideoVaeEncoder::downsampler(const at::Tensor & x, const std::string & p,
+                                        const VideoVaeDownBlock & b) const {
     if (b.strided_conv) return conv(x, p + ".conv", 2);  // LTX2VideoCausalConv3d(stride 2), downsample_type "conv"
     const auto & s = b.stride;
     at::Tensor h = x;
