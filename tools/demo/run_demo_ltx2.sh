@@ -9,6 +9,8 @@
 # audio decode), and prints where video.mp4 (H.264 + AAC) and audio.wav are, what the MP4 holds, and the one-screen
 # summary of the report. The tiny transformer would fit low_ram_safe's resident set whole, so the demo caps it
 # (--set components.transformer.resident_budget_gb): most blocks stream every pass, as the real model's do.
+# Then the same run from a still (image-to-video, LTX2ImageToVideoPipeline: --image FILE on frame 0; the Qwen demo's
+# image when tools/ddo demo ran before, else a small PNG drawn here), written to output/i2v/.
 # The weights are random: the clip is noise with noise for sound. Usage: tools/demo/run_demo_ltx2.sh BUILD_DIR VENV
 set -euo pipefail
 BUILD="$(cd "${1:?usage: run_demo_ltx2.sh BUILD_DIR VENV}" && pwd)"
@@ -50,3 +52,41 @@ say "video:  $OUT/video.mp4"
 say "audio:  $OUT/audio.wav"
 say "report: $OUT/ddo_report.json"
 "$HOST" report summarize "$OUT/ddo_report.json"
+
+# Image-to-video: the condition frame is the Qwen demo's image when there is one, else a drawn gradient.
+STILL="$BUILD/demo/qwen_image_21/output/image.png"
+if [ ! -f "$STILL" ]; then
+  STILL="$DEMO/still.png"
+  "$VENV/bin/python" - "$STILL" <<'PY'
+import sys
+import numpy as np
+from PIL import Image
+y, x = np.mgrid[0:48, 0:64].astype(np.float32)
+rgb = np.stack([128 + 100 * np.sin(x / 6), 128 + 100 * np.cos(y / 5), 255 * x / 64], axis=-1)
+Image.fromarray(np.clip(rgb, 0, 255).astype(np.uint8)).save(sys.argv[1])
+PY
+fi
+I2V="$OUT/i2v"
+mkdir -p "$I2V"
+I2V_ARGS=("${ARGS[@]}")
+for i in "${!I2V_ARGS[@]}"; do
+  case "${I2V_ARGS[$i]}" in
+    --output) I2V_ARGS[$((i + 1))]="$I2V" ;;
+    --report) I2V_ARGS[$((i + 1))]="$I2V/ddo_report.json" ;;
+  esac
+done
+I2V_ARGS+=(--image "$STILL")
+echo
+say "image-to-video from $STILL: ddo-host ${I2V_ARGS[*]}"
+set +e
+"$HOST" "${I2V_ARGS[@]}"
+rc=$?
+set -e
+echo
+if [ "$rc" -ne 0 ]; then
+  say "ddo-host (image-to-video) exited with $rc; the report (status failed) is $I2V/ddo_report.json"
+  exit "$rc"
+fi
+say "video:  $I2V/video.mp4 (frame 0 conditioned on $STILL)"
+say "report: $I2V/ddo_report.json"
+"$HOST" report summarize "$I2V/ddo_report.json"
