@@ -92,6 +92,11 @@ void ModelRun::throw_option_type(const std::string & key, const std::string & so
 }
 
 Workload ModelRun::workload(const WorkloadDefaults & d) {
+    if (!latents_files_accepted_)
+        for (const auto & [file, flag] : {std::pair{&ctx_.save_latents, "--save-latents"}, {&ctx_.decode_latents, "--decode-latents"}})
+            if (!file->empty())
+                throw UsageError(std::string(flag) + " " + file->string() + ": plugin " + plugin_ +
+                                 " does not write or decode latents files (ltx2_video does); drop the flag");
     const auto & s = *ctx_.settings;
     auto pick = [&](const char * key, auto fallback) {
         using T = decltype(fallback);
@@ -296,11 +301,6 @@ void ModelRun::record_counters(const std::string & component, nlohmann::json cou
 }
 
 void ModelRun::record_checkpoint(const std::vector<std::string> & components) {
-    if (!latents_files_accepted_)
-        for (const auto & [file, flag] : {std::pair{&ctx_.save_latents, "--save-latents"}, {&ctx_.decode_latents, "--decode-latents"}})
-            if (!file->empty())
-                throw UsageError(std::string(flag) + " " + file->string() + ": plugin " + plugin_ +
-                                 " does not write or decode latents files (ltx2_video does); drop the flag");
     for (const auto & [c, file] : ctx_.component_files)
         if (std::find(components.begin(), components.end(), c) == components.end())
             throw UsageError("--" + store::component_flag(c) + " " + file.string() + ": this " + plugin_ +

@@ -103,7 +103,7 @@ public:
     // refuses them (UsageError naming the flag).
     const std::filesystem::path & save_latents_file() const noexcept { return ctx_.save_latents; }
     const std::filesystem::path & decode_latents_file() const noexcept { return ctx_.decode_latents; }
-    // The plugin honours --save-latents / --decode-latents: without this call record_checkpoint refuses them
+    // The plugin honours --save-latents / --decode-latents: without this call (before workload()) workload() refuses them
     // (UsageError naming the flag and the plugin).
     void accept_latents_files() noexcept { latents_files_accepted_ = true; }
     RunTracker * tracker() const noexcept { return ctx_.tracker; }
