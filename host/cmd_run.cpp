@@ -69,6 +69,7 @@ void require_utf8(const RunArgs & a) {
     if (a.negative_prompt) require_utf8(*a.negative_prompt, "--negative-prompt");
     for (const auto & [v, flag] : {std::pair{a.preset, "--preset"}, {a.model, "--model"}, {a.prompt_embeds, "--prompt-embeds"},
                                    {a.latents, "--latents"}, {a.output, "--output"}, {a.output_file, "--output-file"}, {a.report, "--report"},
+                                   {a.save_latents, "--save-latents"}, {a.decode_latents, "--decode-latents"},
                                    {a.transformer, "--transformer"}, {a.text_encoder, "--text-encoder"}})
         require_utf8(v, flag);
 }
@@ -146,7 +147,8 @@ void check_report_path(const RunArgs & a, const fs::path & report_path) {
 
 // Input files named on the command line exist (exit 2 naming the flag), before anything loads.
 void check_input_paths(const RunArgs & a) {
-    for (const auto & [v, flag] : {std::pair{a.prompt_embeds, "--prompt-embeds"}, {a.latents, "--latents"}})
+    for (const auto & [v, flag] : {std::pair{a.prompt_embeds, "--prompt-embeds"}, {a.latents, "--latents"},
+                                   {a.decode_latents, "--decode-latents"}})
         if (!v.empty() && !fs::is_regular_file(v))
             throw UsageError(std::string(flag) + " " + v + (fs::exists(v) ? " is not a regular file" : " does not exist") +
                              "; give a safetensors file");
@@ -155,6 +157,17 @@ void check_input_paths(const RunArgs & a) {
 // The output paths, before anything loads (exit 2): distinct from the report, writable. The files a plugin writes
 // are checked by the model kit (ModelRun::plan_images) once it knows their names.
 void check_output_paths(const RunArgs & a, const fs::path & report_path) {
+    if (!a.save_latents.empty()) {
+        if (canonical_of(a.save_latents) == canonical_of(report_path))
+            throw UsageError("--save-latents and --report are the same file (" + report_path.string() +
+                             "); the report would overwrite the latents");
+        if (fs::is_directory(a.save_latents))
+            throw UsageError("--save-latents " + a.save_latents + " is a directory; give a file name (latents.safetensors)");
+        if (!a.decode_latents.empty() && canonical_of(a.save_latents) == canonical_of(a.decode_latents))
+            throw UsageError("--save-latents and --decode-latents are the same file (" + a.save_latents +
+                             "); a decode-only run reads it, it writes no latents");
+        probe_dir(fs::path(a.save_latents).parent_path(), "--save-latents");
+    }
     if (!a.output_file.empty()) {
         if (canonical_of(a.output_file) == canonical_of(report_path))
             throw UsageError("--output-file and --report are the same file (" + report_path.string() +
@@ -295,6 +308,8 @@ void fill_run_context(RunContext & ctx, const RunArgs & a, const ResolvedSetting
     ctx.overwrite = a.overwrite;
     ctx.prompt_embeds = a.prompt_embeds;
     ctx.latents = a.latents;
+    if (!a.save_latents.empty()) ctx.save_latents = fs::absolute(a.save_latents);
+    if (!a.decode_latents.empty()) ctx.decode_latents = fs::absolute(a.decode_latents);
     if (!a.transformer.empty()) ctx.component_files["transformer"] = a.transformer;
     if (!a.text_encoder.empty()) ctx.component_files["text_encoder"] = a.text_encoder;
     ctx.encode_only = a.encode_only;
@@ -490,6 +505,13 @@ void install(CLI::App & app, HostOptions & options) {
     app.add_option("-p,--prompt", a->prompt, "prompt text (workload.prompt); needs a plugin with a text encoder")->group(g);
     app.add_option("--latents", a->latents, "initial noise: a safetensors file with tensor 'latents' (the pipeline's "
                                             "latents=) instead of the seeded draw")
+        ->group(g);
+    app.add_option("--save-latents", a->save_latents, "video plugins: write the denoised video and audio latents to "
+                                                      "this safetensors file (the workload in its metadata) before "
+                                                      "decoding, so that a failed decode is retried with --decode-latents")
+        ->group(g);
+    app.add_option("--decode-latents", a->decode_latents, "video plugins: decode a --save-latents file only (the VAEs "
+                                                          "and the vocoder; no text encoder, no denoising) into the outputs")
         ->group(g);
     app.add_option("-n,--negative-prompt", a->negative_prompt, "negative prompt (workload.negative_prompt)")->group(g);
     app.add_option("--cfg-scale", a->cfg_scale, "guidance scale (workload.guidance_scale); > 1 guides when there is "

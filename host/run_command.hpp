@@ -13,6 +13,7 @@ struct RunArgs {
     std::string plugin, preset;
     std::vector<std::string> sets;
     std::string model, prompt_embeds, latents, output, output_file, report;
+    std::string save_latents, decode_latents;  // --save-latents FILE, --decode-latents FILE (video plugins)
     std::string transformer, text_encoder;  // --transformer FILE, --text-encoder FILE (Note [Component files])
     std::vector<std::string> loras;         // --lora FILE[:STRENGTH] (repeatable): lora.adapters
     bool lora_allow_unmatched = false;      // --lora-allow-unmatched: lora.allow_unmatched = true

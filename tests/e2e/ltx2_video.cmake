@@ -2,7 +2,7 @@
 # a player sees them, the report's routes, unloads and owners, route equality, malformed checkpoints (exit 4) and
 # refusals (exit 2).
 if(TARGET ltx2_video AND TARGET ddo-host AND TARGET ddo_media AND DDO_PYTHON)
-  ddo_add_gtest(ltx2_video_test LABELS e2e TIMEOUT 600
+  ddo_add_gtest(ltx2_video_test LABELS e2e TIMEOUT 1200
     SOURCES ${CMAKE_CURRENT_LIST_DIR}/ltx2_video_test.cpp
     LIBS ddo_model ddo_media)
   target_compile_definitions(ltx2_video_test PRIVATE

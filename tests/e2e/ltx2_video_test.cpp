@@ -11,8 +11,11 @@
 #include <algorithm>
 #include <cmath>
 #include <functional>
+#include <cstdio>
+#include <cstdlib>
 #include <map>
 #include <fstream>
+#include <vector>
 #include <iostream>
 
 #include <nlohmann/json.hpp>
@@ -253,4 +256,218 @@ TEST(Ltx2VideoHost, ANonFiniteScheduleIsRefusedBeforeTheFirstStep) {
     EXPECT_NE(r.log.find("more steps"), std::string::npos) << r.log;
     for (const auto & step : r.report.at("steps")) EXPECT_NE(step.value("phase", ""), "denoise") << r.report.at("steps").dump();
     EXPECT_TRUE(r.report.at("outputs").empty());
+}
+
+// Issue 28 item 5, outputs a pipeline can use (Note [Latents files and streamed outputs]): --save-latents writes the
+// decode inputs before decoding, --decode-latents decodes such a file alone (no text encoder, connectors or DiT), and
+// both give the one-shot run's bytes: the PNG frames (plugin.ltx2_video.frames_png, or -o DIR/%05d.png), the WAV and
+// the MP4 (same encoder settings).
+namespace {
+
+struct ClipBytes {
+    std::string mp4, wav;
+    std::vector<std::string> pngs;
+};
+
+// The outputs of a run in `dir`: video.mp4, audio.wav and `frames` PNG frames named by `png_of(i)`.
+ClipBytes clip_bytes(const fs::path & dir, int frames, const std::function<fs::path(int)> & png_of) {
+    ClipBytes b;
+    b.mp4 = ddo::file_sha256(dir / "video.mp4").value_or("missing");
+    b.wav = ddo::file_sha256(dir / "audio.wav").value_or("missing");
+    for (int i = 0; i < frames; ++i) b.pngs.push_back(ddo::file_sha256(png_of(i)).value_or("missing"));
+    return b;
+}
+
+std::function<fs::path(int)> video_pngs(const fs::path & dir) {
+    return [dir](int i) {
+        char name[32];
+        std::snprintf(name, sizeof name, "video_%05d.png", i);
+        return dir / name;
+    };
+}
+
+std::string decode_args(const fs::path & ckpt, const fs::path & latents, const std::string & extra = "") {
+    return "--plugin ltx2 --model " + quoted(ckpt) + " --decode-latents " + quoted(latents) + " " + extra;
+}
+
+// A fresh temp directory for files that outlive one run_ddo_host call (its directory is removed after each run).
+fs::path scratch_dir(const std::string & tag) {
+    const fs::path d = fs::temp_directory_path() / ("ddo_e2e_" + std::to_string(::getpid()) + "_" + tag);
+    fs::remove_all(d);
+    fs::create_directories(d);
+    return d;
+}
+
+}  // namespace
+
+TEST(Ltx2VideoHost, SaveLatentsThenDecodeLatentsGivesTheOneShotBytes) {
+    const fs::path ckpt = kFixtures / "checkpoint_23";
+    const fs::path keep = scratch_dir("latents_keep");
+    const fs::path latents = keep / "clip.latents.safetensors";
+    const std::string frames_png = " --set plugin.ltx2_video.frames_png=true";
+    ClipBytes one_shot, saved, decoded, patterned;
+    auto r = run_ddo_host("ltx2_one_shot", guided_args(ckpt, frames_png),
+                          [&](const fs::path & dir) { one_shot = clip_bytes(dir, 5, video_pngs(dir)); });
+    ASSERT_EQ(r.exit_code, 0) << r.log;
+    ASSERT_EQ(r.report.at("outputs").size(), 3u);
+    const auto & seq = r.report.at("outputs")[2];
+    EXPECT_EQ(seq.at("kind"), "image/png");
+    EXPECT_EQ(seq.at("facts").at("frames"), 5);
+    EXPECT_NE(seq.at("facts").at("last").get<std::string>().find("video_00004.png"), std::string::npos);
+    // The frames are the MP4's input: the same RGB24 pixels hashed on both.
+    EXPECT_EQ(seq.at("facts").at("pixels_sha256"), r.report.at("outputs")[0].at("facts").at("streamed").at("pixels_sha256"));
+
+    r = run_ddo_host("ltx2_save", guided_args(ckpt, frames_png + " --save-latents " + quoted(latents)),
+                     [&](const fs::path & dir) { saved = clip_bytes(dir, 5, video_pngs(dir)); });
+    ASSERT_EQ(r.exit_code, 0) << r.log;
+    ASSERT_TRUE(fs::exists(latents));
+    EXPECT_EQ(r.report.at("outputs")[0].at("kind"), "application/x-safetensors");
+    EXPECT_EQ(r.report.at("outputs")[0].at("sha256"), ddo::file_sha256(latents).value_or("?"));
+    std::vector<std::string> phases;
+    for (const auto & p : r.report.at("phases")) phases.push_back(p.at("name"));
+    const auto at = [&](const char * n) { return std::find(phases.begin(), phases.end(), n) - phases.begin(); };
+    EXPECT_LT(at("save_latents"), at("decode_audio")) << "written before the first decoder loads";
+    EXPECT_LT(at("decode_audio"), at("decode"));
+    {  // the file: the decode inputs and the workload
+        const auto f = ddo::model::TensorFile::open_file(latents);
+        EXPECT_EQ(f.shape_of("video_latents"), (std::vector<int64_t>{1, 4, 3, 16, 16}));
+        EXPECT_EQ(f.shape_of("audio_latents").size(), 4u);
+        EXPECT_EQ(f.metadata().at("format"), "ddo.ltx2_video.latents");
+        const auto w = nlohmann::json::parse(f.metadata().at("workload"));
+        EXPECT_EQ(w.at("width"), 32);
+        EXPECT_EQ(w.at("frames"), 5);
+        EXPECT_EQ(w.at("fps"), 25.0);
+        EXPECT_EQ(w.at("steps"), 8);
+        const auto dec = nlohmann::json::parse(f.metadata().at("decoders"));
+        for (const char * c : {"vae", "audio_vae", "vocoder"}) EXPECT_TRUE(dec.at(c).contains("files")) << c;
+    }
+
+    r = run_ddo_host("ltx2_decode", decode_args(ckpt, latents, frames_png),
+                     [&](const fs::path & dir) { decoded = clip_bytes(dir, 5, video_pngs(dir)); });
+    ASSERT_EQ(r.exit_code, 0) << r.log;
+    EXPECT_EQ(r.report.at("workload").at("mode"), "decode_only");
+    EXPECT_EQ(r.report.at("identity").at("checkpoint").at("inputs").at("latents").at("sha256"),
+              ddo::file_sha256(latents).value_or("?"));
+    for (const char * c : {"text_encoder", "connectors", "transformer"})
+        EXPECT_FALSE(r.report.at("counters").contains(c)) << c << " is not loaded to decode";
+    for (const auto & p : r.report.at("phases")) EXPECT_NE(p.at("name"), "denoise");
+
+    // -o DIR/%05d.png: the frames under the pattern, the MP4 and the WAV beside them.
+    r = run_ddo_host("ltx2_decode_pattern", decode_args(ckpt, latents), [&](const fs::path & dir) {
+        const std::string cmd = std::string("'") + DDO_HOST_BIN + "' " + decode_args(ckpt, latents) + " -o " +
+                                quoted(dir / "frames" / "%05d.png") + " --report " + quoted(dir / "p.json") +
+                                " > /dev/null 2>&1";
+        ASSERT_EQ(std::system(cmd.c_str()), 0) << cmd;
+        patterned = clip_bytes(dir / "frames", 5, [&](int i) {
+            char name[16];
+            std::snprintf(name, sizeof name, "%05d.png", i);
+            return dir / "frames" / name;
+        });
+    });
+    ASSERT_EQ(r.exit_code, 0) << r.log;
+
+    for (const auto * b : {&saved, &decoded, &patterned}) {
+        EXPECT_EQ(b->mp4, one_shot.mp4);
+        EXPECT_EQ(b->wav, one_shot.wav);
+        EXPECT_EQ(b->pngs, one_shot.pngs);
+    }
+    for (const auto & s : one_shot.pngs) EXPECT_NE(s, "missing");
+    std::cout << "[ latents   ] one-shot = --save-latents = --decode-latents = -o %05d.png: mp4 "
+              << ddo::short_digest(one_shot.mp4) << ", wav " << ddo::short_digest(one_shot.wav) << ", 5 PNG frames\n";
+    fs::remove_all(keep);
+}
+
+// A SIGTERM while the video decodes (DDO_TEST_SIGNAL_AT_PHASE=decode: the process signals itself as the phase
+// begins) ends the run (exit 143, report interrupted) with the latents file written and no MP4 or temp file left;
+// --decode-latents then completes with the one-shot run's bytes.
+TEST(Ltx2VideoHost, SigtermDuringDecodeKeepsTheLatentsAndDecodeLatentsCompletes) {
+    const fs::path ckpt = kFixtures / "checkpoint_23";
+    const fs::path keep = scratch_dir("latents_sigterm");
+    const fs::path latents = keep / "clip.latents.safetensors";
+    ClipBytes one_shot, decoded;
+    auto r = run_ddo_host("ltx2_sig_one_shot", guided_args(ckpt),
+                          [&](const fs::path & dir) { one_shot = clip_bytes(dir, 0, {}); });
+    ASSERT_EQ(r.exit_code, 0) << r.log;
+    ::setenv("DDO_TEST_SIGNAL_AT_PHASE", "decode", 1);
+    r = run_ddo_host("ltx2_sig", guided_args(ckpt, "--save-latents " + quoted(latents)), [&](const fs::path & dir) {
+        EXPECT_FALSE(fs::exists(dir / "video.mp4"));
+        EXPECT_FALSE(fs::exists(dir / "audio.wav"));
+        for (const auto & e : fs::directory_iterator(dir))
+            EXPECT_EQ(e.path().filename().string().find(".tmp"), std::string::npos) << e.path();
+    });
+    ::unsetenv("DDO_TEST_SIGNAL_AT_PHASE");
+    EXPECT_EQ(r.exit_code, 143) << r.log;
+    EXPECT_EQ(r.report.at("status"), "interrupted");
+    EXPECT_NE(r.report.at("error").at("message").get<std::string>().find("decoding"), std::string::npos)
+        << r.report.at("error").dump();
+    ASSERT_EQ(r.report.at("outputs").size(), 1u);
+    EXPECT_EQ(r.report.at("outputs")[0].at("kind"), "application/x-safetensors");
+    ASSERT_TRUE(fs::exists(latents));
+
+    r = run_ddo_host("ltx2_sig_decode", decode_args(ckpt, latents),
+                     [&](const fs::path & dir) { decoded = clip_bytes(dir, 0, {}); });
+    ASSERT_EQ(r.exit_code, 0) << r.log;
+    EXPECT_EQ(decoded.mp4, one_shot.mp4);
+    EXPECT_EQ(decoded.wav, one_shot.wav);
+    fs::remove_all(keep);
+}
+
+// Bad latents files and flags that contradict one are refused before decoding (exit 2) naming the file and what
+// differs, the report written (failed, no output): not safetensors, a safetensors file of another kind, a tensor of
+// the wrong shape, a file whose workload is of another geometry than its tensors, another checkpoint's decoders, a
+// --width that differs from the file's, --save-latents with --decode-latents; --save-latents to another plugin.
+TEST(Ltx2VideoHost, BadLatentsFilesAreRefusedExit2) {
+    const fs::path ckpt = kFixtures / "checkpoint_23";
+    const fs::path keep = scratch_dir("latents_bad");
+    const fs::path good = keep / "good.safetensors";
+    ASSERT_EQ(run_ddo_host("ltx2_bad_save", guided_args(ckpt, "--save-latents " + quoted(good))).exit_code, 0);
+    const auto f = ddo::model::TensorFile::open_file(good);
+    const auto rewrite = [&](const std::string & name, const std::function<void(ddo::model::NamedTensors &,
+                                                                                  std::map<std::string, std::string> &)> & edit) {
+        ddo::model::NamedTensors t;
+        for (const auto & n : f.names()) t.push_back({n, f.read(n)});
+        auto meta = f.metadata();
+        edit(t, meta);
+        const fs::path p = keep / name;
+        std::ofstream(p, std::ios::binary) << ddo::model::encode_safetensors(t, meta);
+        return p;
+    };
+    const fs::path text = keep / "not_safetensors.safetensors";
+    std::ofstream(text) << "not a tensor file\n";
+    const fs::path wrong_shape = rewrite("wrong_shape.safetensors", [](auto & t, auto &) {
+        for (auto & [n, v] : t)
+            if (n == "video_latents") v = at::zeros({1, 4, 3, 16, 8});
+    });
+    const fs::path other_geometry = rewrite("other_geometry.safetensors", [](auto &, auto & meta) {
+        auto w = nlohmann::json::parse(meta.at("workload"));
+        w["width"] = 64;
+        meta["workload"] = w.dump();
+    });
+    struct Case {
+        std::string tag, args, names;
+    };
+    const std::vector<Case> cases = {
+        {"text", decode_args(ckpt, text), text.string()},
+        {"embeds", decode_args(ckpt, kFixtures / "prompt_embeds.safetensors"), "not an LTX-2 latents file"},
+        {"shape", decode_args(ckpt, wrong_shape), "[1, 4, 3, 16, 8]"},
+        {"geometry", decode_args(ckpt, other_geometry), "64x32"},
+        {"checkpoint", decode_args(kFixtures / "checkpoint_20", good), "differs"},
+        {"width", decode_args(ckpt, good, "--width 64"), "workload.width = 64"},
+        {"both", decode_args(ckpt, good, "--save-latents " + quoted(keep / "again.safetensors")), "--save-latents"},
+    };
+    for (const auto & c : cases) {
+        const auto r = run_ddo_host("ltx2_bad_latents_" + c.tag, c.args);
+        EXPECT_EQ(r.exit_code, 2) << c.tag << "\n" << r.log;
+        EXPECT_NE(r.log.find(c.names), std::string::npos) << c.tag << ": names " << c.names << "\n" << r.log;
+        if (c.tag != "text" && c.tag != "embeds" && c.tag != "both") {
+            EXPECT_NE(r.log.find("--decode-latents"), std::string::npos) << c.tag << "\n" << r.log;
+        }
+        ASSERT_TRUE(r.report.is_object()) << c.tag;
+        EXPECT_EQ(r.report.at("status"), "failed") << c.tag;
+        EXPECT_TRUE(r.report.at("outputs").empty()) << c.tag;
+    }
+    const auto r = run_ddo_host("ltx2_bad_latents_plugin", "--plugin ltx2_image --save-latents " + quoted(keep / "x.safetensors"));
+    EXPECT_EQ(r.exit_code, 2) << r.log;
+    EXPECT_NE(r.log.find("does not write or decode latents files"), std::string::npos) << r.log;
+    fs::remove_all(keep);
 }

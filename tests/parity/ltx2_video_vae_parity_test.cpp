@@ -12,6 +12,7 @@
 #include <c10/core/Allocator.h>
 #include <c10/util/ThreadLocalDebugInfo.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <functional>
@@ -394,4 +395,57 @@ TEST_F(Ltx2VideoVae, PeakActivationOfTemporalStreamVsResident) {
               << double(stream) / double(resident) << "x)\n";
     EXPECT_LT(stream, resident);
     EXPECT_EQ(a.sizes(), b.sizes());
+}
+
+// Issue 28 item 5: decode_video_frames hands temporal_stream's frames on window by window, bit for bit the frames
+// decode_video returns, in order and each once; a sink that turns each piece into RGB24 and lets it go (as the MP4
+// writer does) needs no whole-clip buffer. Measured with the c10 allocator reports on a 121-frame clip: the peak of
+// the streamed decode + conversion against the whole-clip decode + conversion (today's path before streaming), and the
+// whole-clip frame buffer F x H x W x 3 x (4 + 1) (float32 frames + uint8 copy).
+TEST_F(Ltx2VideoVae, StreamedFramesAreTheClipsAndNeedNoClipBuffer) {
+    Vae vae("v20");
+    const int64_t rt = vae.config.temporal_compression_ratio;
+    const auto z = at::randn({1, vae.config.latent_channels, 120 / rt + 1, 4, 4}, at::TensorOptions().dtype(at::kFloat));
+    const auto tiling = lt::VideoVaeTiling::from_plan({512, 64}, 16, vae.config);
+    vae.decoder.decode(z.narrow(2, 0, 1));  // reads (and caches) every weight before the measurement
+    const auto rgb24 = [](const at::Tensor & v) {
+        auto x = (v[0].to(at::kFloat) / 2 + 0.5).clamp(0, 1);
+        return (x * 255).round().to(at::kByte).permute({1, 2, 3, 0}).contiguous();
+    };
+    at::Tensor whole;
+    std::int64_t ev_whole = 0, ev_stream = 0;
+    const auto peak_whole = peak_bytes_of(
+        [&] {
+            whole = lt::decode_video(vae.decoder, z, {}, lt::VideoVaeStrategy::temporal_stream, tiling);
+            const auto rgb = rgb24(whole);
+        },
+        &ev_whole);
+    std::int64_t pieces = 0, biggest = 0;
+    const auto peak_stream = peak_bytes_of(
+        [&] {
+            lt::decode_video_frames(vae.decoder, z, {}, lt::VideoVaeStrategy::temporal_stream, tiling,
+                                    [&](const at::Tensor & f) {
+                                        const auto rgb = rgb24(f);
+                                        ++pieces;
+                                        biggest = std::max<std::int64_t>(biggest, rgb.size(0));
+                                    });
+        },
+        &ev_stream);
+    ASSERT_GT(ev_whole, 0);
+    ASSERT_GT(ev_stream, 0);
+    ASSERT_EQ(whole.size(2), 121);
+    int64_t at_frame = 0;
+    lt::decode_video_frames(vae.decoder, z, {}, lt::VideoVaeStrategy::temporal_stream, tiling, [&](const at::Tensor & f) {
+        EXPECT_TRUE(at::equal(f, whole.narrow(2, at_frame, f.size(2)))) << "frames " << at_frame << "+" << f.size(2);
+        at_frame += f.size(2);
+    });
+    EXPECT_EQ(at_frame, 121) << "every frame handed on once";
+    const std::int64_t buffer = whole.size(2) * whole.size(3) * whole.size(4) * 3 * (4 + 1);
+    std::cout << "[ memory    ] v20, 121 frames " << whole.size(3) << "x" << whole.size(4) << " in " << pieces
+              << " pieces (at most " << biggest << " frames): peak CPU bytes allocated, whole clip + RGB24 " << peak_whole
+              << ", streamed " << peak_stream << " (" << double(peak_stream) / double(peak_whole)
+              << "x); the whole-clip frame buffer " << buffer << "\n";
+    EXPECT_GT(pieces, 1);
+    EXPECT_LT(peak_stream, peak_whole);
+    EXPECT_LE(peak_stream, peak_whole - buffer / 2) << "streaming saves at least half the clip buffer";
 }

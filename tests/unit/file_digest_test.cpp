@@ -66,6 +66,23 @@ TEST(FileDigest, ChunkedMatchesOneShotAcrossChunkBoundaries) {
     EXPECT_EQ(d.size, bytes.size());
 }
 
+// Sha256Stream (the PNG frames' and pixels' hashes of a video run): pieces of any sizes give sha256_hex of the whole.
+TEST(FileDigest, Sha256StreamEqualsTheOneShotDigest) {
+    std::string data(100000, '\0');
+    for (std::size_t i = 0; i < data.size(); ++i) data[i] = char((i * 131 + 7) % 251);
+    Sha256Stream s;
+    std::size_t at = 0;
+    for (std::size_t piece : {std::size_t(0), std::size_t(1), std::size_t(63), std::size_t(64), std::size_t(4097)}) {
+        s.update(data.data() + at, piece);
+        at += piece;
+    }
+    s.update(data.data() + at, data.size() - at);
+    EXPECT_EQ(s.hex(), sha256_hex(data.data(), data.size()));
+    Sha256Stream abc;
+    abc.update("abc", 3);
+    EXPECT_EQ(abc.hex(), "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad");
+}
+
 TEST(FileDigest, LeavesTheDescriptorOffsetAlone) {
     TempDir tmp;
     write_file(tmp.path() / "f", "0123456789");

@@ -385,3 +385,42 @@ TEST_F(MediaWriter, UnwritableDirectoryIsNamed) {
     EXPECT_NE(m.find("audio " + (dir_ / "not_a_dir" / "audio.wav").string()), std::string::npos) << m;
     EXPECT_NE(m.find("Not a directory"), std::string::npos) << m;
 }
+
+// Mp4Writer (the incremental form a decoder streams into): frames added one at a time or in uneven batches give
+// write_mp4's bytes for the same frames and audio (the audio packets interleave in presentation order either way);
+// a writer dropped before finish() leaves no file and no temp file; finish() without a frame is refused.
+TEST_F(MediaWriter, Mp4WriterInBatchesGivesWriteMp4sBytes) {
+    const auto rgb = gradient_frames(kFrames, kWidth, kHeight);
+    const std::int64_t n = samples_for_video(48000);
+    const auto tone = tone_planar(n, 48000);
+    const AudioClip clip{tone.data(), n, AudioSpec{48000, 2}, SampleLayout::planar};
+    const VideoSpec spec{kWidth, kHeight, kFps};
+    const MediaTags tags{{"comment", "ddo test"}};
+    const WrittenVideo whole = write_mp4(dir_ / "whole.mp4", spec, rgb.data(), kFrames, &clip, Overwrite::refuse, tags);
+    const std::size_t frame_bytes = std::size_t(kWidth) * kHeight * 3;
+    for (const auto & batches : {std::vector<int>(kFrames, 1), std::vector<int>{3, 1, 8, 5}}) {
+        const fs::path p = dir_ / ("batched_" + std::to_string(batches.size()) + ".mp4");
+        Mp4Writer writer(p, spec, &clip, Overwrite::refuse, tags);
+        int at = 0;
+        for (int b : batches) {
+            writer.add_frames(rgb.data() + std::size_t(at) * frame_bytes, b);
+            at += b;
+        }
+        EXPECT_EQ(writer.frames(), kFrames);
+        const WrittenVideo w = writer.finish();
+        EXPECT_EQ(w.file.sha256, whole.file.sha256) << batches.size() << " batches";
+        EXPECT_TRUE(file_bytes(p) == file_bytes(dir_ / "whole.mp4")) << batches.size() << " batches";
+        EXPECT_EQ(w.frames, kFrames);
+    }
+    {
+        Mp4Writer dropped(dir_ / "dropped.mp4", spec, &clip);
+        dropped.add_frames(rgb.data(), 4);
+    }
+    EXPECT_FALSE(fs::exists(dir_ / "dropped.mp4"));
+    {
+        Mp4Writer empty(dir_ / "empty.mp4", spec, nullptr);
+        EXPECT_NE(message_of<ddo::UsageError>([&] { empty.finish(); }).find("at least one frame"), std::string::npos);
+    }
+    EXPECT_FALSE(fs::exists(dir_ / "empty.mp4"));
+    EXPECT_EQ(entries(), (std::vector<std::string>{"batched_17.mp4", "batched_4.mp4", "whole.mp4"}));
+}

@@ -46,6 +46,10 @@ struct RunContext {
     std::function<void(const ProgressEvent &)> progress;  // may be empty; called on the plugin's thread
     std::filesystem::path latents;                 // --latents FILE: initial noise instead of the seeded draw
     bool encode_only = false;                      // `ddo-host encode`: write prompt embeddings to output_file only
+    // --save-latents FILE: the denoised latents written (safetensors, the workload in its metadata) before decoding;
+    // --decode-latents FILE: decode such a file only (no text encoder, no denoising). Empty: not asked.
+    std::filesystem::path save_latents;
+    std::filesystem::path decode_latents;
     // --transformer FILE, --text-encoder FILE: component name -> a single file that replaces the folder's weights
     // (Note [Component files]). A plugin whose run does not read that component refuses it (exit 2).
     std::map<std::string, std::filesystem::path> component_files;

@@ -1,4 +1,4 @@
-// write_mp4 (video_writer.hpp): RGB24 frames -> libswscale (BT.709, limited range) -> libx264 (yuv420p, CRF) and float
+// Mp4Writer and write_mp4 (video_writer.hpp): RGB24 frames -> libswscale (BT.709, limited range) -> libx264 (yuv420p, CRF) and float
 // audio -> libswresample (fltp) -> FFmpeg's AAC encoder, muxed in presentation order by libavformat's mp4 muxer with
 // +faststart. Reference: FFmpeg 5.1 doc/examples/mux.c; diffusers' LTX-2 encode_video (diffusers/utils/export_utils.py).
 #include "ddo/media/video_writer.hpp"
@@ -28,7 +28,8 @@ using namespace detail;
 constexpr std::array<const char *, 10> kX264Presets = {"ultrafast", "superfast", "veryfast", "faster", "fast",
                                                        "medium",    "slow",      "slower",   "veryslow", "placebo"};
 
-void check_video(const VideoSpec & spec, const std::uint8_t * rgb, std::int64_t frames, const std::string & describe) {
+// The spec alone (Mp4Writer checks it when it opens; the frames come later).
+void check_spec(const VideoSpec & spec, const std::string & describe) {
     const std::string size = std::to_string(spec.width) + "x" + std::to_string(spec.height);
     if (spec.width <= 0 || spec.height <= 0)
         throw UsageError(describe + ": a video of " + size + " pixels cannot be written; give a positive width and height");
@@ -40,8 +41,9 @@ void check_video(const VideoSpec & spec, const std::uint8_t * rgb, std::int64_t 
                          std::to_string(w_up) + "x" + std::to_string(h_up) +
                          " instead (ddo does not pad or crop a model's frames)");
     }
-    if (frames <= 0 || rgb == nullptr)
-        throw UsageError(describe + ": a video needs at least one frame (got " + std::to_string(frames) + ")");
+}
+
+void check_rate(const VideoSpec & spec, const std::string & describe) {
     if (!std::isfinite(spec.fps) || spec.fps < 1.0 / 1001 || spec.fps > 1000)
         throw UsageError(describe + ": a frame rate of " + std::to_string(spec.fps) +
                          " fps is out of range (0, 1000]; pass the model's frame rate (LTX-2: 24 or 25)");
@@ -52,6 +54,18 @@ void check_video(const VideoSpec & spec, const std::uint8_t * rgb, std::int64_t 
     if (!known)
         throw UsageError(describe + ": '" + spec.preset + "' is not a libx264 preset; use one of ultrafast, superfast, " +
                          "veryfast, faster, fast, medium, slow, slower, veryslow, placebo");
+}
+
+void check_frames(const std::uint8_t * rgb, std::int64_t frames, const std::string & describe) {
+    if (frames <= 0 || rgb == nullptr)
+        throw UsageError(describe + ": a video needs at least one frame (got " + std::to_string(frames) + ")");
+}
+
+// write_mp4's checks, in its order: size, frames, rate.
+void check_video(const VideoSpec & spec, const std::uint8_t * rgb, std::int64_t frames, const std::string & describe) {
+    check_spec(spec, describe);
+    check_frames(rgb, frames, describe);
+    check_rate(spec, describe);
 }
 
 // The fraction num/den nearest to fps with den <= 1001, the smallest such den on a tie (as Python's
@@ -270,44 +284,9 @@ FramePtr make_sample_frame(const Encoder & sound, const AudioClip & audio, const
     return samples;
 }
 
-// 8. Every frame and sample encoded in presentation order across both streams, so the muxer interleaves without
-//    holding a whole stream; then both encoders flushed.
-void encode_streams(Encoder & video, Encoder & sound, const VideoSpec & spec, const std::uint8_t * rgb, std::int64_t frames,
-                    const AudioClip * audio, AVFormatContext * fmt, const std::string & describe) {
-    VideoFrames v = make_video_frames(spec, describe);
-    std::unique_ptr<ClipReader> reader;
-    FramePtr samples;
-    if (audio) {
-        reader = std::make_unique<ClipReader>(*audio, AV_SAMPLE_FMT_FLTP, describe);
-        samples = make_sample_frame(sound, *audio, describe);
-    }
-    PacketPtr pkt = make_packet(describe);
-    const std::size_t frame_bytes = std::size_t(spec.width) * std::size_t(spec.height) * 3;
-    std::int64_t next_frame = 0, next_sample = 0;
-    const std::int64_t total_samples = audio ? audio->frames : 0;
-    while (next_frame < frames || next_sample < total_samples) {
-        const bool take_video =
-            next_frame < frames && (next_sample >= total_samples ||
-                                    av_compare_ts(next_frame, video.ctx->time_base, next_sample, sound.ctx->time_base) <= 0);
-        if (take_video) {
-            make_writable(v.picture.get(), describe);
-            av_image_copy_plane(v.rgb->data[0], v.rgb->linesize[0], rgb + std::size_t(next_frame) * frame_bytes,
-                                spec.width * 3, spec.width * 3, spec.height);
-            sws_scale(v.sws.get(), v.rgb->data, v.rgb->linesize, 0, spec.height, v.picture->data, v.picture->linesize);
-            v.picture->pts = next_frame++;
-            encode(video, v.picture.get(), fmt, pkt.get(), describe);
-        } else {
-            make_writable(samples.get(), describe);
-            const int count = int(std::min<std::int64_t>(sound.ctx->frame_size, total_samples - next_sample));
-            reader->read(next_sample, count, samples.get());
-            samples->pts = next_sample;
-            next_sample += count;
-            encode(sound, samples.get(), fmt, pkt.get(), describe);
-        }
-    }
-    encode(video, nullptr, fmt, pkt.get(), describe);
-    if (audio) encode(sound, nullptr, fmt, pkt.get(), describe);
-}
+// 8. (Mp4Writer::add_frames, finish) Every frame and sample encoded in presentation order across both streams, so
+//    the muxer interleaves without holding a whole stream: before frame k, the audio frames that start before it;
+//    at the end the rest of the audio, then both encoders flushed.
 
 // 9. The trailer (index, +faststart) written and the file closed.
 void finish_mp4(OutputPtr & fmt, const std::string & describe) {
@@ -350,25 +329,104 @@ WrittenVideo written_video(WrittenFile file, const Codecs & codecs, const VideoS
 
 }  // namespace
 
-WrittenVideo write_mp4(const std::filesystem::path & path, const VideoSpec & spec, const std::uint8_t * rgb,
-                       std::int64_t frames, const AudioClip * audio, Overwrite overwrite, const MediaTags & tags) {
+struct Mp4Writer::State {
+    std::unique_ptr<AtomicOutput> out;  // destroyed last: the temp file goes after the muxer closed it
+    std::string describe;
+    Codecs codecs;
+    VideoSpec spec;
+    const AudioClip * audio = nullptr;
+    AVRational rate{0, 1};
+    OutputPtr fmt;
+    Encoder video, sound;
+    VideoFrames v;
+    std::unique_ptr<ClipReader> reader;
+    FramePtr samples;
+    PacketPtr pkt;
+    std::int64_t next_frame = 0, next_sample = 0, total_samples = 0;
+    bool finished = false;
+
+    void encode_audio_frame() {
+        make_writable(samples.get(), describe);
+        const int count = int(std::min<std::int64_t>(sound.ctx->frame_size, total_samples - next_sample));
+        reader->read(next_sample, count, samples.get());
+        samples->pts = next_sample;
+        next_sample += count;
+        encode(sound, samples.get(), fmt.get(), pkt.get(), describe);
+    }
+};
+
+Mp4Writer::Mp4Writer(const std::filesystem::path & path, const VideoSpec & spec, const AudioClip * audio,
+                     Overwrite overwrite, const MediaTags & tags)
+    : s_(std::make_unique<State>()) {
     const std::string pre_describe = "video " + path.string();
-    check_video(spec, rgb, frames, pre_describe);
+    check_spec(spec, pre_describe);
+    check_rate(spec, pre_describe);
     if (audio) check_clip(*audio, pre_describe);
     begin_libav_calls();
-    const Codecs codecs = find_codecs(audio, pre_describe);
+    auto & s = *s_;
+    s.codecs = find_codecs(audio, pre_describe);
+    s.spec = spec;
+    s.audio = audio;
+    s.out = std::make_unique<AtomicOutput>(path, overwrite, "video");
+    s.describe = s.out->describe();
+    const std::string url = file_url(s.out->temp_path().string());
+    s.fmt = open_muxer(url, tags, s.describe);
+    s.rate = frame_rate_fraction(spec.fps);
+    s.video = open_video_encoder(s.codecs.h264, spec, s.rate, s.fmt.get(), s.describe);
+    if (audio) s.sound = open_audio_encoder(s.codecs.aac, *audio, s.fmt.get(), s.describe);
+    write_header(s.fmt.get(), url, s.out->temp_path(), audio, s.describe);
+    s.v = make_video_frames(spec, s.describe);
+    if (audio) {
+        s.reader = std::make_unique<ClipReader>(*audio, AV_SAMPLE_FMT_FLTP, s.describe);
+        s.samples = make_sample_frame(s.sound, *audio, s.describe);
+        s.total_samples = audio->frames;
+    }
+    s.pkt = make_packet(s.describe);
+}
 
-    AtomicOutput out(path, overwrite, "video");
-    const std::string describe = out.describe();
-    const std::string url = file_url(out.temp_path().string());
-    OutputPtr fmt = open_muxer(url, tags, describe);
-    const AVRational rate = frame_rate_fraction(spec.fps);
-    Encoder video = open_video_encoder(codecs.h264, spec, rate, fmt.get(), describe);
-    Encoder sound = audio ? open_audio_encoder(codecs.aac, *audio, fmt.get(), describe) : Encoder{};
-    write_header(fmt.get(), url, out.temp_path(), audio, describe);
-    encode_streams(video, sound, spec, rgb, frames, audio, fmt.get(), describe);
-    finish_mp4(fmt, describe);
-    return written_video(out.commit(), codecs, spec, rate, frames, video, audio, sound);
+Mp4Writer::~Mp4Writer() = default;
+
+std::int64_t Mp4Writer::frames() const noexcept { return s_->next_frame; }
+
+void Mp4Writer::add_frames(const std::uint8_t * rgb, std::int64_t frames) {
+    auto & s = *s_;
+    if (s.finished) throw RuntimeError(s.describe + ": frames added after the video was finished");
+    check_frames(rgb, frames, s.describe);
+    begin_libav_calls();
+    const std::size_t frame_bytes = std::size_t(s.spec.width) * std::size_t(s.spec.height) * 3;
+    for (std::int64_t i = 0; i < frames; ++i) {
+        while (s.next_sample < s.total_samples &&
+               av_compare_ts(s.next_frame, s.video.ctx->time_base, s.next_sample, s.sound.ctx->time_base) > 0)
+            s.encode_audio_frame();
+        make_writable(s.v.picture.get(), s.describe);
+        av_image_copy_plane(s.v.rgb->data[0], s.v.rgb->linesize[0], rgb + std::size_t(i) * frame_bytes,
+                            s.spec.width * 3, s.spec.width * 3, s.spec.height);
+        sws_scale(s.v.sws.get(), s.v.rgb->data, s.v.rgb->linesize, 0, s.spec.height, s.v.picture->data,
+                  s.v.picture->linesize);
+        s.v.picture->pts = s.next_frame++;
+        encode(s.video, s.v.picture.get(), s.fmt.get(), s.pkt.get(), s.describe);
+    }
+}
+
+WrittenVideo Mp4Writer::finish() {
+    auto & s = *s_;
+    if (s.finished) throw RuntimeError(s.describe + ": finished twice");
+    if (s.next_frame == 0) check_frames(nullptr, 0, s.describe);
+    begin_libav_calls();
+    s.finished = true;
+    while (s.next_sample < s.total_samples) s.encode_audio_frame();
+    encode(s.video, nullptr, s.fmt.get(), s.pkt.get(), s.describe);
+    if (s.audio) encode(s.sound, nullptr, s.fmt.get(), s.pkt.get(), s.describe);
+    finish_mp4(s.fmt, s.describe);
+    return written_video(s.out->commit(), s.codecs, s.spec, s.rate, s.next_frame, s.video, s.audio, s.sound);
+}
+
+WrittenVideo write_mp4(const std::filesystem::path & path, const VideoSpec & spec, const std::uint8_t * rgb,
+                       std::int64_t frames, const AudioClip * audio, Overwrite overwrite, const MediaTags & tags) {
+    check_video(spec, rgb, frames, "video " + path.string());
+    Mp4Writer writer(path, spec, audio, overwrite, tags);
+    writer.add_frames(rgb, frames);
+    return writer.finish();
 }
 
 }  // namespace ddo::media

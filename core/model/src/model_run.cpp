@@ -4,7 +4,14 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cctype>
+#include <csignal>
+#include <cstdlib>
 #include <fstream>
+#include <optional>
+#include <thread>
+
+#include <unistd.h>
 
 
 #include "ddo/error.hpp"
@@ -85,6 +92,11 @@ void ModelRun::throw_option_type(const std::string & key, const std::string & so
 }
 
 Workload ModelRun::workload(const WorkloadDefaults & d) {
+    if (!latents_files_accepted_)
+        for (const auto & [file, flag] : {std::pair{&ctx_.save_latents, "--save-latents"}, {&ctx_.decode_latents, "--decode-latents"}})
+            if (!file->empty())
+                throw UsageError(std::string(flag) + " " + file->string() + ": plugin " + plugin_ +
+                                 " does not write or decode latents files (ltx2_video does); drop the flag");
     const auto & s = *ctx_.settings;
     auto pick = [&](const char * key, auto fallback) {
         using T = decltype(fallback);
@@ -216,6 +228,17 @@ void ModelRun::begin_phase(const std::string & base) {
     if (!ctx_.dry_run)
         for (auto * w : open_) w->begin_phase(name);
     if (ctx_.progress) ctx_.progress(ProgressEvent{name, 0, 0, 0, 0});
+    signal_at_phase_for_tests(name);
+}
+
+// Test hook (docs/validation.md): DDO_TEST_SIGNAL_AT_PHASE=<phase> sends this process SIGTERM when that phase begins
+// and waits (up to 10 s) until the host's signal watcher has seen it, so that a test interrupts a run at a chosen
+// phase deterministically, through the same path as a real SIGTERM. Unset: nothing.
+void ModelRun::signal_at_phase_for_tests(const std::string & name) const {
+    const char * at = std::getenv("DDO_TEST_SIGNAL_AT_PHASE");
+    if (!at || name != at || !ctx_.interrupted) return;
+    ::kill(::getpid(), SIGTERM);
+    for (int i = 0; i < 1000 && !ctx_.interrupted->load(); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(10));
 }
 
 void ModelRun::end_phase() {
@@ -269,6 +292,7 @@ void ModelRun::adjust(const std::string & key, const nlohmann::json & requested,
 }
 
 void ModelRun::record_workload(nlohmann::json workload) {
+    workload_ = workload;
     if (ctx_.tracker) ctx_.tracker->set_workload(std::move(workload));
 }
 
@@ -437,10 +461,94 @@ std::vector<fs::path> ModelRun::plan_images(int count, const std::string & stem)
     return paths;
 }
 
+namespace {
+
+// The conversion of a frame pattern: its position and length ("%05d" at 7), or UsageError naming -o.
+std::pair<size_t, size_t> frame_conversion(const fs::path & pattern) {
+    const std::string name = pattern.filename().string();
+    const auto bad = [&](const std::string & why) {
+        return UsageError("-o " + pattern.string() + ": " + why + "; a frame pattern names one file per frame with one "
+                          "%d conversion (frames/%05d.png: frames/00000.png, frames/00001.png, ...)");
+    };
+    if (pattern.extension() != ".png") throw bad("frames are written as PNG (.png)");
+    std::optional<std::pair<size_t, size_t>> found;
+    for (size_t i = 0; i < name.size(); ++i) {
+        if (name[i] != '%') continue;
+        if (i + 1 < name.size() && name[i + 1] == '%') {
+            ++i;
+            continue;
+        }
+        size_t j = i + 1;
+        while (j < name.size() && std::isdigit(static_cast<unsigned char>(name[j]))) ++j;
+        if (j >= name.size() || name[j] != 'd' || j - i - 1 > 2) throw bad("'" + name.substr(i) + "' is not a %d or %0Nd conversion");
+        if (found) throw bad("more than one conversion");
+        found = std::pair{i, j + 1 - i};
+        i = j;
+    }
+    if (!found) throw bad("no %d conversion");
+    return *found;
+}
+
+fs::path frame_file(const fs::path & pattern, std::int64_t i) {
+    const std::string name = pattern.filename().string();
+    const auto [at, len] = frame_conversion(pattern);
+    const std::string spec = name.substr(at + 1, len - 2);  // "05" of "%05d", "" of "%d"
+    const bool zeros = !spec.empty() && spec[0] == '0';
+    const size_t width = spec.empty() ? 0 : size_t(std::stoi(spec));
+    std::string num = std::to_string(i);
+    if (num.size() < width) num.insert(0, width - num.size(), zeros ? '0' : ' ');
+    std::string out;
+    for (size_t k = 0; k < name.size(); ++k) {
+        if (k == at) {
+            out += num;
+            k += len - 1;
+        } else if (name[k] == '%' && k + 1 < name.size() && name[k + 1] == '%') {
+            out += '%';
+            ++k;
+        } else {
+            out += name[k];
+        }
+    }
+    return pattern.parent_path() / out;
+}
+
+}  // namespace
+
+bool ModelRun::frame_pattern() const {
+    if (ctx_.output_file.empty() || ctx_.output_file.filename().string().find('%') == std::string::npos) return false;
+    frame_conversion(ctx_.output_file);
+    return true;
+}
+
+std::vector<fs::path> ModelRun::plan_frame_files(std::int64_t count, const fs::path & beside) {
+    const fs::path pattern = frame_pattern() ? ctx_.output_file
+                                             : beside.parent_path() / (beside.stem().string() + "_%05d.png");
+    std::vector<fs::path> paths;
+    std::error_code ec;
+    for (std::int64_t i = 0; i < count; ++i) {
+        const fs::path p = frame_file(pattern, i);
+        if (fs::exists(p) && !ctx_.overwrite)
+            throw UsageError("output " + p.string() + " exists; pass --overwrite to replace it, or choose another " +
+                             (frame_pattern() ? "-o pattern" : "--output"));
+        if (!ctx_.report_path.empty() && fs::weakly_canonical(fs::absolute(p), ec) == fs::weakly_canonical(fs::absolute(ctx_.report_path), ec))
+            throw UsageError("output " + p.string() + " is the report file (--report); choose another --report");
+        paths.push_back(p);
+    }
+    if (!paths.empty()) {
+        fs::create_directories(paths.front().parent_path(), ec);
+        // The first frame stands for the sequence: another run writing the same frames claims it too.
+        std::vector<PathLock> locks;
+        locks.push_back(PathLock::acquire(paths.front(), "output"));
+        frame_locks_ = std::move(locks);
+    }
+    return paths;
+}
+
 std::vector<fs::path> ModelRun::plan_outputs(const std::vector<std::string> & names) {
     std::vector<fs::path> paths;
+    const bool pattern = frame_pattern();
     for (size_t i = 0; i < names.size(); ++i) {
-        if (ctx_.output_file.empty()) {
+        if (ctx_.output_file.empty() || pattern) {
             paths.push_back(ctx_.output_dir / names[i]);
         } else {
             const auto ext = fs::path(names[i]).extension();
@@ -488,6 +596,42 @@ fs::path ModelRun::write_tensors(const std::vector<std::pair<std::string, at::Te
     if (ctx_.tracker)
         ctx_.tracker->add_output_written(p, "application/x-safetensors", bytes.size(), sha256_hex(bytes.data(), bytes.size()));
     return p;
+}
+
+fs::path ModelRun::plan_latents_file() {
+    const fs::path & p = ctx_.save_latents;
+    if (p.empty()) throw UsageError(plugin_ + ": no latents file: give --save-latents FILE");
+    std::error_code ec;
+    if (!ctx_.report_path.empty() && fs::weakly_canonical(fs::absolute(p), ec) == fs::weakly_canonical(fs::absolute(ctx_.report_path), ec))
+        throw UsageError("--save-latents " + p.string() + " is the report file (--report); choose another file");
+    for (const auto & o : planned_outputs_)
+        if (fs::weakly_canonical(fs::absolute(p), ec) == fs::weakly_canonical(fs::absolute(o), ec))
+            throw UsageError("--save-latents " + p.string() + " is also an output of this run; choose another file");
+    if (fs::exists(p) && !ctx_.overwrite)
+        throw UsageError("--save-latents " + p.string() + " exists; pass --overwrite to replace it, or choose another file");
+    fs::create_directories(p.parent_path(), ec);
+    latents_lock_ = PathLock::acquire(p, "latents file");
+    latents_out_ = p;
+    return p;
+}
+
+fs::path ModelRun::write_latents_file(const std::vector<std::pair<std::string, at::Tensor>> & tensors,
+                                      const std::map<std::string, std::string> & metadata, nlohmann::json facts) {
+    const fs::path p = latents_out_.empty() ? plan_latents_file() : latents_out_;
+    const std::string bytes = encode_safetensors(tensors, metadata);
+    write_text_atomically(p, bytes, "latents file");
+    if (ctx_.tracker)
+        ctx_.tracker->add_output_written(p, "application/x-safetensors", bytes.size(),
+                                         sha256_hex(bytes.data(), bytes.size()), std::move(facts));
+    log(1, "wrote " + p.string());
+    return p;
+}
+
+nlohmann::json ModelRun::component_identity(const std::string & component) const {
+    const auto id = checkpoint_.find("identity");
+    if (id == checkpoint_.end() || !id->contains("components")) return nullptr;
+    const auto & c = id->at("components");
+    return c.contains(component) ? c.at(component) : nlohmann::json(nullptr);
 }
 
 std::vector<fs::path> ModelRun::write_images(const at::Tensor & images, const std::string & stem) {

@@ -97,6 +97,26 @@ std::string xxh3_128_hex(const void * data, std::size_t size) {
     return to_hex(canonical.digest, sizeof(canonical.digest));
 }
 
+Sha256Stream::Sha256Stream() : ctx_(EVP_MD_CTX_new()) {
+    if (!ctx_ || EVP_DigestInit_ex(static_cast<EVP_MD_CTX *>(ctx_), EVP_sha256(), nullptr) != 1)
+        throw RuntimeError("SHA-256 stream: EVP_DigestInit_ex failed");
+}
+
+Sha256Stream::~Sha256Stream() { EVP_MD_CTX_free(static_cast<EVP_MD_CTX *>(ctx_)); }
+
+void Sha256Stream::update(const void * data, std::size_t size) {
+    if (EVP_DigestUpdate(static_cast<EVP_MD_CTX *>(ctx_), data, size) != 1)
+        throw RuntimeError("SHA-256 stream: EVP_DigestUpdate failed");
+}
+
+std::string Sha256Stream::hex() {
+    std::array<unsigned char, EVP_MAX_MD_SIZE> md{};
+    unsigned int md_len = 0;
+    if (EVP_DigestFinal_ex(static_cast<EVP_MD_CTX *>(ctx_), md.data(), &md_len) != 1)
+        throw RuntimeError("SHA-256 stream: EVP_DigestFinal_ex failed");
+    return to_hex(md.data(), md_len);
+}
+
 std::string sha256_hex(const void * data, std::size_t size) {
     std::array<unsigned char, EVP_MAX_MD_SIZE> md{};
     unsigned int md_len = 0;

@@ -28,6 +28,20 @@ FileDigest digest_fd(int fd /* borrowed */, const std::filesystem::path & path_f
 // SHA-256 of bytes in memory (an output before it is written: the report hashes what was written, not what a
 // later reader finds on disk).
 std::string sha256_hex(const void * data, std::size_t size);
+// SHA-256 of bytes given in pieces (a stream of frames hashed as they are written): the same digest as sha256_hex of
+// the pieces concatenated.
+class Sha256Stream {
+public:
+    Sha256Stream();
+    ~Sha256Stream();
+    Sha256Stream(const Sha256Stream &) = delete;
+    Sha256Stream & operator=(const Sha256Stream &) = delete;
+    void update(const void * data, std::size_t size);
+    std::string hex();  // lowercase hex; the stream is done after this
+private:
+    void * ctx_;  // EVP_MD_CTX
+};
+
 // XXH3-128 of bytes in memory, lowercase hex of the canonical form (as FileDigest::xxh3_128).
 std::string xxh3_128_hex(const void * data, std::size_t size);
 

@@ -28,7 +28,7 @@ LatentRatios VideoModel::ratios() const {
     r.audio_sample_rate = audio_vae_config.sample_rate;
     r.hop_length = audio_vae_config.mel_hop_length;
     r.mel_bins = audio_vae_config.mel_bins;
-    r.video_channels = transformer_config.in_channels;
+    r.video_channels = vae_config.latent_channels;  // the transformer's in_channels (open() checks them equal)
     r.audio_channels = audio_vae_config.latent_channels;
     return r;
 }
@@ -37,11 +37,10 @@ int64_t VideoModel::vocoder_sample_rate() const {
     return vocoder_bwe_config ? vocoder_bwe_config->output_sampling_rate : vocoder_config->output_sampling_rate;
 }
 
-VideoModel VideoModel::open(const std::filesystem::path & dir, const store::ComponentSource & transformer) {
-    VideoModel m;
-    m.dir = dir;
-    m.transformer_config = TransformerConfig::from_file(dir / "transformer" / "config.json");
-    m.connectors_config = ConnectorsConfig::from_file(dir / "connectors" / "config.json");
+namespace {
+
+// The decoders' configs and files, checked (open and open_decoders).
+void open_decoder_components(VideoModel & m, const std::filesystem::path & dir) {
     m.vae_config = VideoVaeConfig::load(dir / "vae");
     m.audio_vae_config = AudioVaeConfig::from_dir(dir / "audio_vae");
     const auto voc_json = read_vocoder_config(dir / "vocoder");
@@ -49,21 +48,44 @@ VideoModel VideoModel::open(const std::filesystem::path & dir, const store::Comp
     m.vocoder_kind = ltx2::vocoder_kind(voc_json, voc_file);
     if (m.vocoder_kind == VocoderKind::bwe) m.vocoder_bwe_config = VocoderBweConfig::from_json(voc_json, voc_file);
     else m.vocoder_config = VocoderConfig::from_json(voc_json, voc_file);
+    m.vae = model::TensorFile::open_component(dir / "vae");
+    m.audio_vae = model::TensorFile::open_component(dir / "audio_vae");
+    m.vocoder = model::TensorFile::open_component(dir / "vocoder");
+    validate_video_vae_checkpoint(m.vae, m.vae_config);
+    validate_audio_vae_decoder(m.audio_vae, m.audio_vae_config);
+    if (m.vocoder_bwe_config) validate_vocoder_bwe(m.vocoder, *m.vocoder_bwe_config);
+    else validate_vocoder(m.vocoder, *m.vocoder_config);
+    const int64_t mel_in = m.audio_vae_config.output_channels * m.audio_vae_config.mel_bins;
+    const int64_t voc_in = m.vocoder_bwe_config ? m.vocoder_bwe_config->vocoder.in_channels : m.vocoder_config->in_channels;
+    if (voc_in != mel_in)
+        contradiction(voc_file, "in_channels " + std::to_string(voc_in) + " but the audio VAE decodes " +
+                                    std::to_string(m.audio_vae_config.output_channels) + " x " +
+                                    std::to_string(m.audio_vae_config.mel_bins) + " mel channels");
+}
+
+}  // namespace
+
+VideoModel VideoModel::open_decoders(const std::filesystem::path & dir) {
+    VideoModel m;
+    m.dir = dir;
+    open_decoder_components(m, dir);
+    return m;
+}
+
+VideoModel VideoModel::open(const std::filesystem::path & dir, const store::ComponentSource & transformer) {
+    VideoModel m;
+    m.dir = dir;
+    m.transformer_config = TransformerConfig::from_file(dir / "transformer" / "config.json");
+    m.connectors_config = ConnectorsConfig::from_file(dir / "connectors" / "config.json");
+    open_decoder_components(m, dir);
     const auto sched = dir / "scheduler" / "scheduler_config.json";
     m.scheduler_json = read_config_json(sched);
     m.scheduler_config = model::FlowMatchConfig::from_json(m.scheduler_json, sched);
 
     m.transformer = model::TensorFile::open_component(transformer);
     m.connectors = model::TensorFile::open_component(dir / "connectors");
-    m.vae = model::TensorFile::open_component(dir / "vae");
-    m.audio_vae = model::TensorFile::open_component(dir / "audio_vae");
-    m.vocoder = model::TensorFile::open_component(dir / "vocoder");
     validate_transformer(m.transformer, m.transformer_config);
     validate_connectors(m.connectors, m.connectors_config);
-    validate_video_vae_checkpoint(m.vae, m.vae_config);
-    validate_audio_vae_decoder(m.audio_vae, m.audio_vae_config);
-    if (m.vocoder_bwe_config) validate_vocoder_bwe(m.vocoder, *m.vocoder_bwe_config);
-    else validate_vocoder(m.vocoder, *m.vocoder_config);
 
     // What the pipeline feeds from one component into the next.
     const auto & t = m.transformer_config;
@@ -85,12 +107,6 @@ VideoModel VideoModel::open(const std::filesystem::path & dir, const store::Comp
                       "latent_channels x mel_bins/4 = " + std::to_string(m.audio_vae_config.packed_features()) +
                           " packed features but the transformer's audio_in_channels is " +
                           std::to_string(t.audio_in_channels));
-    const int64_t mel_in = m.audio_vae_config.output_channels * m.audio_vae_config.mel_bins;
-    const int64_t voc_in = m.vocoder_bwe_config ? m.vocoder_bwe_config->vocoder.in_channels : m.vocoder_config->in_channels;
-    if (voc_in != mel_in)
-        contradiction(voc_file, "in_channels " + std::to_string(voc_in) + " but the audio VAE decodes " +
-                                    std::to_string(m.audio_vae_config.output_channels) + " x " +
-                                    std::to_string(m.audio_vae_config.mel_bins) + " mel channels");
     return m;
 }
 

@@ -43,6 +43,10 @@ struct VideoModel {
     // transformer: <model_dir>/transformer, or a file replacing its weights (--transformer FILE, Note [Component files]).
     static VideoModel open(const std::filesystem::path & model_dir, const store::ComponentSource & transformer);
     static VideoModel open(const std::filesystem::path & model_dir) { return open(model_dir, model_dir / "transformer"); }
+    // The decode stages only (--decode-latents): vae, audio_vae and vocoder opened and checked as open() checks
+    // them, the vocoder against the audio VAE's mel; the transformer, connectors and scheduler are not read
+    // (transformer_config, connectors_config and scheduler_* stay default, their TensorFiles empty).
+    static VideoModel open_decoders(const std::filesystem::path & model_dir);
 };
 
 }  // namespace ddo::ltx2

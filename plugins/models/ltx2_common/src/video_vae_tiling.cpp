@@ -127,8 +127,12 @@ at::Tensor decode_video_tiled(const VideoVaeDecoder & decoder, const at::Tensor 
                  tiles_per_piece(decoder.config(), tiling, z.size(3), z.size(4)));
 }
 
-at::Tensor decode_video_temporal(const VideoVaeDecoder & decoder, const at::Tensor & z, const at::Tensor & timestep,
-                                 const VideoVaeTiling & tiling, bool spatial_tiles, const VideoVaeProgress & progress) {
+namespace {
+
+// _temporal_tiled_decode, each window's final frames handed to `sink` as they are cropped.
+void temporal_windows(const VideoVaeDecoder & decoder, const at::Tensor & z, const at::Tensor & timestep,
+                      const VideoVaeTiling & tiling, bool spatial_tiles, const VideoVaeProgress & progress,
+                      const VideoFrameSink & sink) {
     const auto & c = decoder.config();
     require_consistent(c);
     const int64_t rt = c.temporal_compression_ratio;
@@ -145,7 +149,7 @@ at::Tensor decode_video_temporal(const VideoVaeDecoder & decoder, const at::Tens
         if (i == 0 || frames - i > 1) ++windows;
     const int total = int(windows) * (tiles ? tiles_per_piece(c, tiling, z.size(3), z.size(4)) : 1);
     int done = 0;
-    at::Tensor out, previous;
+    at::Tensor previous;
     int64_t at_frame = 0;
     for (int64_t i = 0, k = 0; i < frames; i += step, ++k) {
         const int64_t n = std::min(window, frames - i);
@@ -158,9 +162,6 @@ at::Tensor decode_video_temporal(const VideoVaeDecoder & decoder, const at::Tens
             decoded = decoder.decode(piece, timestep);
             report(progress, done, total);
         }
-        if (!out.defined())
-            out = at::empty({decoded.size(0), decoded.size(1), out_frames, decoded.size(3), decoded.size(4)},
-                            decoded.options());
         int64_t take = keep + 1;
         if (k > 0) {
             decoded = decoded.narrow(2, 0, decoded.size(2) - 1);
@@ -168,7 +169,7 @@ at::Tensor decode_video_temporal(const VideoVaeDecoder & decoder, const at::Tens
             take = keep;
         }
         take = std::min({take, decoded.size(2), out_frames - at_frame});
-        if (take > 0) out.narrow(2, at_frame, take).copy_(decoded.narrow(2, 0, take));
+        if (take > 0) sink(decoded.narrow(2, 0, take));
         at_frame += std::max<int64_t>(take, 0);
         previous = std::move(decoded);
     }
@@ -176,6 +177,20 @@ at::Tensor decode_video_temporal(const VideoVaeDecoder & decoder, const at::Tens
         throw UsageError(c.file.string() + ": the temporal windows of vae.temporal_frames = " +
                          std::to_string(tiling.tile_sample_min_num_frames) + " cover " + std::to_string(at_frame) +
                          " of " + std::to_string(out_frames) + " frames; use another vae.temporal_frames");
+}
+
+}  // namespace
+
+at::Tensor decode_video_temporal(const VideoVaeDecoder & decoder, const at::Tensor & z, const at::Tensor & timestep,
+                                 const VideoVaeTiling & tiling, bool spatial_tiles, const VideoVaeProgress & progress) {
+    const int64_t out_frames = (z.size(2) - 1) * decoder.config().temporal_compression_ratio + 1;
+    at::Tensor out;
+    int64_t at_frame = 0;
+    temporal_windows(decoder, z, timestep, tiling, spatial_tiles, progress, [&](const at::Tensor & f) {
+        if (!out.defined()) out = at::empty({f.size(0), f.size(1), out_frames, f.size(3), f.size(4)}, f.options());
+        out.narrow(2, at_frame, f.size(2)).copy_(f);
+        at_frame += f.size(2);
+    });
     return out;
 }
 
@@ -194,6 +209,16 @@ at::Tensor decode_video(const VideoVaeDecoder & decoder, const at::Tensor & z, c
     auto out = decoder.decode(z, timestep);
     if (progress) progress(1, 1);
     return out;
+}
+
+void decode_video_frames(const VideoVaeDecoder & decoder, const at::Tensor & z, const at::Tensor & timestep,
+                         VideoVaeStrategy strategy, const VideoVaeTiling & tiling, const VideoFrameSink & sink,
+                         const VideoVaeProgress & progress) {
+    const auto & c = decoder.config();
+    if (z.dim() == 5 && strategy == VideoVaeStrategy::temporal_stream &&
+        z.size(2) > tiling.tile_sample_min_num_frames / c.temporal_compression_ratio)
+        return temporal_windows(decoder, z, timestep, tiling, true, progress, sink);
+    sink(decode_video(decoder, z, timestep, strategy, tiling, progress));
 }
 
 at::Tensor encode_video_tiled(const VideoVaeEncoder & encoder, const at::Tensor & video, const VideoVaeTiling & t,

@@ -53,6 +53,17 @@ at::Tensor decode_video(const VideoVaeDecoder & decoder, const at::Tensor & z, c
                         VideoVaeStrategy strategy, const VideoVaeTiling & tiling,
                         const VideoVaeProgress & progress = {});
 
+// Decoded frames handed on as they become final: [B, 3, n, H, W] pieces of the clip, in order, n >= 1.
+using VideoFrameSink = std::function<void(const at::Tensor & frames)>;
+
+// decode_video with the frames handed to `sink` instead of returned, so that no whole-clip buffer exists: with
+// temporal windows (temporal_stream and more latent frames than a window), each window's frames as soon as they are
+// blended with the previous window's tail (final: no later window touches them); otherwise the whole clip once. The
+// frames are decode_video's, bit for bit. Note [Video VAE strategies].
+void decode_video_frames(const VideoVaeDecoder & decoder, const at::Tensor & z, const at::Tensor & timestep,
+                         VideoVaeStrategy strategy, const VideoVaeTiling & tiling, const VideoFrameSink & sink,
+                         const VideoVaeProgress & progress = {});
+
 // The two strategies on their own (decode_video's dispatch calls them): tiled_decode and _temporal_tiled_decode.
 at::Tensor decode_video_tiled(const VideoVaeDecoder & decoder, const at::Tensor & z, const at::Tensor & timestep,
                               const VideoVaeTiling & tiling, const VideoVaeProgress & progress = {});

@@ -21,6 +21,7 @@ const char * const kOptions[] = {"plugin.ltx2_video.stg_scale",
                                  "plugin.ltx2_video.use_cross_timestep",
                                  "plugin.ltx2_video.decode_timestep",
                                  "plugin.ltx2_video.max_sequence_length",
+                                 "plugin.ltx2_video.frames_png",
                                  "plugin.ltx2_video.image_crf",
                                  "plugin.ltx2_video.upsampler",
                                  "plugin.ltx2_video.stage2_sigmas",
@@ -30,7 +31,7 @@ const char * const kPipelineClasses[] = {"LTX2Pipeline", nullptr};
 
 constexpr ddo::model::PluginDefinition kPlugin{
     "ltx2_video",
-    "0.1.0",
+    ddo::ltx2::kLtx2VideoVersion,
     kAliases,
     "LTX-2 text -> video with stereo audio (Gemma-3, audio+video DiT, video VAE, audio VAE, vocoder) from a prompt or "
     "prompt embeddings",

@@ -2,12 +2,16 @@
 // resolve_request -> open_checkpoint -> plan_run (clip size, guidance, prompt embeddings, schedule, plans) ->
 // encode_prompt (Gemma-3, unloaded; `ddo-host encode` ends here) -> encode_text (connectors; a dry run ends here) ->
 // encode_conditions (the condition images through the VAE encoder) -> denoise_clip (stage 1; with an upsampler the
-// upsampler and stage 2: clip_stages.hpp) -> decode_video_latents -> decode_audio_latents -> write_outputs (MP4 + WAV).
+// upsampler and stage 2: clip_stages.hpp) -> decode_inputs (--save-latents writes them) -> decode_audio_latents ->
+// decode_video_latents, its frames streamed into the MP4 (and PNG frames) as they become final -> write_output (MP4
+// finished, WAV). --decode-latents FILE runs the decode stages alone (run_decode_only). Note [Latents files and
+// streamed outputs].
 #include "plugin_run.hpp"
 
 #include <ATen/ATen.h>
 
 #include <cmath>
+#include <filesystem>
 
 #include "audio_vae_decoder.hpp"
 #include "clip_stages.hpp"
@@ -15,7 +19,11 @@
 #include "ddo/error.hpp"
 #include "ddo/media/video_writer.hpp"
 #include "ddo/media/wav_writer.hpp"
+#include "ddo/model/image_output.hpp"
 #include "ddo/model/run_request.hpp"
+#include "ddo/model/tensor_file.hpp"
+#include "ddo/util/build_info.hpp"
+#include "ddo/util/file_digest.hpp"
 #include "latents.hpp"
 #include "prompt_encoder.hpp"
 #include "run_stages.hpp"
@@ -32,6 +40,7 @@ namespace ddo::ltx2 {
 namespace {
 
 constexpr const char * kPlugin = "ltx2_video";
+constexpr const char * kLatentsFormat = "ddo.ltx2_video.latents";  // a --save-latents file's metadata "format"
 
 // LTX2Pipeline's defaults (diffusers 0.42: 768x512, 121 frames at 24 fps, 30 steps, guidance 3 / STG 1 on block 28 /
 // modality 3 / rescale 0.7, audio 7 / 1 / 3 / 0.7, use_cross_timestep).
@@ -356,16 +365,41 @@ std::optional<ConnectorsOutput> encode_text(model::ModelRun & run, const Request
     return text;
 }
 
-// Phase "decode": the video latents de-normalised and decoded with the strategy decided up front (vae.strategy,
-// auto per seed 003's table; leaf_offload runs the decoder's leaf groups on the engine's dynamic route).
-at::Tensor decode_video_latents(model::ModelRun & run, const model::Workload & w, const VideoModel & m,
-                                const RunPlan & p, const at::Tensor & latents) {
+// What the decode stages take (diffusers' output_type="latent"): the video latents [B, C, F', H', W'] and the audio
+// latents [B, C, L, M], both de-normalised, in the compute dtype. --save-latents writes exactly these and
+// --decode-latents reads them back, so a decode from the file is the one-shot run's decode.
+struct DecodeInputs {
+    at::Tensor video, audio;
+};
+
+// The denoised (packed, normalised) latents unpacked and de-normalised with the VAEs' statistics (read from their
+// files; no weights load): the video as LTX2Pipeline unpacks then de-normalises it, the audio de-normalised while
+// packed, then unpacked.
+DecodeInputs decode_inputs(const VideoModel & m, const LatentGeometry & geo, at::ScalarType dtype,
+                           const Denoised & latents) {
+    auto z = unpack_video(latents.video, geo).to(dtype);
+    const auto stats = read_video_latent_stats(m.vae, m.vae_config);
+    z = denormalize_video_latents(z, stats.mean, stats.std, m.vae_config.scaling_factor);
+    const auto & ac = m.audio_vae_config;
+    auto packed = latents.audio.to(dtype);
+    const auto mean = m.audio_vae.weight("latents_mean", {ac.base_channels}, dtype).to(packed.device());
+    const auto std_ = m.audio_vae.weight("latents_std", {ac.base_channels}, dtype).to(packed.device());
+    if (packed.dim() != 3 || packed.size(2) != mean.size(0))
+        throw RuntimeError("ltx2_video: packed audio latents must be [B, L, " + std::to_string(mean.size(0)) +
+                           "] (the length of audio_vae latents_mean), got " + model::shape_str(packed.sizes()));
+    return {z, unpack_audio_latents(packed * std_ + mean, ac.latent_mel_bins())};
+}
+
+// Phase "decode": the de-normalised video latents decoded with the strategy decided up front (vae.strategy, auto per
+// seed 003's table; leaf_offload runs the decoder's leaf groups on the engine's dynamic route), each piece of final
+// frames handed to `sink` as it is ready (temporal_stream: window by window; otherwise the whole clip once).
+void decode_video_latents(model::ModelRun & run, const model::Workload & w, const VideoModel & m, const RunPlan & p,
+                          const at::Tensor & z, const VideoFrameSink & sink) {
     run.begin_phase("decode");
     const auto & choice = p.vae_choice;
     model::ComponentPlan vae_plan = p.vae;
     if (choice.strategy == VideoVaeStrategy::leaf_offload) vae_plan.route = engine::Route::dynamic;
     auto vae = open_engine_component(run, vae_plan, "vae", video_vae_leaf_groups(m.vae_config), w.dtype);
-    auto z = unpack_video(latents, p.clip.geo).to(w.dtype);
     at::Tensor t;
     const double decode_timestep = p.guidance.decode_timestep;
     if (m.vae_config.timestep_conditioning) {
@@ -376,25 +410,21 @@ at::Tensor decode_video_latents(model::ModelRun & run, const model::Workload & w
                              ": decode noise (the pipeline's second draw from its generator) is not implemented; use 0");
         t = at::full({1}, decode_timestep, z.options());
     }
-    const auto stats = read_video_latent_stats(m.vae, m.vae_config);
-    z = denormalize_video_latents(z, stats.mean, stats.std, m.vae_config.scaling_factor);
     VideoVaeDecoder decoder(m.vae_config, *vae.view);
     decoder.set_stage_check(run.decode_stage_check());
-    auto pixels = decode_video(decoder, z, t, choice.strategy, choice.tiling, run.decode_piece_progress("piece"));
+    decode_video_frames(decoder, z, t, choice.strategy, choice.tiling, sink, run.decode_piece_progress("piece"));
     run.record_route("vae", choice.requested, video_vae_strategy_name(choice.strategy), choice.reason);
     unload(run, vae);
-    return pixels;
 }
 
-// Phase "decode_audio": de-normalise while packed, unpack, audio VAE -> mel (unloaded) -> vocoder (HiFi-GAN or BWE,
-// unloaded) -> waveform [1, 2, samples].
+// Phase "decode_audio": the de-normalised audio latents [B, C, L, M] -> audio VAE -> mel (unloaded) -> vocoder
+// (HiFi-GAN or BWE, unloaded) -> waveform [1, 2, samples]. Decoded before the video, so that the MP4 muxer has the
+// audio when the first frame arrives.
 at::Tensor decode_audio_latents(model::ModelRun & run, const model::Workload & w, const VideoModel & m,
                                 const RunPlan & p, const at::Tensor & latents) {
     run.begin_phase("decode_audio");
     auto avae = open_engine_component(run, p.audio_vae, "audio_vae", audio_vae_decoder_groups(m.audio_vae_config), w.dtype);
-    auto packed = denormalize_audio_latents(*avae.view, latents.to(w.dtype));
-    const auto mel = AudioVaeDecoder(m.audio_vae_config)
-                         .decode(*avae.view, unpack_audio_latents(packed, m.audio_vae_config.latent_mel_bins()));
+    const auto mel = AudioVaeDecoder(m.audio_vae_config).decode(*avae.view, latents);
     unload(run, avae);
     run.check_interrupted("before the vocoder");
     at::Tensor waveform;
@@ -411,7 +441,7 @@ at::Tensor decode_audio_latents(model::ModelRun & run, const model::Workload & w
 }
 
 // [B, 3, F, H, W] in [-1, 1] -> uint8 [F, H, W, 3] of sample 0 (postprocess_video's clamp(x / 2 + 0.5, 0, 1), then
-// numpy_to_pil's (x * 255).round()).
+// numpy_to_pil's (x * 255).round()). Per pixel: a piece of the clip gives the clip's bytes for its frames.
 at::Tensor to_rgb24(const at::Tensor & video) {
     auto x = (video[0].to(at::kFloat) / 2 + 0.5).clamp(0, 1);
     return (x * 255).round().to(at::kByte).permute({1, 2, 3, 0}).contiguous().to(at::kCPU);
@@ -429,38 +459,338 @@ nlohmann::json mp4_facts(const media::WrittenVideo & mp4) {
     return f;
 }
 
-// Phase "write_output": the MP4 (frames + the waveform) and the WAV, each atomically, recorded with its facts.
-void write_outputs(model::ModelRun & run, const model::Workload & w, const VideoModel & m, const RunPlan & p,
-                   const at::Tensor & pixels, const at::Tensor & waveform) {
-    run.begin_phase("write_output");
-    const auto rgb = to_rgb24(pixels);
-    const auto pcm = waveform[0].to(at::kFloat).to(at::kCPU).contiguous();  // planar [2, samples]
-    media::AudioClip clip;
-    clip.samples = pcm.data_ptr<float>();
-    clip.frames = pcm.size(1);
-    clip.spec = {int(m.vocoder_sample_rate()), int(pcm.size(0))};
-    clip.layout = media::SampleLayout::planar;
-    media::VideoSpec vs;
-    vs.width = int(rgb.size(2));
-    vs.height = int(rgb.size(1));
-    vs.fps = w.fps;
-    const auto overwrite = run.overwrite() ? media::Overwrite::replace : media::Overwrite::refuse;
-    const media::MediaTags tags{{"comment", std::string("ddo ") + kPlugin}};
-    const auto mp4 = media::write_mp4(p.outputs[0], vs, rgb.data_ptr<std::uint8_t>(), rgb.size(0), &clip, overwrite, tags);
-    run.record_output(mp4.file.path, "video/mp4", mp4.file.size, mp4.file.sha256, mp4_facts(mp4));
-    const auto wav = media::write_wav(p.outputs[1], clip, overwrite, tags);
-    run.record_output(wav.file.path, "audio/wav", wav.file.size, wav.file.sha256,
-                      {{"codec", wav.codec}, {"sample_rate", wav.sample_rate}, {"channels", wav.channels},
-                       {"samples", wav.samples}, {"duration_s", wav.duration_s}});
+// The outputs beyond the MP4 and WAV, planned before anything loads: --save-latents, and the PNG frames
+// (-o frames/%05d.png or plugin.ltx2_video.frames_png).
+struct OutputPlan {
+    bool save_latents = false;
+    std::vector<std::filesystem::path> frames;  // empty: no PNG frames
+};
+
+OutputPlan plan_extra_outputs(model::ModelRun & run, const RunPlan & p) {
+    OutputPlan o;
+    if (p.outputs.empty()) {  // nothing is written (ddo-host encode, no prompt): the flags are refused or unused
+        if (!run.save_latents_file().empty())
+            throw UsageError("--save-latents " + run.save_latents_file().string() + ": this run writes no video; drop "
+                             "the flag");
+        return o;
+    }
+    if (!run.save_latents_file().empty()) {
+        run.plan_latents_file();
+        o.save_latents = true;
+    }
+    if (run.frame_pattern() || run.option<bool>("frames_png", false))
+        o.frames = run.plan_frame_files(p.clip.frames, p.outputs[0]);
+    return o;
+}
+
+// The MP4 and the PNG frames written as the decoder hands the frames on (no whole-clip frame buffer): the waveform is
+// decoded first, so that media::Mp4Writer interleaves its packets as write_mp4 does (the same bytes). finish() ends
+// the MP4 and writes the WAV, each atomically, recorded with its facts; frames are recorded as one output (count,
+// first / last file, SHA-256 of the PNG files' bytes in order and of the RGB24 pixels in order).
+class ClipOutputs {
+public:
+    ClipOutputs(model::ModelRun & run, const model::Workload & w, const VideoModel & m, const RunPlan & p,
+                const OutputPlan & o, const at::Tensor & waveform)
+        : run_(run), p_(p), o_(o), pcm_(waveform[0].to(at::kFloat).to(at::kCPU).contiguous()) {  // planar [2, samples]
+        clip_.samples = pcm_.data_ptr<float>();
+        clip_.frames = pcm_.size(1);
+        clip_.spec = {int(m.vocoder_sample_rate()), int(pcm_.size(0))};
+        clip_.layout = media::SampleLayout::planar;
+        media::VideoSpec vs;
+        vs.width = int(p.clip.width);
+        vs.height = int(p.clip.height);
+        vs.fps = w.fps;
+        mp4_.emplace(p.outputs[0], vs, &clip_, overwrite(), tags());
+    }
+
+    // frames: [1, 3, n, H, W] in [-1, 1], the next frames of the clip.
+    void add(const at::Tensor & frames) {
+        const auto rgb = to_rgb24(frames);
+        if (rgb.size(1) != p_.clip.height || rgb.size(2) != p_.clip.width)
+            throw RuntimeError("ltx2_video: the VAE decoded " + std::to_string(rgb.size(2)) + "x" +
+                               std::to_string(rgb.size(1)) + " frames for a " + std::to_string(p_.clip.width) + "x" +
+                               std::to_string(p_.clip.height) + " clip");
+        const auto * data = rgb.data_ptr<std::uint8_t>();
+        const std::size_t frame_bytes = std::size_t(rgb.size(1) * rgb.size(2) * 3);
+        mp4_->add_frames(data, rgb.size(0));
+        pixels_.update(data, frame_bytes * std::size_t(rgb.size(0)));
+        for (int64_t i = 0; i < rgb.size(0); ++i, ++written_) {
+            if (o_.frames.empty()) continue;
+            if (std::size_t(written_) >= o_.frames.size())
+                throw RuntimeError("ltx2_video: the VAE decoded more frames than the " + std::to_string(o_.frames.size()) +
+                                   " planned");
+            const auto png = model::write_png(o_.frames[std::size_t(written_)], data + std::size_t(i) * frame_bytes,
+                                              std::uint32_t(rgb.size(2)), std::uint32_t(rgb.size(1)), 3,
+                                              {{"Software", "ddo"}, {"ddo:plugin", kPlugin},
+                                               {"ddo:frame", std::to_string(written_)}});
+            png_bytes_ += png.size();
+            pngs_.update(png.data(), png.size());
+        }
+        peak_piece_bytes_ = std::max<std::uint64_t>(peak_piece_bytes_, std::uint64_t(frames.numel()) * frames.element_size() +
+                                                                           std::uint64_t(rgb.numel()));
+    }
+
+    void finish(model::ModelRun & run) {
+        run.begin_phase("write_output");
+        const auto mp4 = mp4_->finish();
+        auto facts = mp4_facts(mp4);
+        facts["streamed"] = {{"largest_piece_bytes", peak_piece_bytes_},
+                             {"whole_clip_bytes", whole_clip_bytes()},
+                             {"pixels_sha256", pixels_.hex()}};
+        run.record_output(mp4.file.path, "video/mp4", mp4.file.size, mp4.file.sha256, facts);
+        const auto wav = media::write_wav(p_.outputs[1], clip_, overwrite(), tags());
+        run.record_output(wav.file.path, "audio/wav", wav.file.size, wav.file.sha256,
+                          {{"codec", wav.codec}, {"sample_rate", wav.sample_rate}, {"channels", wav.channels},
+                           {"samples", wav.samples}, {"duration_s", wav.duration_s}});
+        if (!o_.frames.empty()) {
+            if (written_ != int64_t(o_.frames.size()))
+                throw RuntimeError("ltx2_video: " + std::to_string(written_) + " frames decoded of the " +
+                                   std::to_string(o_.frames.size()) + " planned");
+            run.record_output(o_.frames.front(), "image/png", png_bytes_, pngs_.hex(),
+                              {{"sequence", true}, {"frames", written_}, {"first", o_.frames.front().string()},
+                               {"last", o_.frames.back().string()}, {"width", p_.clip.width},
+                               {"height", p_.clip.height}, {"channels", 3}, {"bit_depth", 8},
+                               {"sha256_of", "the PNG files' bytes, in frame order"},
+                               {"pixels_sha256", facts["streamed"]["pixels_sha256"]}});
+        }
+    }
+
+private:
+    media::Overwrite overwrite() const { return run_.overwrite() ? media::Overwrite::replace : media::Overwrite::refuse; }
+    static media::MediaTags tags() { return {{"comment", std::string("ddo ") + kPlugin}}; }
+    // The buffers a whole-clip decode holds: the float [3, F, H, W] frames and the uint8 [F, H, W, 3] copy.
+    std::uint64_t whole_clip_bytes() const {
+        return std::uint64_t(p_.clip.frames * p_.clip.height * p_.clip.width * 3) * (4 + 1);
+    }
+
+    model::ModelRun & run_;
+    const RunPlan & p_;
+    const OutputPlan & o_;
+    at::Tensor pcm_;
+    media::AudioClip clip_;
+    std::optional<media::Mp4Writer> mp4_;
+    Sha256Stream pixels_, pngs_;
+    std::uint64_t png_bytes_ = 0, peak_piece_bytes_ = 0;
+    int64_t written_ = 0;
+};
+
+// --save-latents: the decode inputs and what a decode needs to reproduce this run's outputs, in one safetensors file
+// written atomically before the first decoder loads (Note [Latents files and streamed outputs]).
+void save_latents(model::ModelRun & run, const DecodeInputs & in) {
+    run.begin_phase("save_latents");
+    nlohmann::json decoders = nlohmann::json::object();
+    for (const char * c : {"vae", "audio_vae", "vocoder"}) decoders[c] = run.component_identity(c);
+    const auto & b = build_info();
+    const std::map<std::string, std::string> meta{
+        {"format", kLatentsFormat},
+        {"format_version", "1"},
+        {"layout", "video_latents [B, C, F', H', W'] and audio_latents [B, C, L, M], de-normalised: what the video "
+                   "and audio VAE decoders take (diffusers LTX2Pipeline output_type=\"latent\")"},
+        {"workload", run.recorded_workload().dump()},
+        {"decoders", decoders.dump()},
+        {"plugin", kPlugin},
+        {"plugin_version", kLtx2VideoVersion},
+        {"ddo_version", b.version + " (" + b.git_revision + ")"}};
+    run.write_latents_file({{"video_latents", in.video}, {"audio_latents", in.audio}}, meta,
+                           {{"video_latents", in.video.sizes().vec()}, {"audio_latents", in.audio.sizes().vec()},
+                            {"dtype", c10::toString(in.video.scalar_type())}, {"format", kLatentsFormat}});
+}
+
+// After denoising (or from a latents file): the audio decoded, then the video streamed into the outputs.
+void decode_and_write(model::ModelRun & run, const model::Workload & w, const VideoModel & m, const RunPlan & p,
+                      const OutputPlan & o, const DecodeInputs & in) {
+    const auto waveform = decode_audio_latents(run, w, m, p, in.audio);
+    ClipOutputs out(run, w, m, p, o, waveform);
+    decode_video_latents(run, w, m, p, in.video, [&](const at::Tensor & frames) { out.add(frames); });
+    out.finish(run);
+}
+
+// A --decode-latents file, read and checked against itself: the format and both tensors. UsageError (exit 2) naming
+// the file for anything else (not safetensors, another format, a tensor missing or of another rank).
+struct LatentsFile {
+    std::filesystem::path path;
+    nlohmann::json workload, decoders;
+    at::Tensor video, audio;
+};
+
+LatentsFile read_latents_file(const std::filesystem::path & path) {
+    const std::string what = "--decode-latents " + path.string();
+    const std::string fix = "; give a file written by ddo-host --plugin ltx2_video --save-latents";
+    std::optional<model::TensorFile> f;
+    try {
+        f.emplace(model::TensorFile::open_file(path));
+    } catch (const Error & e) {
+        throw UsageError(what + ": not a readable safetensors file (" + e.what() + ")" + fix);
+    }
+    const auto & meta = f->metadata();
+    const auto get = [&](const std::string & key) {
+        const auto it = meta.find(key);
+        if (it == meta.end()) throw UsageError(what + ": no '" + key + "' in its metadata: not an LTX-2 latents file" + fix);
+        return it->second;
+    };
+    if (get("format") != kLatentsFormat)
+        throw UsageError(what + ": its format is '" + get("format") + "', not " + kLatentsFormat + fix);
+    if (get("format_version") != "1")
+        throw UsageError(what + ": format_version " + get("format_version") + " (this ltx2_video reads 1)" + fix);
+    LatentsFile l;
+    l.path = path;
+    try {
+        l.workload = nlohmann::json::parse(get("workload"));
+        l.decoders = nlohmann::json::parse(get("decoders"));
+    } catch (const nlohmann::json::exception & e) {
+        throw UsageError(what + ": its workload / decoders metadata is not JSON (" + e.what() + ")" + fix);
+    }
+    for (const auto & [name, rank] : {std::pair{"video_latents", 5}, {"audio_latents", 4}})
+        if (!f->contains(name) || f->shape_of(name).size() != std::size_t(rank))
+            throw UsageError(what + ": " + (f->contains(name) ? "tensor " + std::string(name) + " is " +
+                                                                     model::shape_str(f->shape_of(name)) + ", not rank " +
+                                                                     std::to_string(rank)
+                                                               : "no tensor " + std::string(name)) + fix);
+    try {
+        l.video = f->read("video_latents");
+        l.audio = f->read("audio_latents");
+    } catch (const Error & e) {
+        throw UsageError(what + ": " + e.what() + fix);
+    }
+    for (const char * k : {"width", "height", "frames", "fps", "steps", "seed", "decode_timestep", "latent"})
+        if (!l.workload.contains(k)) throw UsageError(what + ": its workload metadata has no '" + std::string(k) + "'" + fix);
+    return l;
+}
+
+// What differs between the decoder identity a latents file recorded and this checkpoint's ("" when nothing does):
+// the config's SHA-256 and each weight file's name, size and header hash (checkpoint.identity).
+std::string identity_difference(const std::string & component, const nlohmann::json & was, const nlohmann::json & is) {
+    if (was.is_null() || is.is_null()) return "";
+    const auto config_sha = [](const nlohmann::json & id) {
+        return id.contains("config") && id.at("config").is_object() ? id.at("config").value("sha256", "") : std::string();
+    };
+    if (config_sha(was) != config_sha(is))
+        return component + "/config.json differs (sha256 " + short_digest(config_sha(was)) + " in the file, " +
+               short_digest(config_sha(is)) + " in this checkpoint)";
+    const auto files = [](const nlohmann::json & id) {
+        std::map<std::string, std::string> m;
+        if (id.contains("files"))
+            for (const auto & f : id.at("files"))
+                m[f.value("file", "")] = std::to_string(f.value("size", 0ull)) + "/" + f.value("header_xxh3_128", "");
+        return m;
+    };
+    const auto a = files(was), b = files(is);
+    if (a != b) {
+        for (const auto & [name, id] : a)
+            if (!b.contains(name) || b.at(name) != id)
+                return component + "/" + name + " differs (size / header hash " + id + " in the file, " +
+                       (b.contains(name) ? b.at(name) : std::string("absent")) + " in this checkpoint)";
+        return component + " has other weight files than the file records";
+    }
+    return "";
+}
+
+// --decode-latents FILE: the decode stages alone on the checkpoint's vae, audio_vae and vocoder (no text encoder,
+// no connectors, no DiT): the clip's geometry, fps and decode_timestep come from the file; flags that contradict
+// it, and a file that does not fit these decoders, are refused (exit 2) naming the file and what differs.
+void run_decode_only(model::ModelRun & run) {
+    const auto & file = run.decode_latents_file();
+    const std::string what = "--decode-latents " + file.string();
+    run.require_model_dir();
+    run.check_class("vae/config.json", {"AutoencoderKLLTX2Video"});
+    run.check_class("audio_vae/config.json", {"AutoencoderKLLTX2Audio"});
+    run.check_class("vocoder/config.json", {"LTX2Vocoder", "LTX2VocoderWithBWE"});
+    if (!run.save_latents_file().empty())
+        throw UsageError(what + " with --save-latents: a decode-only run writes no latents (the file is " +
+                         file.string() + "); drop --save-latents");
+    if (!run.prompt_embeds().empty() || !run.latents_file().empty())
+        throw UsageError(what + ": a decode-only run takes no " +
+                         std::string(run.prompt_embeds().empty() ? "--latents" : "--prompt-embeds") +
+                         " (the latents file holds the denoised clip); drop it");
+    for (const char * k : {"workload.prompt", "workload.negative_prompt", "workload.sigmas", "workload.guidance_scale"})
+        run.refuse_if_set(k, what + " decodes the file only (its denoising is done); drop it");
+    const auto l = read_latents_file(file);
+    const auto & lw = l.workload;
+    model::WorkloadDefaults d;
+    d.width = lw.at("width").get<int64_t>();
+    d.height = lw.at("height").get<int64_t>();
+    d.frames = lw.at("frames").get<int64_t>();
+    d.fps = lw.at("fps").get<double>();
+    d.steps = lw.at("steps").get<int>();
+    d.seed = lw.at("seed").get<std::uint64_t>();
+    const auto w = run.workload(d);
+    const auto conflict = [&](const std::string & key, const nlohmann::json & asked, const nlohmann::json & held) {
+        if (asked != held)
+            throw UsageError(key + " = " + asked.dump() + " but " + what + " holds " + held.dump() + " (" + key.substr(key.find('.') + 1) +
+                             " comes from the file in a decode-only run); drop " + key + " or decode another file");
+    };
+    conflict("workload.width", w.width, d.width);
+    conflict("workload.height", w.height, d.height);
+    conflict("workload.frames", w.frames, d.frames);
+    conflict("workload.fps", w.fps, d.fps);
+    conflict("workload.steps", w.steps, d.steps);
+    conflict("workload.seed", w.seed, d.seed);
+    RunPlan p;
+    p.guidance.decode_timestep = lw.at("decode_timestep").is_null() ? 0.0 : lw.at("decode_timestep").get<double>();
+    conflict("plugin.ltx2_video.decode_timestep", run.option<double>("decode_timestep", p.guidance.decode_timestep),
+             p.guidance.decode_timestep);
+
+    run.begin_phase("load");
+    run.record_checkpoint({"vae", "audio_vae", "vocoder"});
+    run.record_input("latents", file);
+    const VideoModel m = VideoModel::open_decoders(run.model_dir());
+    for (const char * c : {"vae", "audio_vae", "vocoder"}) {
+        const auto diff = identity_difference(c, l.decoders.value(c, nlohmann::json(nullptr)), run.component_identity(c));
+        if (!diff.empty())
+            throw UsageError(what + " was written with other decoders than " + run.model_dir().string() + "'s: " + diff +
+                             "; decode it with the checkpoint that denoised it");
+    }
+    const auto geo = latent_geometry(m.ratios(), d.frames, d.height, d.width, d.fps);
+    const auto & ac = m.audio_vae_config;
+    const std::vector<int64_t> want_video{1, m.vae_config.latent_channels, geo.latent_frames, geo.latent_height, geo.latent_width};
+    const std::vector<int64_t> want_audio{1, ac.latent_channels, geo.audio_frames, ac.latent_mel_bins()};
+    const auto check_shape = [&](const char * name, const at::Tensor & t, const std::vector<int64_t> & want) {
+        if (t.sizes().vec() != want)
+            throw UsageError(what + ": tensor " + std::string(name) + " is " + model::shape_str(t.sizes()) + " but a " +
+                             std::to_string(d.width) + "x" + std::to_string(d.height) + ", " + std::to_string(d.frames) +
+                             "-frame clip at " + nlohmann::json(d.fps).dump() + " fps on " + run.model_dir().string() +
+                             "'s decoders takes " + model::shape_str(want) + " (latent channels, latent mel bins: the "
+                             "file is from another checkpoint or geometry)");
+    };
+    check_shape("video_latents", l.video, want_video);
+    check_shape("audio_latents", l.audio, want_audio);
+
+    p.clip = {d.width, d.height, d.frames, geo};
+    p.outputs = run.plan_outputs({"video.mp4", "audio.wav"});
+    const OutputPlan o = plan_extra_outputs(run, p);
+    p.vae = run.plan("vae");
+    p.audio_vae = run.plan("audio_vae");
+    p.vocoder = run.plan("vocoder");
+    p.device = p.vae.placement.device();
+    p.vae_choice = choose_video_vae_strategy(p.vae, m.vae, m.vae_config, 1, d.frames, d.width, d.height, w.dtype,
+                                             p.vae.vae_tiles.temporal_frames);
+    if (!m.vae_config.timestep_conditioning && p.guidance.decode_timestep != 0.0)
+        run.adjust("plugin.ltx2_video.decode_timestep", p.guidance.decode_timestep, nullptr,
+                   "the VAE is not timestep-conditioned (vae/config.json timestep_conditioning = false): LTX2Pipeline "
+                   "ignores decode_timestep");
+    run.record_workload({{"model", kPlugin}, {"mode", "decode_only"}, {"latents_file", file.string()},
+                         {"width", d.width}, {"height", d.height}, {"frames", d.frames}, {"fps", d.fps},
+                         {"latent", lw.at("latent")}, {"steps", d.steps}, {"seed", d.seed},
+                         {"decode_timestep", p.guidance.decode_timestep}, {"dtype", c10::toString(w.dtype)},
+                         {"latents_dtype", c10::toString(l.video.scalar_type())}, {"device", p.device.str()},
+                         {"vae_strategy", video_vae_strategy_name(p.vae_choice.strategy)},
+                         {"vae_decision", vae_decision_json(p.vae_choice)},
+                         {"audio_sample_rate", m.vocoder_sample_rate()}, {"denoised_by", lw}});
+    if (run.dry_run()) return;
+    const DecodeInputs in{l.video.to(p.device, w.dtype), l.audio.to(p.device, w.dtype)};
+    decode_and_write(run, w, m, p, o, in);
 }
 
 }  // namespace
 
 void run_ltx2_video(model::ModelRun & run) {
+    run.accept_latents_files();
+    if (!run.decode_latents_file().empty()) return run_decode_only(run);
     const auto r = resolve_request(run);
     const auto c = open_checkpoint(run, r);
     const auto & m = c.m;
     auto p = plan_run(run, r, m);
+    const OutputPlan o = plan_extra_outputs(run, p);
     record_workload(run, r, m, p);
     if (!encode_prompt(run, r, c, p)) return;
     const auto text = encode_text(run, r, m, p);
@@ -470,9 +800,9 @@ void run_ltx2_video(model::ModelRun & run) {
                                             p.two_stage, p.conditions, condition_latents, r.w.seed,
                                             double(p.sampling.sigmas.front()), r.w.dtype},
                                       *text);
-    const auto pixels = decode_video_latents(run, r.w, m, p, latents.video);
-    const auto waveform = decode_audio_latents(run, r.w, m, p, latents.audio);
-    write_outputs(run, r.w, m, p, pixels, waveform);
+    const auto in = decode_inputs(m, p.clip.geo, r.w.dtype, latents);
+    if (o.save_latents) save_latents(run, in);
+    decode_and_write(run, r.w, m, p, o, in);
 }
 
 }  // namespace ddo::ltx2

@@ -8,6 +8,7 @@
 
 #include <cstdint>
 #include <filesystem>
+#include <memory>
 #include <optional>
 #include <string>
 
@@ -53,10 +54,39 @@ struct WrittenVideo {
     std::optional<Audio> audio;  // nullopt: the MP4 has no audio stream
 };
 
+// The MP4 written incrementally: frames as a decoder finishes them (one at a time or in batches), so no whole-clip
+// frame buffer is needed. The audio is given when the writer opens (borrowed until finish): its packets go to the
+// muxer interleaved with the frames in presentation order as they come, exactly as write_mp4 hands them, so the
+// same frames and audio give the same bytes however they are batched. finish() flushes both encoders, writes the
+// index (+faststart) and renames the temp file onto `path`; a writer destroyed before finish() (an error, an
+// interrupted decode) removes the temp file and leaves nothing under the name.
+class Mp4Writer {
+public:
+    // Checks the spec (size, fps, crf, preset) and the audio, refuses an existing file under Overwrite::refuse
+    // (UsageError), opens the encoders and the temp file and writes the mp4 header. RuntimeError naming the path.
+    Mp4Writer(const std::filesystem::path & path, const VideoSpec & spec, const AudioClip * audio,
+              Overwrite overwrite = Overwrite::refuse, const MediaTags & tags = {});
+    ~Mp4Writer();
+    Mp4Writer(const Mp4Writer &) = delete;
+    Mp4Writer & operator=(const Mp4Writer &) = delete;
+
+    // rgb: `frames` RGB24 images, contiguous [frames, height, width, 3] (borrowed for the call), the next ones of
+    // the clip. RuntimeError naming the path when encoding or writing fails.
+    void add_frames(const std::uint8_t * rgb, std::int64_t frames);
+    std::int64_t frames() const noexcept;
+    // UsageError when no frame was added; RuntimeError when finishing fails (no partial file is left).
+    WrittenVideo finish();
+
+private:
+    struct State;
+    std::unique_ptr<State> s_;
+};
+
 // rgb: `frames` RGB24 images of spec.height rows of spec.width pixels, contiguous [frames, height, width, 3]
 // (borrowed). audio: nullptr for a silent video (borrowed otherwise). Throws UsageError for a bad setting (odd or
 // zero size, no frames, fps or crf out of range, bad audio, an existing file under overwrite = refuse) and
 // RuntimeError naming the path and the libav error when encoding or writing fails; no partial file is left either way.
+// Mp4Writer with all frames in one batch.
 WrittenVideo write_mp4(const std::filesystem::path & path, const VideoSpec & spec, const std::uint8_t * rgb,
                        std::int64_t frames, const AudioClip * audio, Overwrite overwrite = Overwrite::refuse,
                        const MediaTags & tags = {});

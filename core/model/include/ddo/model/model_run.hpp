@@ -102,6 +102,13 @@ public:
     bool encode_only() const noexcept { return ctx_.encode_only; }
     const std::filesystem::path & output_file() const noexcept { return ctx_.output_file; }
     bool overwrite() const noexcept { return ctx_.overwrite; }
+    // --save-latents FILE / --decode-latents FILE (absolute; empty: not asked). A plugin that cannot honour them
+    // refuses them (UsageError naming the flag).
+    const std::filesystem::path & save_latents_file() const noexcept { return ctx_.save_latents; }
+    const std::filesystem::path & decode_latents_file() const noexcept { return ctx_.decode_latents; }
+    // The plugin honours --save-latents / --decode-latents: without this call (before workload()) workload() refuses them
+    // (UsageError naming the flag and the plugin).
+    void accept_latents_files() noexcept { latents_files_accepted_ = true; }
     RunTracker * tracker() const noexcept { return ctx_.tracker; }
     // The checkpoint directory, checked: UsageError (exit 2) naming --model when it was not given or is no directory.
     const std::filesystem::path & require_model_dir() const;
@@ -172,6 +179,8 @@ public:
 
     // The report's workload object (what the run does, after the plugin's decisions).
     void record_workload(nlohmann::json workload);
+    // The workload object last recorded (null before record_workload): what a latents file carries in its metadata.
+    const nlohmann::json & recorded_workload() const noexcept { return workload_; }
     void record_route(const std::string & component, const std::string & intended, const std::string & executed,
                       const std::string & note = "");
     void record_counters(const std::string & component, nlohmann::json counters);
@@ -215,7 +224,15 @@ public:
     // Outputs of other kinds (video.mp4 + audio.wav), checked now as plan_images checks images: `names` are file
     // names in the output directory; with -o/--output-file the first is that file and the others take its stem with
     // their own extension (-o clip.mp4 -> clip.mp4, clip.wav).
+    // With -o a frame pattern (frame_pattern()), the names stay in the output directory (the pattern's).
     std::vector<std::filesystem::path> plan_outputs(const std::vector<std::string> & names);
+    // -o/--output-file is a printf pattern of frame files (frames/%05d.png: one %d conversion, optionally with
+    // zero padding and a width, a .png name; %% for a literal %): UsageError naming -o for a malformed one.
+    bool frame_pattern() const;
+    // The files of `count` lossless frames (frame i, 0-based, the clip's frame index), checked now as plan_outputs
+    // checks its files (and claimed beside them: planning other outputs keeps the claim): -o's pattern, else
+    // `beside`'s stem + "_%05d.png" in its directory (video.mp4 -> video_00000.png ...).
+    std::vector<std::filesystem::path> plan_frame_files(std::int64_t count, const std::filesystem::path & beside);
     // A planned output the plugin wrote (atomically; sha256 of exactly the bytes written), with its facts (codecs,
     // frames, duration), recorded in the report's outputs.
     void record_output(const std::filesystem::path & path, const std::string & media_type, std::uint64_t bytes,
@@ -224,6 +241,16 @@ public:
     // -o/--output-file as a tensor file (`ddo-host encode`), checked now as plan_images checks images: UsageError
     // when it is unset, exists without --overwrite, is the report, or another run is writing it.
     std::filesystem::path plan_tensor_file();
+    // --save-latents FILE, checked now as plan_outputs checks its files and locked beside them (a claim of its own:
+    // planning the other outputs later keeps it). Returns the path; UsageError when --save-latents was not given.
+    std::filesystem::path plan_latents_file();
+    // The planned latents file written atomically (safetensors, tensor_output.hpp) and recorded in outputs
+    // (application/x-safetensors, with `facts`).
+    std::filesystem::path write_latents_file(const std::vector<std::pair<std::string, at::Tensor>> & tensors,
+                                             const std::map<std::string, std::string> & metadata,
+                                             nlohmann::json facts = nullptr);
+    // What record_checkpoint recorded for `component` (checkpoint.identity.components.<component>), or null.
+    nlohmann::json component_identity(const std::string & component) const;
     // Writes the planned tensor file atomically (safetensors, tensor_output.hpp) and records it in outputs.
     std::filesystem::path write_tensors(const std::vector<std::pair<std::string, at::Tensor>> & tensors,
                                         const std::map<std::string, std::string> & metadata);
@@ -233,6 +260,7 @@ private:
     // Every path: not the report, not existing without --overwrite (UsageError naming `flag`), its directory made,
     // locked against another run (PathLock); they become the planned outputs.
     void claim_outputs(const std::vector<std::filesystem::path> & paths, const std::string & flag);
+    void signal_at_phase_for_tests(const std::string & phase) const;
     [[noreturn]] void throw_option_type(const std::string & key, const std::string & source, const char * what) const;
     struct PhaseState;
 
@@ -249,6 +277,11 @@ private:
     nlohmann::json inputs_ = nlohmann::json::object();
     std::vector<std::filesystem::path> planned_outputs_;  // images (plan_images) or the tensor file (plan_tensor_file)
     std::vector<PathLock> output_locks_;  // this run's claim on its output paths (released with the run)
+    std::filesystem::path latents_out_;   // plan_latents_file's path
+    PathLock latents_lock_;               // its claim
+    bool latents_files_accepted_ = false;
+    std::vector<PathLock> frame_locks_;   // plan_frame_files' claim
+    nlohmann::json workload_;
     nlohmann::json checkpoint_ = nlohmann::json::object();
     LoraAdapters loras_;
     std::map<std::string, std::vector<std::pair<std::string, std::string>>> original_names_;
