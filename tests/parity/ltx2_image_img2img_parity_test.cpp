@@ -149,6 +149,17 @@ TEST_F(Ltx2ImageImg2ImgParity, ScheduleDrawsAndStartEqualTheReference) {
     }
 }
 
+TEST_F(Ltx2ImageImg2ImgParity, PixelsOfTheResizedImageEqualTheProcessors) {
+    const auto want = TensorFile::open_file(kDir / "img2img_s020.safetensors");
+    const auto rgb = want.read("resized_rgb").contiguous();
+    ASSERT_EQ(rgb.scalar_type(), at::kByte);
+    const auto got = lt::image_pixels_for_encode(rgb.data_ptr<uint8_t>(), rgb.size(0), rgb.size(1));
+    const double e = ddo::test::max_abs(got, want.read("pixels"), "pixels");
+    std::cout << "[ parity    ] VaeImageProcessor.preprocess of the LANCZOS-resized RGB: max abs error " << e
+              << " (tolerance 0)\n";
+    EXPECT_EQ(e, 0.0);
+}
+
 TEST_F(Ltx2ImageImg2ImgParity, Strength020) {
     const auto o = run_img2img("s020");
     const auto want = TensorFile::open_file(kDir / "img2img_s020.safetensors");

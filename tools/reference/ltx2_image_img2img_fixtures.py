@@ -37,12 +37,12 @@ C++ parity test asserts it).
 Files written:
   checkpoint/                    the tiny image checkpoint (ltx2_image_fixtures.components(), save_pretrained)
   input.png                      the input image, 8-bit RGB, 30 x 40 (H x W) -- resized to HEIGHT x WIDTH
-  img2img_<case>.safetensors     pixels [1, 3, H, W] (preprocessed), moments [1, 2C, 1, h, w] (the encoder's
-                                 latent_dist.parameters), posterior_eps and noise [1, C, 1, h, w] (the two draws),
-                                 image_latents (normalised x0, [1, C, 1, h, w]), noised (packed [1, h*w, C], the
-                                 denoise's start), sigmas (the kept schedule + terminal), timesteps, latents (denoised,
-                                 packed) and image [3, H, W] in [0, 1]; cases "s020" (strength 0.2) and "s060" (0.6),
-                                 8 steps
+  img2img_<case>.safetensors     resized_rgb [H, W, 3] uint8 (PIL's LANCZOS resize), pixels [1, 3, H, W]
+                                 (preprocessed), moments [1, 2C, 1, h, w] (the encoder's latent_dist.parameters),
+                                 posterior_eps and noise [1, C, 1, h, w] (the two draws), image_latents (normalised
+                                 x0, [1, C, 1, h, w]), noised (packed [1, h*w, C], the denoise's start), sigmas (the
+                                 kept schedule + terminal), timesteps, latents (denoised, packed) and image [3, H, W]
+                                 in [0, 1]; cases "s020" (strength 0.2) and "s060" (0.6), 8 steps
   reference.json                 versions, seed, cases (strength, steps, t_start, kept steps), original_check
 """
 
@@ -84,10 +84,13 @@ def input_image(path):
     PIL.Image.fromarray(rgb.numpy(), "RGB").save(path)
 
 
+def resized(path):
+    return PIL.Image.open(path).convert("RGB").resize((base.WIDTH, base.HEIGHT), PIL.Image.Resampling.LANCZOS)
+
+
 def preprocess(path, vae):
-    image = PIL.Image.open(path).convert("RGB").resize((base.WIDTH, base.HEIGHT), PIL.Image.Resampling.LANCZOS)
     proc = VaeImageProcessor(vae_scale_factor=vae.spatial_compression_ratio)
-    return proc.preprocess(image, height=base.HEIGHT, width=base.WIDTH).to(torch.float32)
+    return proc.preprocess(resized(path), height=base.HEIGHT, width=base.WIDTH).to(torch.float32)
 
 
 def normalise(vae, x):
@@ -133,8 +136,9 @@ def compose_img2img(tr, conn, vae, embeds, png, strength):
     latents, image = denoise_decode(tr, conn, vae, sched, embeds, packed, timesteps, sigmas, h, w)
     # The posterior's draw, replayed (the first draw of the run's generator) for the C++ sampling check.
     eps = torch.randn(x0.shape, generator=torch.Generator().manual_seed(SEED), dtype=torch.float32)
-    return {"pixels": pixels, "moments": dist.parameters, "posterior_eps": eps, "noise": noise, "image_latents": x0,
-            "noised": packed, "sigmas": sigmas, "timesteps": timesteps.clone(), "latents": latents,
+    rgb = torch.from_numpy(np.array(resized(png))).contiguous()
+    return {"resized_rgb": rgb, "pixels": pixels, "moments": dist.parameters, "posterior_eps": eps, "noise": noise,
+            "image_latents": x0, "noised": packed, "sigmas": sigmas, "timesteps": timesteps.clone(), "latents": latents,
             "image": image}, kept
 
 
