@@ -5,5 +5,6 @@ ddo_ltx2_part(ddo_ltx2_pipeline SOURCES
   src/video_model.cpp
   src/latents.cpp
   src/guidance.cpp
+  src/video_conditions.cpp
   src/video_denoise.cpp
   LIBS ddo_ltx2_dit ddo_ltx2_video_vae ddo_ltx2_audio)

@@ -19,8 +19,8 @@ at::Tensor rescale_noise_cfg(const at::Tensor & guided, const at::Tensor & cond,
     return r * rescaled + (1 - r) * guided;
 }
 
-at::Tensor guided_velocity(const at::Tensor & x, const Predictions & p, float sigma, const GuidanceScales & s,
-                           const GuidancePasses & passes) {
+at::Tensor guided_x0(const at::Tensor & x, const Predictions & p, float sigma, const GuidanceScales & s,
+                     const GuidancePasses & passes) {
     // convert_velocity_to_x0: sample - v * sigmas[i] (sigmas a float32 tensor: a 0-dim float32 scalar here).
     const auto sig = at::scalar_tensor(sigma, x.options().dtype(at::kFloat));
     auto x0 = [&](const at::Tensor & v) { return x - v * sig; };
@@ -30,8 +30,16 @@ at::Tensor guided_velocity(const at::Tensor & x, const Predictions & p, float si
     if (passes.cfg) guided = guided + (s.cfg - 1) * (cond - x0(*p.uncond));
     if (passes.stg) guided = guided + s.stg * (cond - x0(*p.stg));
     if (passes.isolate) guided = guided + (s.modality - 1) * (cond - x0(*p.isolated));
-    const auto pred = s.rescale > 0 ? rescale_noise_cfg(guided, cond, s.rescale) : guided;
-    return (x - pred) / sig;  // convert_x0_to_velocity
+    return s.rescale > 0 ? rescale_noise_cfg(guided, cond, s.rescale) : guided;
+}
+
+at::Tensor velocity_of(const at::Tensor & x, const at::Tensor & x0, float sigma) {
+    return (x - x0) / at::scalar_tensor(sigma, x.options().dtype(at::kFloat));
+}
+
+at::Tensor guided_velocity(const at::Tensor & x, const Predictions & p, float sigma, const GuidanceScales & s,
+                           const GuidancePasses & passes) {
+    return velocity_of(x, guided_x0(x, p, sigma, s, passes), sigma);
 }
 
 }  // namespace ddo::ltx2

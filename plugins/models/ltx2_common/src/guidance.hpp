@@ -31,7 +31,12 @@ struct Predictions {
     at::Tensor cond;
     std::optional<at::Tensor> uncond, stg, isolated;
 };
-// The guided velocity for latents x at sigma (float32).
+// The guided x0 prediction for latents x at sigma (float32): the deltas added to the conditional x0, rescaled.
+at::Tensor guided_x0(const at::Tensor & x, const Predictions & p, float sigma, const GuidanceScales & s,
+                     const GuidancePasses & passes);
+// convert_x0_to_velocity: (x - x0) / sigma, sigma a 0-dim float32 tensor as in the reference.
+at::Tensor velocity_of(const at::Tensor & x, const at::Tensor & x0, float sigma);
+// The guided velocity for latents x at sigma (float32): velocity_of(x, guided_x0(...)).
 at::Tensor guided_velocity(const at::Tensor & x, const Predictions & p, float sigma, const GuidanceScales & s,
                            const GuidancePasses & passes);
 

@@ -16,6 +16,7 @@
 #include "guidance.hpp"
 #include "latents.hpp"
 #include "transformer.hpp"
+#include "video_conditions.hpp"
 #include "weights.hpp"
 
 namespace ddo::ltx2 {
@@ -53,9 +54,12 @@ struct Denoised {
 };
 
 // text: the connectors' output for [negative; positive] when CFG runs (batch 2B), else for the prompt (B).
-// Throws RuntimeError naming the step when the latents stop being finite.
+// conditioning (video_conditions.hpp): the image conditions of the start latents; the video timestep becomes per
+// token, frame 0 stays out of the update (first_frame) or the guided x0 is blended with the clean latents (blend,
+// whose appended keyframe tokens are dropped from the result). Throws RuntimeError naming the step when the latents
+// stop being finite.
 Denoised denoise(const TransformerConfig & c, Weights & dit, const ConnectorsOutput & text, const LatentGeometry & g,
                  Noise noise, const model::FlowMatchSchedule & schedule, const DenoiseSettings & s,
-                 const DenoiseCallbacks & cb = {});
+                 const DenoiseCallbacks & cb = {}, const VideoConditioning * conditioning = nullptr);
 
 }  // namespace ddo::ltx2
