@@ -25,14 +25,18 @@ if(TARGET ddo_model)
   set_target_properties(ddo_torch PROPERTIES EXPORT_NAME torch)
   set_target_properties(ddo_model PROPERTIES EXPORT_NAME model)
 endif()
+# libddo_media is exported with the model kit: ddo_model links it and model_run.hpp names media::DecodedImage
+# (condition images, Note [Image input]); its headers name no FFmpeg type.
+if(TARGET ddo_media)
+  list(APPEND _ddo_exported ddo_media)
+  set_target_properties(ddo_media PROPERTIES EXPORT_NAME media)
+endif()
 install(TARGETS ${_ddo_exported} EXPORT ddoTargets
   LIBRARY DESTINATION ${DDO_INSTALL_LIBDIR}
   INCLUDES DESTINATION ${DDO_INSTALL_INCLUDEDIR})
 install(EXPORT ddoTargets NAMESPACE ddo:: DESTINATION ${DDO_INSTALL_CMAKEDIR})
-# Not part of the SDK (no header is installed): the installed ltx2_video plugin resolves it through ddo-host's
-# RPATH like libddo_model.
 if(TARGET ddo_media)
-  install(TARGETS ddo_media LIBRARY DESTINATION ${DDO_INSTALL_LIBDIR})
+  install(DIRECTORY ${CMAKE_SOURCE_DIR}/core/media/include/ddo DESTINATION ${DDO_INSTALL_INCLUDEDIR})
 endif()
 
 install(DIRECTORY ${CMAKE_SOURCE_DIR}/core/include/ddo DESTINATION ${DDO_INSTALL_INCLUDEDIR})

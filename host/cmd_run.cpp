@@ -64,6 +64,7 @@ void require_utf8(const std::string & text, const std::string & what) {
 void require_utf8(const RunArgs & a) {
     for (const auto & s : a.sets) require_utf8(s, "--set " + s.substr(0, s.find('=')));
     for (const auto & l : a.loras) require_utf8(l, "--lora");
+    for (const auto & i : a.images) require_utf8(i, "--image");
     if (a.prompt) require_utf8(*a.prompt, "--prompt");
     if (a.negative_prompt) require_utf8(*a.negative_prompt, "--negative-prompt");
     for (const auto & [v, flag] : {std::pair{a.preset, "--preset"}, {a.model, "--model"}, {a.prompt_embeds, "--prompt-embeds"},
@@ -83,7 +84,8 @@ std::vector<std::string> all_sets(const RunArgs & a, std::optional<std::uint64_t
         {bool(a.cfg_scale), "workload.guidance_scale"}, {bool(a.prompt), "workload.prompt"},
         {bool(a.negative_prompt), "workload.negative_prompt"}, {bool(a.num_images), "workload.num_images"},
         {bool(a.frames), "workload.frames"},         {bool(a.fps), "workload.fps"},
-        {!a.loras.empty(), "lora.adapters"},          {a.lora_allow_unmatched, "lora.allow_unmatched"}};
+        {!a.loras.empty(), "lora.adapters"},          {a.lora_allow_unmatched, "lora.allow_unmatched"},
+        {!a.images.empty(), "workload.images"},       {bool(a.strength), "workload.strength"}};
     for (const auto & [given, key] : shorthands)
         if (given)
             for (const auto & s : a.sets)
@@ -107,6 +109,13 @@ std::vector<std::string> all_sets(const RunArgs & a, std::optional<std::uint64_t
     if (a.negative_prompt) sets.push_back("workload.negative_prompt=" + quoted(*a.negative_prompt));
     if (!a.loras.empty()) sets.push_back("lora.adapters=" + nlohmann::json(a.loras).dump());
     if (a.lora_allow_unmatched) sets.push_back("lora.allow_unmatched=true");
+    if (!a.images.empty()) sets.push_back("workload.images=" + nlohmann::json(a.images).dump());
+    if (a.strength) {
+        std::ostringstream v;
+        v.precision(17);
+        v << *a.strength;
+        sets.push_back("workload.strength=" + v.str());
+    }
     return sets;
 }
 
@@ -468,6 +477,12 @@ void install(CLI::App & app, HostOptions & options) {
         ->group(g);
     app.add_option("--lora", a->loras, "a LoRA file to apply, FILE[:STRENGTH] (repeatable; strength default 1.0; "
                                        "lora.adapters): diffusers/PEFT, kohya, ComfyUI or Lightricks keys")
+        ->group(g);
+    app.add_option("--image", a->images, "a condition image, FILE[@FRAME] (repeatable; PNG, JPEG or WebP; FRAME: the "
+                                         "video frame it conditions, default 0; workload.images)")
+        ->group(g);
+    app.add_option("--strength", a->strength, "img2img strength in (0, 1] (workload.strength; unset = the plugin's "
+                                              "default)")
         ->group(g);
     app.add_flag("--lora-allow-unmatched", a->lora_allow_unmatched,
                  "run when LoRA keys adapt no module (a warning in the report) instead of exit 2 (lora.allow_unmatched)")

@@ -16,6 +16,8 @@ struct RunArgs {
     std::string transformer, text_encoder;  // --transformer FILE, --text-encoder FILE (Note [Component files])
     std::vector<std::string> loras;         // --lora FILE[:STRENGTH] (repeatable): lora.adapters
     bool lora_allow_unmatched = false;      // --lora-allow-unmatched: lora.allow_unmatched = true
+    std::vector<std::string> images;        // --image FILE[@FRAME] (repeatable): workload.images
+    std::optional<double> strength;         // --strength S: workload.strength
     std::optional<std::string> prompt, negative_prompt;
     std::optional<long long> steps, width, height, seed, num_images, frames;
     std::optional<double> fps;

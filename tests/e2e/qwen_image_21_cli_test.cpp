@@ -133,6 +133,28 @@ TEST(Qi21Cli, WhatThePluginCannotHonourIsRefusedWithExit2) {
     }
 }
 
+// Issue 28: --image / --strength are core keys; Qwen-Image 2.1 takes no condition image yet (issue 29): exit 2 naming
+// the key, the report written. A strength outside (0, 1] is refused naming the key and the range.
+TEST(Qi21Cli, ConditionImagesAreRefusedUntilTheyAreImplemented) {
+    const fs::path image = fs::temp_directory_path() / ("ddo_cli_image_" + std::to_string(::getpid()) + ".png");
+    std::ofstream(image) << "not read: the plugin refuses the key first";
+    struct Case {
+        std::string args, names;
+    };
+    for (const Case & c : {Case{"--image '" + image.string() + "'", "workload.images"},
+                           Case{"--image '" + image.string() + "@8'", "issue 29"},
+                           Case{"--strength 0.5", "workload.strength"},
+                           Case{"--strength 0", "(0, 1]"},
+                           Case{"--strength 1.5", "workload.strength"}}) {
+        const auto r = run("image", base() + c.args);
+        EXPECT_EQ(r.exit_code, 2) << c.args << "\n" << r.log;
+        EXPECT_NE(r.log.find(c.names), std::string::npos) << c.args << "\n" << r.log;
+        EXPECT_EQ(r.report.at("status"), "failed") << c.args;
+        EXPECT_TRUE(r.report.at("outputs").empty()) << c.args;
+    }
+    fs::remove(image);
+}
+
 TEST(Qi21Cli, MissingModelAndForeignCheckpointsAreUsageErrors) {
     const auto none = run("nomodel", "--plugin qwen_image --prompt-embeds '" +
                                          (kFixtures / "prompt_embeds.safetensors").string() + "'");

@@ -103,6 +103,13 @@ Workload ModelRun::workload(const WorkloadDefaults & d) {
     w.guidance_scale = s.get_optional<double>("workload.guidance_scale");
     w.prompt = s.get_optional<std::string>("workload.prompt");
     w.negative_prompt = s.get_optional<std::string>("workload.negative_prompt");
+    if (s.has("workload.images") && !s.at("workload.images").value.is_null())
+        for (const auto & e : s.at("workload.images").value) w.images.push_back(e.get<std::string>());
+    w.strength = s.get_optional<double>("workload.strength");
+    if (w.strength && !(*w.strength > 0.0 && *w.strength <= 1.0))  // the schema checks [0, 1]; 0 re-noises nothing
+        throw UsageError("workload.strength = " + std::to_string(*w.strength) + " (" +
+                         s.at("workload.strength").provenance.to_string() +
+                         "): out of range (0, 1]: give a strength above 0 (1 = the image fully re-noised)");
     // workload.precision (bf16 | fp16 | fp32); unset = bf16 on CUDA, fp32 on the CPU.
     const bool cuda = device().cuda;
     w.precision = s.get_optional<std::string>("workload.precision").value_or(cuda ? "bf16" : "fp32");
@@ -357,6 +364,51 @@ void ModelRun::add_checkpoint_facts(const nlohmann::json & facts) {
 
 void ModelRun::record_input(const std::string & role, const fs::path & file) {
     inputs_[role] = store::input_identity(file);
+    checkpoint_["inputs"] = inputs_;
+    if (ctx_.tracker && checkpoint_.contains("identity")) ctx_.tracker->set_checkpoint(checkpoint_);
+}
+
+std::vector<ConditionImage> ModelRun::condition_images(const media::ImageLimits & limits) {
+    std::vector<ConditionImage> out;
+    const auto & s = *ctx_.settings;
+    if (!s.has("workload.images") || s.at("workload.images").value.is_null()) return out;
+    const auto & v = s.at("workload.images");
+    const std::string where = "workload.images (" + v.provenance.to_string() + ")";
+    for (const auto & e : v.value) {
+        auto r = parse_condition_image(e.get<std::string>(), where);
+        // A relative path in a preset file is relative to that file.
+        if (v.provenance.layer == SettingLayer::preset && r.path.is_relative() && !v.provenance.source.empty())
+            r.path = fs::path(v.provenance.source).parent_path() / r.path;
+        if (!fs::is_regular_file(r.path))
+            throw UsageError(where + ": image " + r.path.string() + ": no such file; give a PNG, JPEG or WebP path");
+        const std::string role = "image_" + std::to_string(out.size());
+        record_input(role, r.path);
+        inputs_[role]["frame"] = r.frame;
+        checkpoint_["inputs"] = inputs_;
+        if (ctx_.tracker && checkpoint_.contains("identity")) ctx_.tracker->set_checkpoint(checkpoint_);
+        ConditionImage c{r.path, r.frame, media::read_image(r.path, limits)};
+        const auto & im = c.image;
+        auto & j = inputs_[role];
+        j["format"] = im.format;
+        j["source_width"] = im.source_width;
+        j["source_height"] = im.source_height;
+        j["bit_depth"] = im.bit_depth;
+        j["source_channels"] = im.source_channels;
+        j["source_color"] = im.source_color;
+        j["has_alpha"] = im.has_alpha;
+        j["orientation"] = im.orientation;
+        j["width"] = im.width;
+        j["height"] = im.height;
+        checkpoint_["inputs"] = inputs_;
+        if (ctx_.tracker && checkpoint_.contains("identity")) ctx_.tracker->set_checkpoint(checkpoint_);
+        out.push_back(std::move(c));
+    }
+    return out;
+}
+
+void ModelRun::record_image_preprocess(std::size_t index, const nlohmann::json & preprocess) {
+    const std::string role = "image_" + std::to_string(index);
+    for (const auto & [k, val] : preprocess.items()) inputs_[role]["preprocess"][k] = val;
     checkpoint_["inputs"] = inputs_;
     if (ctx_.tracker && checkpoint_.contains("identity")) ctx_.tracker->set_checkpoint(checkpoint_);
 }

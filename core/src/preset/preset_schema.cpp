@@ -158,6 +158,16 @@ const std::vector<KeyDef> & preset_schema() {
                            "Sampling sigmas, excluding the terminal one (the pipeline's sigmas=); their count is the "
                            "number of steps. Unset = the checkpoint's sample_sigmas, else the plugin's default grid."});
         s.push_back(num("workload.guidance_scale", 0, 100, nullptr, "Guidance scale. Unset = plugin default."));
+        // Condition images (issue 28; Note [Image input] in docs/architecture.md).
+        s.push_back(KeyDef{"workload.images", KeyType::string_or_list, std::nullopt, std::nullopt, {}, nullptr,
+                           "Condition images, each \"PATH[@FRAME]\" (PNG, JPEG or WebP; FRAME: the video frame it "
+                           "conditions, default 0). A relative path in a preset file is relative to that file. "
+                           "--image FILE[@FRAME] (repeatable) sets it. Unset = none (text only).",
+                           "model plugins that take images"});
+        s.push_back(num("workload.strength", 0, 1, nullptr,
+                        "How much of the condition image is re-noised (img2img strength), in (0, 1]. Unset = the "
+                        "plugin's default. --strength S sets it.",
+                        "model plugins that take images"));
         // LoRA (issue 27; Note [Applying LoRA] in docs/architecture.md).
         s.push_back(KeyDef{"lora.adapters", KeyType::string_or_list, std::nullopt, std::nullopt, {}, nullptr,
                            "LoRA files to apply, each \"PATH[:STRENGTH[:COMPONENT]]\" (strength default 1.0; COMPONENT: "
@@ -178,7 +188,8 @@ const std::vector<KeyDef> & preset_schema() {
 
 const std::vector<std::string> & known_components() {
     static const std::vector<std::string> c = {"text_encoder", "text_encoder_2", "connectors", "transformer", "vae",
-                                               "audio_vae",    "vocoder",        "image_encoder", "controlnet"};
+                                               "audio_vae",    "vocoder",        "image_encoder", "controlnet",
+                                               "latent_upsampler"};
     return c;
 }
 

@@ -7,4 +7,5 @@ ddo_ltx2_part(ddo_ltx2_pipeline SOURCES
   src/guidance.cpp
   src/video_conditions.cpp
   src/video_denoise.cpp
+  src/video_two_stage.cpp
   LIBS ddo_ltx2_dit ddo_ltx2_video_vae ddo_ltx2_audio)

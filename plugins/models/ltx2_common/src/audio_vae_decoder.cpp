@@ -151,6 +151,18 @@ at::Tensor denormalize_audio_latents(Weights & w, const at::Tensor & packed) {
     return packed * std_ + mean;
 }
 
+at::Tensor normalize_audio_latents(Weights & w, const at::Tensor & packed) {
+    Weights::Scope s(w, "latents_stats");
+    const auto mean = w.get("latents_mean").to(packed.device(), packed.scalar_type());
+    const auto std_ = w.get("latents_std").to(packed.device(), packed.scalar_type());
+    if (packed.dim() != 3 || packed.size(2) != mean.size(0)) {
+        throw RuntimeError("normalize_audio_latents: packed audio latents must be [B, L, " +
+                           std::to_string(mean.size(0)) + "] (the length of latents_mean), got " +
+                           model::shape_str(packed.sizes()));
+    }
+    return (packed - mean) / std_;
+}
+
 AudioVaeDecoder::AudioVaeDecoder(AudioVaeConfig config) : config_(std::move(config)) {}
 
 at::Tensor AudioVaeDecoder::decode(Weights & w, const at::Tensor & latents) const {

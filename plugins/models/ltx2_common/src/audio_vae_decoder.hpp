@@ -36,6 +36,9 @@ at::Tensor unpack_audio_latents(const at::Tensor & packed, int64_t latent_mel_bi
 // packed * latents_std + latents_mean on the packed [B, L, C*M] features, in packed's dtype and on its device (the
 // pipeline de-normalises its fp32 latents before unpacking). `w` is borrowed for the call (scope "latents_stats").
 at::Tensor denormalize_audio_latents(Weights & w, const at::Tensor & packed);
+// The inverse, (packed - latents_mean) / latents_std (_normalize_audio_latents: a two-stage run's stage 2 takes the
+// stage-1 audio de-normalised and normalises it again, as the reference's round trip does).
+at::Tensor normalize_audio_latents(Weights & w, const at::Tensor & packed);
 
 class AudioVaeDecoder {
 public:

@@ -23,8 +23,14 @@ LatentGeometry latent_geometry(const LatentRatios & r, int64_t frames, int64_t h
     return g;
 }
 
+at::Generator noise_generator(uint64_t seed) { return at::make_generator<at::CPUGeneratorImpl>(seed); }
+
 Noise draw_noise(const LatentRatios & r, const LatentGeometry & g, int64_t batch, uint64_t seed, at::Device device) {
-    auto gen = at::make_generator<at::CPUGeneratorImpl>(seed);
+    auto gen = noise_generator(seed);
+    return draw_noise(r, g, batch, gen, device);
+}
+
+Noise draw_noise(const LatentRatios & r, const LatentGeometry & g, int64_t batch, at::Generator & gen, at::Device device) {
     const auto f32 = at::TensorOptions().dtype(at::kFloat);
     auto video = at::randn({batch, r.video_channels, g.latent_frames, g.latent_height, g.latent_width}, gen, f32);
     auto audio = at::randn({batch, r.audio_channels, g.audio_frames, g.latent_mel_bins}, gen, f32);

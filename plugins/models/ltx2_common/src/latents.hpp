@@ -36,6 +36,10 @@ struct Noise {
 // randn([B, C, F', H', W']) then randn([B, Ca, L, M']) from torch.Generator().manual_seed(seed) on the CPU (the
 // reference's generator), packed; moved to `device` afterwards.
 Noise draw_noise(const LatentRatios & r, const LatentGeometry & g, int64_t batch, uint64_t seed, at::Device device);
+// The same from `gen` (noise_generator(seed)), which a two-stage run carries into stage 2 as the reference's single
+// torch.Generator.
+at::Generator noise_generator(uint64_t seed);
+Noise draw_noise(const LatentRatios & r, const LatentGeometry & g, int64_t batch, at::Generator & gen, at::Device device);
 
 at::Tensor pack_video(const at::Tensor & x);                                   // [B,C,F,H,W] -> [B,FHW,C]
 at::Tensor unpack_video(const at::Tensor & x, const LatentGeometry & g);       // [B,FHW,C] -> [B,C,F,H,W]

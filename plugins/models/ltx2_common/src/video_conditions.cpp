@@ -7,14 +7,14 @@
 namespace ddo::ltx2 {
 
 ConditionedStart first_frame_start(const at::Tensor & image_latents, const LatentRatios & r, const LatentGeometry & g,
-                                   int64_t batch, uint64_t seed, at::Device device) {
+                                   int64_t batch, at::Generator & gen, at::Device device) {
     if (image_latents.dim() != 5 || image_latents.size(1) != r.video_channels || image_latents.size(2) != 1 ||
         image_latents.size(3) != g.latent_height || image_latents.size(4) != g.latent_width)
         throw RuntimeError("ltx2: the condition image's latents have shape " + c10::str(image_latents.sizes()) +
                            ", expected [1, " + std::to_string(r.video_channels) + ", 1, " +
                            std::to_string(g.latent_height) + ", " + std::to_string(g.latent_width) + "]");
     // The encode draws nothing (argmax), so the noise is LTX2Pipeline's draw: video [B, C, F, H, W], then audio.
-    auto noise = draw_noise(r, g, batch, seed, device);
+    auto noise = draw_noise(r, g, batch, gen, device);
     const auto f32 = noise.video.options();
     auto mask5 = at::zeros({batch, 1, g.latent_frames, g.latent_height, g.latent_width}, f32);
     mask5.select(2, 0).fill_(1.0);

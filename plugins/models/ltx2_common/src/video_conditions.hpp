@@ -54,7 +54,12 @@ struct ConditionedStart {
 // LTX2ImageToVideoPipeline.prepare_latents: image_latents [B or 1, C, 1, h, w] (normalised) on frame 0, the rest the
 // seeded noise (draw_noise's video then audio, the reference's order).
 ConditionedStart first_frame_start(const at::Tensor & image_latents, const LatentRatios & r, const LatentGeometry & g,
-                                   int64_t batch, uint64_t seed, at::Device device);
+                                   int64_t batch, at::Generator & gen, at::Device device);
+inline ConditionedStart first_frame_start(const at::Tensor & image_latents, const LatentRatios & r,
+                                          const LatentGeometry & g, int64_t batch, uint64_t seed, at::Device device) {
+    auto gen = noise_generator(seed);
+    return first_frame_start(image_latents, r, g, batch, gen, device);
+}
 
 // LTX2ConditionPipeline.prepare_latents + prepare_audio_latents: conditions at latent 0 written into the grid,
 // later ones appended, then randn over every token [B, N, C] and the audio noise from the same generator.

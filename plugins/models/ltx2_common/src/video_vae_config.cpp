@@ -2,6 +2,7 @@
 // AutoencoderKLLTX2Video.__init__ and LTX2VideoDecoder3d.__init__ in diffusers autoencoder_kl_ltx2.py).
 #include "video_vae_config.hpp"
 
+#include <algorithm>
 #include <fstream>
 
 #include <c10/core/ScalarType.h>
@@ -50,21 +51,22 @@ void require_size(std::size_t got, std::size_t want, const std::filesystem::path
                                    of + ")");
 }
 
-std::array<int64_t, 3> stride_of(const std::string & type, const std::filesystem::path & file, std::size_t i) {
+std::array<int64_t, 3> stride_of(const std::string & type, const std::filesystem::path & file, std::size_t i,
+                                 const char * key = "upsample_type") {
     if (type == "spatial") return {1, 2, 2};
     if (type == "temporal") return {2, 1, 1};
     if (type == "spatiotemporal") return {2, 2, 2};
-    unsupported(file, "upsample_type", "entry " + std::to_string(i) + " is '" + type +
-                                           "' (expected spatial, temporal or spatiotemporal)");
+    unsupported(file, key, "entry " + std::to_string(i) + " is '" + type +
+                               "' (expected spatial, temporal or spatiotemporal" +
+                               (std::string(key) == "downsample_type" ? ", or conv)" : ")"));
 }
 
-SpatialPadding padding_of(const std::string & mode, const std::filesystem::path & file) {
+SpatialPadding padding_of(const std::string & mode, const std::filesystem::path & file, const char * key) {
     if (mode == "zeros") return SpatialPadding::zeros;
     if (mode == "reflect") return SpatialPadding::reflect;
     if (mode == "replicate") return SpatialPadding::replicate;
     if (mode == "circular") return SpatialPadding::circular;
-    unsupported(file, "decoder_spatial_padding_mode",
-                "'" + mode + "' is not a Conv3d padding mode (zeros, reflect, replicate, circular)");
+    unsupported(file, key, "'" + mode + "' is not a Conv3d padding mode (zeros, reflect, replicate, circular)");
 }
 
 void derive_blocks(VideoVaeConfig & c) {
@@ -141,6 +143,76 @@ void derive_blocks(VideoVaeConfig & c) {
     c.final_channels = hidden;
 }
 
+// LTX2VideoEncoder3d.__init__: conv_in to latent_channels, then per block `layers` resnets at the incoming width and
+// the downsampler to block_out_channels[i]; the mid block at the last width.
+void derive_encoder_blocks(VideoVaeConfig & c) {
+    const auto & f = c.file;
+    const std::size_t n = c.block_out_channels.size();
+    if (n == 0) unsupported(f, "block_out_channels", "is empty");
+    // Indexed per block by the reference, and the mid block takes layers_per_block's last entry: n + 1 entries in
+    // the real configs, n in the pipelines' tiny test VAEs (the last block and the mid block share it); entries past
+    // those are never read.
+    if (c.layers_per_block.size() < n)
+        unsupported(f, "layers_per_block", "has " + std::to_string(c.layers_per_block.size()) +
+                                               " entries, expected at least " + std::to_string(n) +
+                                               " (one per encoder block, the last also the mid block's)");
+    if (c.spatio_temporal_scaling.size() < n)
+        unsupported(f, "spatio_temporal_scaling", "has " + std::to_string(c.spatio_temporal_scaling.size()) +
+                                                      " entries, expected at least " + std::to_string(n) +
+                                                      " (one per encoder block)");
+    if (c.down_block_types.size() < n)
+        unsupported(f, "down_block_types", "has " + std::to_string(c.down_block_types.size()) +
+                                               " entries, expected at least " + std::to_string(n) +
+                                               " (one per encoder block)");
+    if (c.downsample_type.size() < n)
+        unsupported(f, "downsample_type", "has " + std::to_string(c.downsample_type.size()) +
+                                              " entries, expected at least " + std::to_string(n) +
+                                              " (one per encoder block)");
+    for (auto w : c.block_out_channels)
+        if (w <= 0) unsupported(f, "block_out_channels", "widths must be positive");
+    for (auto l : c.layers_per_block)
+        if (l < 0) unsupported(f, "layers_per_block", "layer counts must be >= 0");
+    if (c.in_channels <= 0) unsupported(f, "in_channels", "must be positive");
+
+    c.down_blocks.clear();
+    int64_t hidden = c.latent_channels;  // conv_in's output width
+    for (std::size_t i = 0; i < n; ++i) {
+        const std::string blk = "encoder block " + std::to_string(i);
+        if (c.down_block_types[i] != "LTX2VideoDownBlock3D")
+            unsupported(f, "down_block_types", "entry " + std::to_string(i) + " is '" + c.down_block_types[i] +
+                                                   "' (expected LTX2VideoDownBlock3D)");
+        VideoVaeDownBlock b;
+        b.in_channels = hidden;
+        b.out_channels = c.block_out_channels[i];
+        b.layers = c.layers_per_block[i];
+        b.downsample = c.spatio_temporal_scaling[i];
+        int64_t produced = hidden;
+        if (b.downsample) {
+            b.strided_conv = c.downsample_type[i] == "conv";
+            if (!b.strided_conv) {
+                b.stride = stride_of(c.downsample_type[i], f, i, "downsample_type");
+                const int64_t prod = b.stride[0] * b.stride[1] * b.stride[2];
+                if (b.out_channels % prod != 0 || (b.in_channels * prod) % b.out_channels != 0)
+                    unsupported(f, "block_out_channels",
+                                blk + ": its downsampler maps " + std::to_string(b.in_channels) + " x " +
+                                    std::to_string(prod) + " channels to " + std::to_string(b.out_channels) +
+                                    " by group means: the width must divide the first and be a multiple of " +
+                                    std::to_string(prod));
+                produced = b.out_channels;
+            }
+        }
+        if (produced != b.out_channels)
+            unsupported(f, "block_out_channels",
+                        blk + " keeps its width " + std::to_string(hidden) +
+                            " (no downsampler, or a 'conv' one) but block_out_channels says " +
+                            std::to_string(b.out_channels) + ": the reference cannot run the next block");
+        c.down_blocks.push_back(b);
+        hidden = b.out_channels;
+    }
+    c.encoder_mid_channels = hidden;
+    c.encoder_mid_layers = c.layers_per_block.back();
+}
+
 }  // namespace
 
 int64_t VideoVaeConfig::spatial_upscale() const {
@@ -164,6 +236,52 @@ int64_t VideoVaeConfig::decoded_frames(int64_t latent_frames) const {
     return f;
 }
 
+int64_t VideoVaeConfig::spatial_downscale() const {
+    int64_t s = patch_size;
+    for (const auto & b : down_blocks)
+        if (b.downsample) s *= b.strided_conv ? 2 : b.stride[1];
+    return s;
+}
+
+int64_t VideoVaeConfig::encoded_frames(int64_t frames) const {
+    int64_t f = frames / patch_size_t;
+    for (const auto & b : down_blocks)
+        if (b.downsample) f = b.strided_conv ? (f - 1) / 2 + 1 : (f + b.stride[0] - 1) / b.stride[0];
+    return f;
+}
+
+bool VideoVaeConfig::encodable_frames(int64_t frames) const {
+    if (frames < 1) return false;
+    int64_t f = frames;
+    for (const auto & b : down_blocks) {
+        if (!b.downsample) continue;
+        if (b.strided_conv) {
+            f = (f - 1) / 2 + 1;
+        } else {
+            if ((f + b.stride[0] - 1) % b.stride[0] != 0) return false;  // the frames are split in groups of s_t
+            f = (f + b.stride[0] - 1) / b.stride[0];
+        }
+    }
+    return true;
+}
+
+bool VideoVaeConfig::encodable_pixels(int64_t pixels) const {
+    if (pixels < 1 || pixels % patch_size != 0) return false;
+    int64_t p = pixels / patch_size, smallest = p;
+    for (const auto & b : down_blocks) {
+        if (!b.downsample) continue;
+        if (b.strided_conv) {
+            p = (p - 1) / 2 + 1;
+        } else {
+            if (p % b.stride[1] != 0) return false;  // space-to-depth
+            p /= b.stride[1];
+        }
+        smallest = std::min(smallest, p);
+    }
+    // reflect padding of a 3x3 kernel needs 2 pixels per side at every convolution.
+    return encoder_spatial_padding != SpatialPadding::reflect || smallest >= 2;
+}
+
 VideoVaeConfig VideoVaeConfig::from_json(const nlohmann::json & j, const std::filesystem::path & file) {
     VideoVaeConfig c;
     c.file = file;
@@ -184,7 +302,18 @@ VideoVaeConfig VideoVaeConfig::from_json(const nlohmann::json & j, const std::fi
     read(j, "decoder_causal", c.decoder_causal, file);
     std::string padding = "reflect";
     read(j, "decoder_spatial_padding_mode", padding, file);
-    c.decoder_spatial_padding = padding_of(padding, file);
+    c.decoder_spatial_padding = padding_of(padding, file, "decoder_spatial_padding_mode");
+    read(j, "in_channels", c.in_channels, file);
+    read(j, "block_out_channels", c.block_out_channels, file);
+    read(j, "down_block_types", c.down_block_types, file);
+    read(j, "layers_per_block", c.layers_per_block, file);
+    read_bools(j, "spatio_temporal_scaling", c.spatio_temporal_scaling,
+               c.layers_per_block.empty() ? 0 : c.layers_per_block.size() - 1, file);
+    read(j, "downsample_type", c.downsample_type, file);
+    read(j, "encoder_causal", c.encoder_causal, file);
+    std::string enc_padding = "zeros";
+    read(j, "encoder_spatial_padding_mode", enc_padding, file);
+    c.encoder_spatial_padding = padding_of(enc_padding, file, "encoder_spatial_padding_mode");
 
     std::vector<bool> noise(c.decoder_layers_per_block.size(), false);
     read_bools(j, "decoder_inject_noise", noise, c.decoder_layers_per_block.size(), file);
@@ -199,12 +328,8 @@ VideoVaeConfig VideoVaeConfig::from_json(const nlohmann::json & j, const std::fi
     if (!(c.resnet_norm_eps > 0)) unsupported(file, "resnet_norm_eps", "must be positive");
 
     // Compression ratios as the reference computes them: explicit, else from the encoder's scaling list.
-    std::vector<int64_t> enc_layers{4, 6, 6, 2, 2};
-    read(j, "layers_per_block", enc_layers, file);
-    std::vector<bool> enc_scaling{true, true, true, true};
-    read_bools(j, "spatio_temporal_scaling", enc_scaling, enc_layers.empty() ? 0 : enc_layers.size() - 1, file);
     int64_t pow2 = 1;
-    for (bool b : enc_scaling)
+    for (bool b : c.spatio_temporal_scaling)
         if (b) pow2 *= 2;
     c.spatial_compression_ratio = c.patch_size * pow2;
     c.temporal_compression_ratio = c.patch_size_t * pow2;
@@ -214,6 +339,7 @@ VideoVaeConfig VideoVaeConfig::from_json(const nlohmann::json & j, const std::fi
     if (c.temporal_compression_ratio <= 0) unsupported(file, "temporal_compression_ratio", "must be positive");
 
     derive_blocks(c);
+    derive_encoder_blocks(c);
     return c;
 }
 
@@ -286,20 +412,60 @@ VideoVaeWeightSpec video_vae_decoder_specs(const VideoVaeConfig & c) {
     return s;
 }
 
+VideoVaeWeightSpec video_vae_encoder_specs(const VideoVaeConfig & c) {
+    VideoVaeWeightSpec s;
+    conv(s, "encoder.conv_in.conv", c.latent_channels, c.in_channels * c.patch_size * c.patch_size, 3);
+    for (std::size_t i = 0; i < c.down_blocks.size(); ++i) {
+        const auto & b = c.down_blocks[i];
+        const std::string p = "encoder.down_blocks." + std::to_string(i);
+        for (int64_t j = 0; j < b.layers; ++j)
+            resnet(s, p + ".resnets." + std::to_string(j), b.in_channels, b.in_channels, false);
+        if (!b.downsample) continue;
+        if (b.strided_conv)
+            conv(s, p + ".downsamplers.0.conv", b.in_channels, b.in_channels, 3);
+        else
+            conv(s, p + ".downsamplers.0.conv.conv", b.out_channels / (b.stride[0] * b.stride[1] * b.stride[2]),
+                 b.in_channels, 3);
+    }
+    for (int64_t j = 0; j < c.encoder_mid_layers; ++j)
+        resnet(s, "encoder.mid_block.resnets." + std::to_string(j), c.encoder_mid_channels, c.encoder_mid_channels,
+               false);
+    conv(s, "encoder.conv_out.conv", c.latent_channels + 1, c.encoder_mid_channels, 3);
+    return s;
+}
+
+void validate_video_vae_encoder_checkpoint(const model::TensorFile & f, const VideoVaeConfig & c) {
+    for (const auto & [name, shape] : video_vae_encoder_specs(c)) f.check(name, shape);
+    f.check("latents_mean", {c.latent_channels});
+    f.check("latents_std", {c.latent_channels});
+}
+
 void validate_video_vae_checkpoint(const model::TensorFile & f, const VideoVaeConfig & c) {
     for (const auto & [name, shape] : video_vae_decoder_specs(c)) f.check(name, shape);
     f.check("latents_mean", {c.latent_channels});
     f.check("latents_std", {c.latent_channels});
 }
 
-std::uint64_t video_vae_decoder_weight_bytes(const VideoVaeConfig & c, at::ScalarType dtype) {
+namespace {
+
+std::uint64_t bytes_of(const VideoVaeWeightSpec & spec, at::ScalarType dtype) {
     std::uint64_t n = 0;
-    for (const auto & [name, shape] : video_vae_decoder_specs(c)) {
+    for (const auto & [name, shape] : spec) {
         std::uint64_t e = 1;
         for (auto d : shape) e *= std::uint64_t(d);
         n += e;
     }
     return n * std::uint64_t(c10::elementSize(dtype));
+}
+
+}  // namespace
+
+std::uint64_t video_vae_decoder_weight_bytes(const VideoVaeConfig & c, at::ScalarType dtype) {
+    return bytes_of(video_vae_decoder_specs(c), dtype);
+}
+
+std::uint64_t video_vae_encoder_weight_bytes(const VideoVaeConfig & c, at::ScalarType dtype) {
+    return bytes_of(video_vae_encoder_specs(c), dtype);
 }
 
 VideoLatentStats read_video_latent_stats(const model::TensorFile & f, const VideoVaeConfig & c) {

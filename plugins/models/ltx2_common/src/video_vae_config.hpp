@@ -1,7 +1,8 @@
-// The LTX-2 video VAE decoder's configuration (vae/config.json of AutoencoderKLLTX2Video, LTX-2.0 and 2.3/2.5), the
+// The LTX-2 video VAE's configuration (vae/config.json of AutoencoderKLLTX2Video, LTX-2.0 and 2.3/2.5), the
 // up-block layout the reference derives from it (LTX2VideoDecoder3d.__init__: reversed lists, widths divided by the
-// upsample factor, a conv_in resnet where widths change), the decoder's state-dict layout and its validation, and
-// the latents_mean / latents_std buffers. diffusers models/autoencoders/autoencoder_kl_ltx2.py is the reference.
+// upsample factor, a conv_in resnet where widths change), the encoder's down blocks (LTX2VideoEncoder3d.__init__),
+// the decoder's and the encoder's state-dict layouts and their validation, and the latents_mean / latents_std
+// buffers. diffusers models/autoencoders/autoencoder_kl_ltx2.py is the reference.
 #pragma once
 
 #include <array>
@@ -18,8 +19,21 @@
 
 namespace ddo::ltx2 {
 
-// Conv3d padding_mode of the decoder's convolutions (decoder_spatial_padding_mode).
+// Conv3d padding_mode of the convolutions (decoder_spatial_padding_mode, encoder_spatial_padding_mode).
 enum class SpatialPadding { zeros, reflect, replicate, circular };
+
+// One LTX2VideoDownBlock3D of the encoder: `layers` resnets at `in_channels`, then (when `downsample`) the
+// downsampler to `out_channels`: LTX2VideoDownsampler3d (space-to-depth of a causal conv to out / prod(stride)
+// channels plus the group-mean residual) for the spatial / temporal / spatiotemporal types, or a plain causal conv
+// of stride 2 ("conv", which keeps the width).
+struct VideoVaeDownBlock {
+    int64_t in_channels = 0;
+    int64_t out_channels = 0;
+    int64_t layers = 0;
+    bool downsample = true;                  // spatio_temporal_scaling[i]
+    bool strided_conv = false;               // downsample_type "conv"
+    std::array<int64_t, 3> stride{2, 2, 2};  // (t, h, w) from downsample_type
+};
 
 // One LTX2VideoUpBlock3d after the reference's reversal: it takes the previous block's output (`input_width`
 // channels), optionally a conv_in resnet to `width`, then the upsampler (conv to width * prod(stride) /
@@ -54,6 +68,18 @@ struct VideoVaeConfig {
     double scaling_factor = 1.0;
     bool decoder_causal = true;  // the class default; the converted 2.0 / 2.3 checkpoints say false
     SpatialPadding decoder_spatial_padding = SpatialPadding::reflect;
+    // The encoder (LTX2VideoEncoder3d): in_channels, block_out_channels, down_block_types, layers_per_block (one per
+    // block; the last entry is also the mid block's), spatio_temporal_scaling, downsample_type, encoder_causal (the
+    // encoder runs with it: encode passes causal=None), encoder_spatial_padding_mode.
+    int64_t in_channels = 3;
+    std::vector<int64_t> block_out_channels{256, 512, 1024, 2048};
+    std::vector<std::string> down_block_types{"LTX2VideoDownBlock3D", "LTX2VideoDownBlock3D", "LTX2VideoDownBlock3D",
+                                              "LTX2VideoDownBlock3D"};
+    std::vector<int64_t> layers_per_block{4, 6, 6, 2, 2};
+    std::vector<bool> spatio_temporal_scaling{true, true, true, true};
+    std::vector<std::string> downsample_type{"spatial", "temporal", "spatiotemporal", "spatiotemporal"};
+    bool encoder_causal = true;
+    SpatialPadding encoder_spatial_padding = SpatialPadding::zeros;
     // As the reference computes them (explicit in the real configs, else patch * 2^sum(spatio_temporal_scaling) of
     // the encoder): the tiled decodes divide pixel tile sizes by these.
     int64_t spatial_compression_ratio = 32;
@@ -64,15 +90,27 @@ struct VideoVaeConfig {
     int64_t mid_layers = 0;
     std::vector<VideoVaeUpBlock> up_blocks;
     int64_t final_channels = 0;
+    // Derived (from_json): the encoder's down blocks, its mid block width (block_out_channels' last) and layers.
+    std::vector<VideoVaeDownBlock> down_blocks;
+    int64_t encoder_mid_channels = 0;
+    int64_t encoder_mid_layers = 0;
 
     // The decoder's real upscaling: pixels per latent pixel (patch x 2^spatial upsamplers) and the frame map
     // F = (F' - 1) * temporal_upscale + 1 (each temporal upsampler maps T -> 2T - 1), times patch_size_t.
     int64_t spatial_upscale() const;
     int64_t temporal_upscale() const;
     int64_t decoded_frames(int64_t latent_frames) const;
+    // The encoder's real downscaling: pixels per latent pixel (patch x 2^spatial downsamplers) and the latent frames
+    // of F input frames (each temporal downsampler maps T -> (T + 1) / 2, a stride-2 conv T -> (T - 1) / 2 + 1), and
+    // whether F frames / H x W pixels are a size the encoder can take (what the reference's reshapes need).
+    int64_t spatial_downscale() const;
+    int64_t encoded_frames(int64_t frames) const;
+    bool encodable_frames(int64_t frames) const;
+    bool encodable_pixels(int64_t pixels) const;
 
-    // Throws UsageError naming `file` and the key for a value this decoder does not run (inject noise, an unknown
-    // upsample type or padding mode, lists of the wrong length, widths the reference cannot run).
+    // Throws UsageError naming `file` and the key for a value this decoder / encoder does not run (inject noise, an
+    // unknown up / down block or sampler type or padding mode, lists of the wrong length, widths the reference cannot
+    // run).
     static VideoVaeConfig from_json(const nlohmann::json & j, const std::filesystem::path & file);
     // <vae_dir>/config.json. Throws RuntimeError when it is missing or not JSON.
     static VideoVaeConfig load(const std::filesystem::path & vae_dir);
@@ -82,12 +120,19 @@ struct VideoVaeConfig {
 using VideoVaeWeightSpec = std::vector<std::pair<std::string, std::vector<int64_t>>>;
 VideoVaeWeightSpec video_vae_decoder_specs(const VideoVaeConfig & c);
 
+// Tensor name -> shape of everything the encoder reads (encoder.*), in the order the forward first uses them.
+VideoVaeWeightSpec video_vae_encoder_specs(const VideoVaeConfig & c);
+
 // Every tensor of video_vae_decoder_specs present in `f` with its shape and a floating dtype, and latents_mean /
 // latents_std of [latent_channels] (from the header, nothing read). Throws RuntimeError naming tensor and file.
 void validate_video_vae_checkpoint(const model::TensorFile & f, const VideoVaeConfig & c);
 
-// Bytes of the decoder weights in `dtype` (for the strategy choice and the report).
+// The same for the encoder: every tensor of video_vae_encoder_specs, latents_mean / latents_std.
+void validate_video_vae_encoder_checkpoint(const model::TensorFile & f, const VideoVaeConfig & c);
+
+// Bytes of the decoder / encoder weights in `dtype` (for the strategy choice and the report).
 std::uint64_t video_vae_decoder_weight_bytes(const VideoVaeConfig & c, at::ScalarType dtype);
+std::uint64_t video_vae_encoder_weight_bytes(const VideoVaeConfig & c, at::ScalarType dtype);
 
 // latents_mean / latents_std ([latent_channels], fp32, CPU) from the checkpoint (persistent buffers).
 struct VideoLatentStats {

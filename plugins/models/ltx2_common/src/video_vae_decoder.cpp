@@ -1,21 +1,15 @@
-// VideoVaeDecoder: LTX2VideoDecoder3d.forward and its layers (LTX2VideoCausalConv3d, PerChannelRMSNorm,
-// LTX2VideoResnetBlock3d, LTX2VideoUpsampler3d, PixArtAlphaCombinedTimestepSizeEmbeddings) in ATen, reading every
-// weight inside the Scope of its leaf module. Reference: diffusers autoencoder_kl_ltx2.py, embeddings.py.
+// VideoVaeDecoder: LTX2VideoDecoder3d.forward and its own layers (LTX2VideoUpsampler3d,
+// PixArtAlphaCombinedTimestepSizeEmbeddings; the convolution, norm and resnet are video_vae_layers') in ATen, reading
+// every weight inside the Scope of its leaf module. Reference: diffusers autoencoder_kl_ltx2.py, embeddings.py.
 #include "video_vae_decoder.hpp"
 
 #include <cmath>
-#include <map>
 
 #include "ddo/error.hpp"
+#include "video_vae_layers.hpp"
 
 namespace ddo::ltx2 {
 namespace {
-
-// The module that holds a tensor directly: its path without the parameter name.
-std::string module_of(const std::string & tensor) { return tensor.substr(0, tensor.rfind('.')); }
-
-// PerChannelRMSNorm (eps 1e-8, no parameters).
-at::Tensor rms_norm(const at::Tensor & x) { return x / at::sqrt(x.pow(2).mean({1}, true) + 1e-8); }
 
 // reshape(B, -1, st, sh, sw, F, H, W).permute(0, 1, 5, 2, 6, 3, 7, 4) and the flattens: depth-to-space with the
 // channel order (c, s_t, s_h, s_w).
@@ -28,28 +22,10 @@ at::Tensor depth_to_space(const at::Tensor & x, const std::array<int64_t, 3> & s
         .flatten(2, 3);
 }
 
-const char * pad_mode(SpatialPadding p) {
-    switch (p) {
-    case SpatialPadding::reflect: return "reflect";
-    case SpatialPadding::replicate: return "replicate";
-    case SpatialPadding::circular: return "circular";
-    case SpatialPadding::zeros: break;
-    }
-    return "constant";
-}
-
 }  // namespace
 
 std::vector<model::GroupSpec> video_vae_leaf_groups(const VideoVaeConfig & c) {
-    std::vector<model::GroupSpec> groups;
-    std::map<std::string, std::size_t> index;
-    for (const auto & [name, shape] : video_vae_decoder_specs(c)) {
-        const auto module = module_of(name);
-        auto [it, fresh] = index.emplace(module, groups.size());
-        if (fresh) groups.push_back({module, {}});
-        groups[it->second].tensors.push_back(name);
-    }
-    return groups;
+    return video_vae_groups_of(video_vae_decoder_specs(c));
 }
 
 at::Tensor denormalize_video_latents(const at::Tensor & latents, const at::Tensor & mean, const at::Tensor & std,
@@ -63,23 +39,7 @@ at::Tensor denormalize_video_latents(const at::Tensor & latents, const at::Tenso
 VideoVaeDecoder::VideoVaeDecoder(VideoVaeConfig config, Weights & weights) : config_(std::move(config)), w_(weights) {}
 
 at::Tensor VideoVaeDecoder::conv(const at::Tensor & x, const std::string & p, bool causal) const {
-    Weights::Scope s(w_, p);
-    const auto weight = w_.get(p + ".weight");
-    const auto bias = w_.get(p + ".bias");
-    const int64_t kt = weight.size(2), ph = weight.size(3) / 2, pw = weight.size(4) / 2;
-    at::Tensor h = x;
-    if (kt > 1) {
-        const int64_t front = causal ? kt - 1 : (kt - 1) / 2, back = causal ? 0 : (kt - 1) / 2;
-        std::vector<at::Tensor> parts;
-        if (front) parts.push_back(x.narrow(2, 0, 1).repeat({1, 1, front, 1, 1}));
-        parts.push_back(x);
-        if (back) parts.push_back(x.narrow(2, x.size(2) - 1, 1).repeat({1, 1, back, 1, 1}));
-        if (parts.size() > 1) h = at::cat(parts, 2);
-    }
-    if (config_.decoder_spatial_padding == SpatialPadding::zeros)
-        return at::conv3d(h, weight, bias, {1, 1, 1}, {0, ph, pw});
-    if (ph || pw) h = at::pad(h, {pw, pw, ph, ph, 0, 0}, pad_mode(config_.decoder_spatial_padding));
-    return at::conv3d(h, weight, bias);
+    return video_vae_causal_conv(w_, x, p, causal, config_.decoder_spatial_padding);
 }
 
 at::Tensor VideoVaeDecoder::time_embed(const std::string & p, const at::Tensor & t, int64_t batch) const {
@@ -102,31 +62,8 @@ at::Tensor VideoVaeDecoder::time_embed(const std::string & p, const at::Tensor &
 
 at::Tensor VideoVaeDecoder::resnet(const at::Tensor & x, const std::string & p, int64_t in, int64_t out,
                                    const at::Tensor & temb) const {
-    const bool causal = config_.decoder_causal;
-    at::Tensor h = rms_norm(x);
-    std::vector<at::Tensor> mod;  // shift_1, scale_1, shift_2, scale_2
-    if (temb.defined()) {
-        Weights::Scope s(w_, p);
-        const auto table = w_.get(p + ".scale_shift_table");
-        mod = (temb.unflatten(1, {4, -1}) + table.view({1, 4, in, 1, 1, 1})).unbind(1);
-        h = h * (mod[1] + 1) + mod[0];
-    }
-    h = conv(at::silu(h), p + ".conv1.conv", causal);
-    h = rms_norm(h);
-    if (temb.defined()) h = h * (mod[3] + 1) + mod[2];
-    h = conv(at::silu(h), p + ".conv2.conv", causal);
-    at::Tensor shortcut = x;
-    if (in != out) {
-        {
-            Weights::Scope s(w_, p + ".norm3");
-            shortcut = at::layer_norm(shortcut.movedim(1, -1), {in}, w_.get(p + ".norm3.weight"),
-                                      w_.get(p + ".norm3.bias"), config_.resnet_norm_eps)
-                           .movedim(-1, 1);
-        }
-        Weights::Scope s(w_, p + ".conv_shortcut");
-        shortcut = at::conv3d(shortcut, w_.get(p + ".conv_shortcut.weight"), w_.get(p + ".conv_shortcut.bias"));
-    }
-    return h + shortcut;
+    return video_vae_resnet(w_, x, p, in, out, config_.decoder_causal, config_.decoder_spatial_padding,
+                            config_.resnet_norm_eps, temb);
 }
 
 at::Tensor VideoVaeDecoder::upsampler(const at::Tensor & x, const std::string & p, const VideoVaeUpBlock & b) const {
@@ -184,7 +121,7 @@ at::Tensor VideoVaeDecoder::decode(const at::Tensor & z, const at::Tensor & time
         if (stage_check_) stage_check_(p);
     }
 
-    h = rms_norm(h);
+    h = per_channel_rms_norm(h);
     if (temb.defined()) {
         const auto e = time_embed("decoder.time_embedder", temb, batch).unflatten(1, {2, -1});
         Weights::Scope s(w_, "decoder");

@@ -196,4 +196,50 @@ at::Tensor decode_video(const VideoVaeDecoder & decoder, const at::Tensor & z, c
     return out;
 }
 
+at::Tensor encode_video_tiled(const VideoVaeEncoder & encoder, const at::Tensor & video, const VideoVaeTiling & t,
+                              const VideoVaeProgress & progress) {
+    const auto & c = encoder.config();
+    if (video.dim() != 5)
+        throw UsageError("ltx2 video VAE encode: video of shape " + model::shape_str(video.sizes()) +
+                         ", expected [B, C, F, H, W]");
+    const int64_t height = video.size(3), width = video.size(4);
+    if (width <= t.tile_sample_min_width && height <= t.tile_sample_min_height) {
+        auto out = encoder.encode(video);
+        if (progress) progress(1, 1);
+        return out;
+    }
+    const int64_t r = c.spatial_compression_ratio;
+    if (c.spatial_downscale() != r)
+        throw UsageError(c.file.string() + ": spatial_compression_ratio (" + std::to_string(r) +
+                         ") differs from what the encoder does (" + std::to_string(c.spatial_downscale()) +
+                         "); the tiled encode needs them equal: set it in config.json or use vae.strategy = resident");
+    const int64_t step_h = t.tile_sample_stride_height / r, step_w = t.tile_sample_stride_width / r;
+    const int64_t blend_h = t.tile_sample_min_height / r - step_h, blend_w = t.tile_sample_min_width / r - step_w;
+    const int64_t out_h = height / r, out_w = width / r;
+    const int total = int(count(height, t.tile_sample_stride_height) * count(width, t.tile_sample_stride_width));
+    int done = 0;
+    at::Tensor out;
+    std::vector<at::Tensor> above;  // the previous row, blended
+    for (int64_t i = 0, row = 0; i < height; i += t.tile_sample_stride_height, ++row) {
+        std::vector<at::Tensor> cur;
+        for (int64_t j = 0, col = 0; j < width; j += t.tile_sample_stride_width, ++col) {
+            const auto piece = video.narrow(3, i, std::min(t.tile_sample_min_height, height - i))
+                                   .narrow(4, j, std::min(t.tile_sample_min_width, width - j));
+            auto tile = encoder.encode(piece);
+            report(progress, done, total);
+            if (row > 0) blend(above[std::size_t(col)], tile, blend_h, 3);
+            if (col > 0) blend(cur.back(), tile, blend_w, 4);
+            if (!out.defined())
+                out = at::empty({tile.size(0), tile.size(1), tile.size(2), out_h, out_w}, tile.options());
+            const int64_t y = row * step_h, x = col * step_w;
+            const int64_t h = std::min({tile.size(3), step_h, out_h - y});
+            const int64_t w = std::min({tile.size(4), step_w, out_w - x});
+            if (h > 0 && w > 0) out.narrow(3, y, h).narrow(4, x, w).copy_(tile.narrow(3, 0, h).narrow(4, 0, w));
+            cur.push_back(std::move(tile));
+        }
+        above = std::move(cur);
+    }
+    return out;
+}
+
 }  // namespace ddo::ltx2

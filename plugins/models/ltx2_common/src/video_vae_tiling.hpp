@@ -5,7 +5,9 @@
 // overlap, crop to the stride), the windows tiled spatially when larger than a tile, as diffusers does with both
 // on. Tiles and windows are decoded one at a time and blended into the output as they come (in the reference's
 // order, so the in-place blends read the same neighbours), so the peak activation memory is one tile / window.
-// diffusers models/autoencoders/autoencoder_kl_ltx2.py is the reference.
+// The encoder's spatial tiles (tiled_encode: pixel tiles, each encoded, blended over the latent overlap, cropped to
+// the latent stride) are streamed the same way. diffusers models/autoencoders/autoencoder_kl_ltx2.py is the
+// reference.
 // Note [Video VAE strategies] in docs/architecture.md.
 #pragma once
 
@@ -17,6 +19,7 @@
 #include "ddo/model/component_plan.hpp"
 #include "video_vae_config.hpp"
 #include "video_vae_decoder.hpp"
+#include "video_vae_encoder.hpp"
 
 namespace ddo::ltx2 {
 
@@ -56,5 +59,13 @@ at::Tensor decode_video_tiled(const VideoVaeDecoder & decoder, const at::Tensor 
 at::Tensor decode_video_temporal(const VideoVaeDecoder & decoder, const at::Tensor & z, const at::Tensor & timestep,
                                  const VideoVaeTiling & tiling, bool spatial_tiles,
                                  const VideoVaeProgress & progress = {});
+
+// AutoencoderKLLTX2Video._encode with use_tiling (the temporal tiled encode, use_framewise_decoding, is not done):
+// spatial tiles when the video is larger than a tile (tiled_encode: pixel tiles of tile_sample_min at
+// tile_sample_stride, blend_v / blend_h over the latent overlap, crop to the latent stride, then to H / r x W / r),
+// else VideoVaeEncoder::encode in one piece. `video` as VideoVaeEncoder::encode; progress after each tile.
+// UsageError when spatial_compression_ratio differs from what the encoder does.
+at::Tensor encode_video_tiled(const VideoVaeEncoder & encoder, const at::Tensor & video, const VideoVaeTiling & tiling,
+                              const VideoVaeProgress & progress = {});
 
 }  // namespace ddo::ltx2

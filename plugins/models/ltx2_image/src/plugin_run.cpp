@@ -45,6 +45,8 @@ Request resolve_request(model::ModelRun & run) {
     run.refuse_if_set("workload.frames", "ltx2_image makes one image (one latent frame); use ltx2_video for clips");
     run.refuse_if_set("workload.fps", "ltx2_image makes one image (its time coordinates are one frame at 24 fps); "
                                       "use ltx2_video for clips");
+    run.refuse_if_set("workload.images", "ltx2_image takes no condition image yet (img2img: issue 28)");
+    run.refuse_if_set("workload.strength", "ltx2_image takes no condition image yet (img2img: issue 28)");
     // Where the prompt comes from: text (the checkpoint's Gemma-3 encodes it) or a --prompt-embeds file.
     r.prompt = model::PromptSource::of(run, r.w);
     if (r.prompt.encode_only)

@@ -6,7 +6,8 @@
 namespace {
 
 const char * const kAliases[] = {"ltx2", nullptr};
-const char * const kComponents[] = {"text_encoder", "connectors", "transformer", "vae", "audio_vae", "vocoder", nullptr};
+const char * const kComponents[] = {"text_encoder", "connectors", "transformer",      "vae",
+                                     "audio_vae",    "vocoder",    "latent_upsampler", nullptr};
 // Exact keys: anything else under plugin.ltx2_video is refused before the run (with the nearest key). The
 // guidance keys are LTX2Pipeline's arguments of the same names (workload.guidance_scale is its guidance_scale).
 const char * const kOptions[] = {"plugin.ltx2_video.stg_scale",
@@ -20,6 +21,10 @@ const char * const kOptions[] = {"plugin.ltx2_video.stg_scale",
                                  "plugin.ltx2_video.use_cross_timestep",
                                  "plugin.ltx2_video.decode_timestep",
                                  "plugin.ltx2_video.max_sequence_length",
+                                 "plugin.ltx2_video.image_crf",
+                                 "plugin.ltx2_video.upsampler",
+                                 "plugin.ltx2_video.stage2_sigmas",
+                                 "plugin.ltx2_video.stage2_guidance_scale",
                                  nullptr};
 const char * const kPipelineClasses[] = {"LTX2Pipeline", nullptr};
 

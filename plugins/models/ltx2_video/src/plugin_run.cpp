@@ -1,7 +1,8 @@
 // The ltx2_video run on the model kit, as LTX2Pipeline runs (docs/architecture.md, "The ltx2_video run"):
 // resolve_request -> open_checkpoint -> plan_run (clip size, guidance, prompt embeddings, schedule, plans) ->
 // encode_prompt (Gemma-3, unloaded; `ddo-host encode` ends here) -> encode_text (connectors; a dry run ends here) ->
-// denoise_clip -> decode_video_latents -> decode_audio_latents -> write_outputs (MP4 + WAV).
+// encode_conditions (the condition images through the VAE encoder) -> denoise_clip (stage 1; with an upsampler the
+// upsampler and stage 2: clip_stages.hpp) -> decode_video_latents -> decode_audio_latents -> write_outputs (MP4 + WAV).
 #include "plugin_run.hpp"
 
 #include <ATen/ATen.h>
@@ -9,6 +10,7 @@
 #include <cmath>
 
 #include "audio_vae_decoder.hpp"
+#include "clip_stages.hpp"
 #include "connectors.hpp"
 #include "ddo/error.hpp"
 #include "ddo/media/video_writer.hpp"
@@ -50,6 +52,8 @@ Request resolve_request(model::ModelRun & run) {
     run.check_class("audio_vae/config.json", {"AutoencoderKLLTX2Audio"});
     run.check_class("connectors/config.json", {"LTX2TextConnectors"});
     run.check_class("vocoder/config.json", {"LTX2Vocoder", "LTX2VocoderWithBWE"});
+    run.refuse_if_set("workload.images", "ltx2_video takes no condition image yet (image-to-video: issue 28)");
+    run.refuse_if_set("workload.strength", "ltx2_video takes no condition image yet (image-to-video: issue 28)");
     // Where the prompt comes from: text (the checkpoint's Gemma-3 encodes it) or a --prompt-embeds file.
     r.prompt = model::PromptSource::of(run, r.w);
     if (r.prompt.encode_only)
@@ -102,9 +106,15 @@ struct Clip {
 
 Clip resolve_clip(model::ModelRun & run, const model::Workload & w, const VideoModel & m) {
     const auto ratios = m.ratios();
-    const auto size = model::floor_size(run, w, ratios.spatial, "(the VAE's spatial compression)",
+    // A two-stage run's stage 1 is at half the size: the size is a multiple of twice the compression.
+    const bool two_stage = !run.option<std::string>("upsampler", "").empty();
+    const int64_t multiple = two_stage ? 2 * ratios.spatial : ratios.spatial;
+    const auto size = model::floor_size(run, w, multiple,
+                                        two_stage ? "(twice the VAE's spatial compression: stage 1 runs at half size)"
+                                                  : "(the VAE's spatial compression)",
                                         "LTX-2 sizes are multiples of the VAE's spatial compression " +
-                                            std::to_string(ratios.spatial) + " (the latent grid floors them)");
+                                            std::to_string(ratios.spatial) + (two_stage ? ", times 2 for a two-stage "
+                                            "run's half-size stage 1" : "") + " (the latent grid floors them)");
     const int64_t frames = (w.frames - 1) / ratios.temporal * ratios.temporal + 1;
     if (frames != w.frames)
         run.adjust("workload.frames", w.frames, frames,
@@ -227,7 +237,33 @@ struct RunPlan {
     model::ComponentPlan connectors, transformer, vae, audio_vae, vocoder;
     at::Device device = at::kCPU;
     VideoVaeChoice vae_choice;
+    std::optional<TwoStage> two_stage;
+    ClipConditions conditions;
 };
+
+// The two-stage plan and the condition images (decoded and preprocessed now, before anything loads); the
+// schedule's mu counts LTX2ConditionPipeline's appended keyframe tokens as the reference does.
+void plan_stages(model::ModelRun & run, const Request & r, const VideoModel & m, RunPlan & p) {
+    p.two_stage = resolve_two_stage(run, m, p.clip.geo, p.guidance.ds);
+    if (p.two_stage && guidance_passes(p.two_stage->settings.video, p.two_stage->settings.audio).cfg && !p.passes.cfg)
+        throw UsageError("plugin.ltx2_video.stage2_guidance_scale = " +
+                         nlohmann::json(p.two_stage->settings.video.cfg).dump() + ": stage 2 would run classifier-free "
+                         "guidance while stage 1 does not (no negative prompt is encoded); use 1");
+    const auto r_ = m.ratios();
+    p.conditions = resolve_conditions(run, r_, p.two_stage ? p.two_stage->stage1 : p.clip.geo);
+    if (p.two_stage && p.conditions.pipeline == ClipConditions::Pipeline::condition)
+        throw UsageError("plugin.ltx2_video.upsampler with keyframe conditions (--image FILE@FRAME past frame 0, or "
+                         "several images): a two-stage run takes one still on frame 0 (LTX2ImageToVideoPipeline)");
+    int64_t keyframe_tokens = 0;
+    const auto & g1 = p.two_stage ? p.two_stage->stage1 : p.clip.geo;
+    if (p.conditions.pipeline == ClipConditions::Pipeline::condition)
+        for (const auto & i : p.conditions.items)
+            if (i.latent_index != 0) keyframe_tokens += g1.latent_height * g1.latent_width;
+    if ((p.two_stage || keyframe_tokens) && !r.prompt.encode_only)
+        p.sampling.schedule = ltx2_schedule(m.scheduler_config, m.scheduler_json, p.sampling.sigmas,
+                                            g1.video_tokens() + keyframe_tokens);
+    p.sampling.mu = ltx2_mu(m.scheduler_json, g1.video_tokens() + keyframe_tokens);
+}
 
 RunPlan plan_run(model::ModelRun & run, const Request & r, const VideoModel & m) {
     RunPlan p;
@@ -245,6 +281,7 @@ RunPlan plan_run(model::ModelRun & run, const Request & r, const VideoModel & m)
     p.device = p.transformer.placement.device();
     p.vae_choice = choose_video_vae_strategy(p.vae, m.vae, m.vae_config, 1, p.clip.frames, p.clip.width,
                                              p.clip.height, r.w.dtype, p.vae.vae_tiles.temporal_frames);
+    if (!r.prompt.encode_only) plan_stages(run, r, m, p);
     return p;
 }
 
@@ -285,7 +322,9 @@ void record_workload(model::ModelRun & run, const Request & r, const VideoModel 
                          {"negative_prompt", r.prompt.from_text && p.passes.cfg ? nlohmann::json(w.negative_prompt.value_or(""))
                                                                                 : nlohmann::json(nullptr)},
                          {"prompt_embeddings", r.prompt.embeddings("Gemma-3")},
-                         {"max_sequence_length", r.max_sequence_length}});
+                         {"max_sequence_length", r.max_sequence_length},
+                         {"conditioning", p.conditions.to_json()},
+                         {"two_stage", p.two_stage ? p.two_stage->to_json() : nlohmann::json(nullptr)}});
 }
 
 // Text: Gemma-3 on the engine (its layers are execution groups of component text_encoder), unloaded before the
@@ -315,21 +354,6 @@ std::optional<ConnectorsOutput> encode_text(model::ModelRun & run, const Request
     auto text = connectors_forward(m.connectors_config, *conn->view, text_in.to(p.device, r.w.dtype), mask_in.to(p.device));
     unload(run, *conn);
     return text;
-}
-
-// Phase "denoise": the seeded video and audio noise through the DiT on its plan, unloaded after the last step.
-Denoised denoise_clip(model::ModelRun & run, const model::Workload & w, const VideoModel & m, const RunPlan & p,
-                      const ConnectorsOutput & text) {
-    const auto & tc = m.transformer_config;
-    auto dit = open_engine_component(run, p.transformer, "transformer", transformer_groups(tc), w.dtype);
-    run.begin_phase("denoise");
-    DenoiseCallbacks cb;
-    cb.check_interrupted = [&](int step) { run.check_interrupted("at step " + std::to_string(step + 1)); };
-    cb.on_step = [&](int step, int total) { run.step(step, total); };
-    auto noise = draw_noise(m.ratios(), p.clip.geo, 1, w.seed, p.device);
-    auto latents = denoise(tc, *dit.view, text, p.clip.geo, noise, p.sampling.schedule, p.guidance.ds, cb);
-    unload(run, dit);
-    return latents;
 }
 
 // Phase "decode": the video latents de-normalised and decoded with the strategy decided up front (vae.strategy,
@@ -441,7 +465,11 @@ void run_ltx2_video(model::ModelRun & run) {
     if (!encode_prompt(run, r, c, p)) return;
     const auto text = encode_text(run, r, m, p);
     if (!text) return;
-    const auto latents = denoise_clip(run, r.w, m, p, *text);
+    const auto condition_latents = encode_conditions(run, m, p.vae, p.conditions, r.w.dtype);
+    const auto latents = denoise_clip(run, {m, p.transformer, p.clip.geo, p.sampling.schedule, p.guidance.ds,
+                                            p.two_stage, p.conditions, condition_latents, r.w.seed,
+                                            double(p.sampling.sigmas.front()), r.w.dtype},
+                                      *text);
     const auto pixels = decode_video_latents(run, r.w, m, p, latents.video);
     const auto waveform = decode_audio_latents(run, r.w, m, p, latents.audio);
     write_outputs(run, r.w, m, p, pixels, waveform);

@@ -45,6 +45,8 @@ Request resolve_workload(model::ModelRun & run) {
     run.refuse_if_set("workload.frames", "Qwen-Image 2.1 makes still images");
     run.refuse_if_set("workload.fps", "Qwen-Image 2.1 makes still images");
     run.refuse_if_set("vae.temporal_frames", "the Qwen-Image 2.1 VAE decodes one frame (temporal windows are for video)");
+    run.refuse_if_set("workload.images", "condition images are not implemented yet for Qwen-Image 2.1 (issue 29)");
+    run.refuse_if_set("workload.strength", "condition images are not implemented yet for Qwen-Image 2.1 (issue 29)");
 
     // Where the prompt comes from: text (the Qwen3-VL encoder runs here) or a --prompt-embeds file.
     r.prompt = model::PromptSource::of(run, w);

@@ -35,6 +35,7 @@
 
 #include "ddo/model/component_plan.hpp"
 #include "ddo/model/component_weights.hpp"
+#include "ddo/model/condition_image.hpp"
 #include "ddo/model/device_placement.hpp"
 #include "ddo/model/lora_adapters.hpp"
 #include "ddo/run_context.hpp"
@@ -74,6 +75,8 @@ struct Workload {
     std::optional<double> guidance_scale;  // workload.guidance_scale (--cfg-scale); unset = the plugin's default
     std::optional<std::string> prompt;           // workload.prompt (-p): a plugin without a text encoder refuses it
     std::optional<std::string> negative_prompt;  // workload.negative_prompt (-n)
+    std::vector<std::string> images;       // workload.images (--image FILE[@FRAME]): read by condition_images
+    std::optional<double> strength;        // workload.strength (--strength), in (0, 1]; unset = the plugin's default
     std::string precision;                 // bf16 | fp16 | fp32 (unset: bf16 on CUDA, fp32 on the CPU)
     at::ScalarType dtype = at::kFloat;     // the compute dtype for `precision`
 };
@@ -191,6 +194,15 @@ public:
     void add_checkpoint_facts(const nlohmann::json & facts);
     // inputs.<role>: {"file", "size", "sha256"}.
     void record_input(const std::string & role, const std::filesystem::path & file);
+    // workload.images (--image FILE[@FRAME]), each parsed, its file identified (inputs.image_<i>: file, size, sha256,
+    // frame; recorded before decoding, so a refused file is in the report) and decoded by media::read_image
+    // (UsageError, exit 2, naming the file: no image, a video, truncated, 0x0, over `limits`); then the decoded facts
+    // are added (format, source_width/height, bit_depth, source_channels, source_color, has_alpha, orientation).
+    // A relative path in a preset file is relative to that file. Empty when the key is unset.
+    std::vector<ConditionImage> condition_images(const media::ImageLimits & limits = {});
+    // What the plugin did to condition image `index` (resize mode, filter, effective size, crf), merged into
+    // inputs.image_<index>.preprocess.
+    void record_image_preprocess(std::size_t index, const nlohmann::json & preprocess);
 
     // The files write_images will write for `count` images, checked now (before anything loads): UsageError (exit 2)
     // when one exists without --overwrite, is the report itself, or another run is writing it (PathLock). -o/--output-file names the first; otherwise

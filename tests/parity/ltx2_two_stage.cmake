@@ -1,0 +1,15 @@
+# The ltx2_video two-stage run (issue 28 item 3) against diffusers' documented distilled composition (LTX2Pipeline
+# at half size -> LTX2LatentUpsamplePipeline -> LTX2Pipeline(latents=...) with the stage-2 sigmas; and the same with
+# LTX2ImageToVideoPipeline) on a tiny LTX-2.3 checkpoint with a tiny x2 latent upsampler
+# (tools/reference/ltx2_two_stage_fixtures.py). Fixtures are generated into the build tree, never committed.
+if(TARGET ddo_ltx2_pipeline AND TARGET ddo_ltx2_upsampler)
+  set(LTX2_TWO_STAGE_FIXTURE_DIR ${CMAKE_BINARY_DIR}/fixtures/ltx2_two_stage)
+  ddo_reference_fixtures(ltx2_two_stage SCRIPT ${CMAKE_SOURCE_DIR}/tools/reference/ltx2_two_stage_fixtures.py
+    DIR ${LTX2_TWO_STAGE_FIXTURE_DIR} COMMENT "generating LTX-2 two-stage fixtures with diffusers")
+  ddo_add_gtest(ltx2_two_stage_parity_test LABELS parity
+    SOURCES ${CMAKE_CURRENT_LIST_DIR}/ltx2_two_stage_parity_test.cpp
+    LIBS ddo_ltx2_pipeline ddo_ltx2_upsampler ddo_core)
+  target_compile_definitions(ltx2_two_stage_parity_test PRIVATE
+    LTX2_TWO_STAGE_FIXTURE_DIR="${LTX2_TWO_STAGE_FIXTURE_DIR}")
+  target_precompile_headers(ltx2_two_stage_parity_test PRIVATE <ATen/ATen.h>)
+endif()
