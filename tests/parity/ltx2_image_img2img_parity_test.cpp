@@ -4,9 +4,10 @@
 // LTX-2.3 image checkpoint, 8 steps at strengths 0.2 (2 kept steps) and 0.6 (5 kept steps), no guidance (the
 // distilled run): the strength's slice of the sigma grid and the shifted schedule (bitwise), the two draws of the
 // run's generator (bitwise), the posterior sample normalised (1e-6), scale_noise's start (bitwise), the denoised
-// latents (1e-4 max abs) and the image (1/255) from the reference's encoded posterior (the VAE encoder and the PNG
-// reading are other branches' work: the moments are the fixture's until they land). The DiT on the resident,
-// dynamic (one block streamed) and disk routes gives bitwise the latents of the plain resident source.
+// latents (1e-4 max abs) and the image (1/255), from the reference's encoder moments and from the input PNG (read_image,
+// rgb_of, PIL's LANCZOS resize, image_to_tensor, the video VAE's encode_moments: each step against the reference's
+// tensor). The DiT on the resident, dynamic (one block streamed) and disk routes gives bitwise the latents of the
+// plain resident source.
 #include <gtest/gtest.h>
 
 #include <ATen/ATen.h>
@@ -19,7 +20,10 @@
 #include <nlohmann/json.hpp>
 
 #include "cpu_plan.hpp"
+#include "ddo/media/image_reader.hpp"
+#include "ddo/media/image_resize.hpp"
 #include "ddo/model/component_weights.hpp"
+#include "ddo/model/condition_image.hpp"
 #include "ddo/model/tensor_file.hpp"
 #include "image_connectors.hpp"
 #include "image_pipeline.hpp"
@@ -27,6 +31,7 @@
 #include "parity/parity_support.hpp"
 #include "video_denoise.hpp"
 #include "video_vae_decoder.hpp"
+#include "video_vae_encoder.hpp"
 #include "weights.hpp"
 
 namespace fs = std::filesystem;
@@ -51,9 +56,23 @@ struct Outputs {
     ddo::model::FlowMatchSchedule schedule;
 };
 
-// The case's run from the reference's encoder moments. `dit_source` (borrowed): where the DiT's weights come from;
-// nullptr: resident fp32 on the CPU.
-Outputs run_img2img(const std::string & name, lt::Weights * dit_source = nullptr) {
+// The input PNG as the original hands it to the VAE: decoded, RGB, resized with PIL's LANCZOS to height x width,
+// [1, 3, H, W] in [-1, 1].
+at::Tensor input_pixels(int64_t height, int64_t width) {
+    const auto rgb = ddo::model::rgb_of(ddo::media::read_image(kDir / "input.png"));
+    const auto resized = ddo::media::resize_like_pil(rgb, int(width), int(height), ddo::media::ResampleFilter::lanczos);
+    return ddo::model::image_to_tensor(resized);
+}
+
+// The video VAE's encoder moments of `pixels` ([1, 3, H, W]), resident fp32.
+at::Tensor encoder_moments(const lt::ImageModel & m, lt::Weights & vae, const at::Tensor & pixels) {
+    lt::VideoVaeEncoder encoder(m.vae_config, vae);
+    return encoder.encode_moments(pixels.unsqueeze(2));
+}
+
+// The case's run from the reference's encoder moments, or (from_png) from the input PNG through ddo's reading,
+// resize and encoder. `dit_source` (borrowed): where the DiT's weights come from; nullptr: resident fp32 on the CPU.
+Outputs run_img2img(const std::string & name, lt::Weights * dit_source = nullptr, bool from_png = false) {
     const auto & k = reference().at("cases").at(name);
     auto m = lt::ImageModel::open(kDir / "checkpoint");
     lt::ResidentWeights resident(m.transformer, at::kFloat, at::kCPU), conn(m.connectors, at::kFloat, at::kCPU),
@@ -76,8 +95,8 @@ Outputs run_img2img(const std::string & name, lt::Weights * dit_source = nullptr
     const auto draws = lt::draw_img2img_noise(m.transformer_config.in_channels, geo, 1,
                                               uint64_t(reference().at("seed").get<int>()), at::kFloat);
     const auto want = TensorFile::open_file(kDir / ("img2img_" + name + ".safetensors"));
-    const auto x0 = lt::normalize_image_latents(lt::posterior_sample(want.read("moments"), draws.posterior_eps), m.vae,
-                                                m.vae_config);
+    const auto moments = from_png ? encoder_moments(m, vae, input_pixels(geo.height, geo.width)) : want.read("moments");
+    const auto x0 = lt::normalize_image_latents(lt::posterior_sample(moments, draws.posterior_eps), m.vae, m.vae_config);
     o.start = lt::img2img_start(x0, draws.noise, o.schedule);
     lt::ImageDenoiseSettings ds;
     ds.guidance = g;
@@ -149,15 +168,37 @@ TEST_F(Ltx2ImageImg2ImgParity, ScheduleDrawsAndStartEqualTheReference) {
     }
 }
 
-TEST_F(Ltx2ImageImg2ImgParity, PixelsOfTheResizedImageEqualTheProcessors) {
+TEST_F(Ltx2ImageImg2ImgParity, TheInputPngReadResizedAndEncodedEqualsTheReference) {
     const auto want = TensorFile::open_file(kDir / "img2img_s020.safetensors");
-    const auto rgb = want.read("resized_rgb").contiguous();
-    ASSERT_EQ(rgb.scalar_type(), at::kByte);
-    const auto got = lt::image_pixels_for_encode(rgb.data_ptr<uint8_t>(), rgb.size(0), rgb.size(1));
-    const double e = ddo::test::max_abs(got, want.read("pixels"), "pixels");
-    std::cout << "[ parity    ] VaeImageProcessor.preprocess of the LANCZOS-resized RGB: max abs error " << e
-              << " (tolerance 0)\n";
-    EXPECT_EQ(e, 0.0);
+    const auto rgb = ddo::model::rgb_of(ddo::media::read_image(kDir / "input.png"));
+    const auto & k = reference().at("cases").at("s020");
+    const int h = k.at("height").get<int>(), w = k.at("width").get<int>();
+    const auto resized = ddo::media::resize_like_pil(rgb, w, h, ddo::media::ResampleFilter::lanczos);
+    const auto want_rgb = want.read("resized_rgb").contiguous();
+    ASSERT_EQ(resized.pixels.size(), size_t(want_rgb.numel()));
+    const auto got_rgb = at::from_blob(const_cast<uint8_t *>(resized.pixels.data()), want_rgb.sizes(), at::kByte);
+    const double e_rgb = ddo::test::max_abs(got_rgb, want_rgb, "resized");
+    std::cout << "[ parity    ] input.png (" << rgb.height << "x" << rgb.width << ") resized like PIL LANCZOS to "
+              << h << "x" << w << ": max abs error " << e_rgb << " (tolerance 0)\n";
+    EXPECT_EQ(e_rgb, 0.0);
+    const auto pixels = ddo::model::image_to_tensor(resized);
+    const double e_px = ddo::test::max_abs(pixels, want.read("pixels"), "pixels");
+    std::cout << "[ parity    ] VaeImageProcessor.preprocess: max abs error " << e_px << " (tolerance 0)\n";
+    EXPECT_EQ(e_px, 0.0);
+    auto m = lt::ImageModel::open(kDir / "checkpoint");
+    lt::ResidentWeights vae(m.vae, at::kFloat, at::kCPU);
+    expect_close("the video VAE's encode_moments (means, the log-variance repeated)", encoder_moments(m, vae, pixels),
+                 want.read("moments"), 1e-5);
+}
+
+TEST_F(Ltx2ImageImg2ImgParity, FromThePngBothStrengths) {
+    for (const char * name : {"s020", "s060"}) {
+        const auto o = run_img2img(name, nullptr, true);
+        const auto want = TensorFile::open_file(kDir / (std::string("img2img_") + name + ".safetensors"));
+        const std::string label = std::string("img2img ") + name + " from input.png";
+        expect_close(label + ": latents", o.latents, want.read("latents"), 1e-4);
+        expect_close(label + ": image", o.image, want.read("image"), 1.0 / 255);
+    }
 }
 
 TEST_F(Ltx2ImageImg2ImgParity, Strength020) {

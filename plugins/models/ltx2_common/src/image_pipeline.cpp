@@ -152,13 +152,6 @@ StrengthSigmas strength_sigmas(int steps, double strength, const std::string & k
     return r;
 }
 
-at::Tensor image_pixels_for_encode(const uint8_t * rgb, int64_t height, int64_t width) {
-    // pil_to_numpy: np.array(image).astype(float32) / 255; normalize: 2 * x - 1 (float32 throughout).
-    const auto u8 = at::from_blob(const_cast<uint8_t *>(rgb), {height, width, 3}, at::kByte);
-    const auto x = u8.to(at::kFloat) / 255.0f;
-    return (2.0f * x - 1.0f).permute({2, 0, 1}).unsqueeze(0).contiguous();
-}
-
 Img2ImgDraws draw_img2img_noise(int64_t channels, const ImageGeometry & g, int64_t batch, uint64_t seed,
                                 at::ScalarType vae_dtype) {
     auto gen = at::make_generator<at::CPUGeneratorImpl>(seed);

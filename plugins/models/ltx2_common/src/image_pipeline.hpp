@@ -94,11 +94,6 @@ struct StrengthSigmas {
 // steps < 1.
 StrengthSigmas strength_sigmas(int steps, double strength, const std::string & key = "workload.strength");
 
-// VaeImageProcessor.preprocess of the resized RGB image (the original resizes with PIL LANCZOS to the run's size
-// first, so the processor's own resize is a copy): interleaved 8-bit RGB [height, width, 3] (borrowed, read once)
-// -> [1, 3, H, W] float32 in [-1, 1] (x / 255, then 2x - 1).
-at::Tensor image_pixels_for_encode(const uint8_t * rgb, int64_t height, int64_t width);
-
 // The two draws of the run's one generator (torch.Generator().manual_seed(seed) on the CPU), in the original's
 // order: the posterior's epsilon (randn of the latent shape in the VAE's dtype: DiagonalGaussianDistribution.sample),
 // then the latent noise (randn float32). Both [B, C, 1, h, w] on the CPU.
