@@ -35,7 +35,8 @@ install(TARGETS ${_ddo_exported} EXPORT ddoTargets
   LIBRARY DESTINATION ${DDO_INSTALL_LIBDIR}
   INCLUDES DESTINATION ${DDO_INSTALL_INCLUDEDIR})
 install(EXPORT ddoTargets NAMESPACE ddo:: DESTINATION ${DDO_INSTALL_CMAKEDIR})
-if(TARGET ddo_media)
+# model_run.hpp includes the media headers (condition images) with or without libddo_media.
+if(TARGET ddo_model OR TARGET ddo_media)
   install(DIRECTORY ${CMAKE_SOURCE_DIR}/core/media/include/ddo DESTINATION ${DDO_INSTALL_INCLUDEDIR})
 endif()
 

@@ -25,3 +25,18 @@ if(TARGET ltx2_video AND TARGET ddo-host AND DDO_PYTHON)
     LTX2_SINGLE_FILE_FIXTURE_DIR="${LTX2_SINGLE_FILE_FIXTURE_DIR}" DDO_HOST_BIN="$<TARGET_FILE:ddo-host>")
   add_dependencies(ltx2_component_file_test ddo-host ltx2_video linear vmm ddo_manifest_main ltx2_single_file_fixtures)
 endif()
+
+# ddo-host --plugin ltx2 from an image (issue 28): --image FILE / FILE@FRAME and the two-stage run from the PNG files
+# through the whole chain against diffusers' waveforms (tools/reference/ltx2_conditioning_fixtures.py,
+# ltx2_two_stage_fixtures.py); refusals (exit 2, report written).
+if(TARGET ltx2_video AND TARGET ddo-host AND TARGET ddo_media AND DDO_PYTHON)
+  ddo_add_gtest(ltx2_conditioning_test LABELS e2e TIMEOUT 900
+    SOURCES ${CMAKE_CURRENT_LIST_DIR}/ltx2_conditioning_test.cpp
+    LIBS ddo_model ddo_media)
+  target_compile_definitions(ltx2_conditioning_test PRIVATE
+    LTX2_CONDITIONING_FIXTURE_DIR="${CMAKE_BINARY_DIR}/fixtures/ltx2_conditioning"
+    LTX2_TWO_STAGE_FIXTURE_DIR="${CMAKE_BINARY_DIR}/fixtures/ltx2_two_stage" DDO_HOST_BIN="$<TARGET_FILE:ddo-host>")
+  target_precompile_headers(ltx2_conditioning_test PRIVATE <ATen/ATen.h>)
+  add_dependencies(ltx2_conditioning_test ddo-host ltx2_video linear vmm ddo_manifest_main ltx2_conditioning_fixtures
+    ltx2_two_stage_fixtures)
+endif()

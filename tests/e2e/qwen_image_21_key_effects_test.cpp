@@ -206,6 +206,8 @@ std::map<std::string, Effect> effects() {
     e["lora.adapters"].shown_by = "Qi21Lora.EveryKeyFamilyEqualsDiffusersLoadLoraWeights";
     e["lora.apply"].shown_by = "Qi21Lora.MergedIntoResidentWeightsEqualsRuntime";
     e["lora.allow_unmatched"].shown_by = "Qi21Lora.ALoraForAnotherModelIsRefusedBeforeAnythingIsComputed";
+    e["workload.images"].shown_by = "Qi21Cli.ConditionImagesAreRefusedUntilTheyAreImplemented";
+    e["workload.strength"].shown_by = "Qi21Cli.ConditionImagesAreRefusedUntilTheyAreImplemented";
     // The plugin's own option.
     e["plugin.qwen_image_21.use_kv_cache"] = {kStream, kStream + " --set plugin.qwen_image_21.use_kv_cache=false", true,
                                               differs("workload.kv_cache_used")};

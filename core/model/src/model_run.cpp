@@ -386,7 +386,14 @@ std::vector<ConditionImage> ModelRun::condition_images(const media::ImageLimits 
         inputs_[role]["frame"] = r.frame;
         checkpoint_["inputs"] = inputs_;
         if (ctx_.tracker && checkpoint_.contains("identity")) ctx_.tracker->set_checkpoint(checkpoint_);
+#if DDO_MODEL_WITH_MEDIA
         ConditionImage c{r.path, r.frame, media::read_image(r.path, limits)};
+#else
+        (void)limits;
+        throw UsageError(where + ": image " + r.path.string() + ": this build has no image input (configured with "
+                         "DDO_WITH_MEDIA=OFF: no FFmpeg libraries); use a build with them");
+        ConditionImage c;
+#endif
         const auto & im = c.image;
         auto & j = inputs_[role];
         j["format"] = im.format;

@@ -107,14 +107,6 @@ at::Tensor LatentUpsampler::forward(const at::Tensor & x_in) const {
     return conv(x, "final_conv");
 }
 
-at::Tensor normalize_video_latents(const at::Tensor & latents, const at::Tensor & mean, const at::Tensor & std,
-                                   double scaling_factor) {
-    const auto opts = latents.options();
-    const auto m = mean.to(opts).view({1, -1, 1, 1, 1});
-    const auto s = std.to(opts).view({1, -1, 1, 1, 1});
-    return (latents - m) * scaling_factor / s;
-}
-
 at::Tensor upsample_video_latents(const LatentUpsampler & upsampler, const at::Tensor & latents,
                                   const VideoLatentStats & stats, double scaling_factor,
                                   const LatentUpsampleOptions & options) {

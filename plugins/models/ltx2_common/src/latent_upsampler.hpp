@@ -15,6 +15,7 @@
 
 #include "latent_upsampler_config.hpp"
 #include "video_vae_config.hpp"
+#include "video_vae_encoder.hpp"
 #include "weights.hpp"
 
 namespace ddo::ltx2 {
@@ -50,10 +51,7 @@ struct LatentUpsampleOptions {
     double tone_map_compression_ratio = 0.0;  // sigmoid tone mapping in [0, 1]; applied when > 0
 };
 
-// The inverse of denormalize_video_latents: (latents - mean) * scaling_factor / std over
-// the channel dim of [B, C, F, H, W], in latents' dtype (LTX2Pipeline._normalize_latents; mean / std cast to it).
-at::Tensor normalize_video_latents(const at::Tensor & latents, const at::Tensor & mean, const at::Tensor & std,
-                                   double scaling_factor);
+// normalize_video_latents (the inverse of denormalize_video_latents) is video_vae_encoder.hpp's.
 
 // Stage 1's normalised video latents -> stage 2's normalised initial latents, as diffusers' two-stage composition
 // computes them: de-normalise in float32 with the VAE's `stats` and `scaling_factor` (LTX2Pipeline,

@@ -52,13 +52,13 @@ Request resolve_request(model::ModelRun & run) {
     run.check_class("audio_vae/config.json", {"AutoencoderKLLTX2Audio"});
     run.check_class("connectors/config.json", {"LTX2TextConnectors"});
     run.check_class("vocoder/config.json", {"LTX2Vocoder", "LTX2VocoderWithBWE"});
-    run.refuse_if_set("workload.images", "ltx2_video takes no condition image yet (image-to-video: issue 28)");
-    run.refuse_if_set("workload.strength", "ltx2_video takes no condition image yet (image-to-video: issue 28)");
+    run.refuse_if_set("workload.strength", "ltx2_video conditions on each image at strength 1 (the pipelines' "
+                                           "default); --strength is ltx2_image's img2img");
     // Where the prompt comes from: text (the checkpoint's Gemma-3 encodes it) or a --prompt-embeds file.
     r.prompt = model::PromptSource::of(run, r.w);
     if (r.prompt.encode_only)
         for (const char * k : {"workload.width", "workload.height", "workload.frames", "workload.fps", "workload.steps",
-                               "workload.sigmas"})
+                               "workload.sigmas", "workload.images"})
             run.refuse_if_set(k, "ddo-host encode only encodes the prompt; give it to the run that uses the embeddings");
     r.max_sequence_length = max_sequence_length(run, "LTX2Pipeline");
     if (r.w.num_images != 1)
