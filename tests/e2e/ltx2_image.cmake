@@ -22,3 +22,14 @@ if(TARGET ddo_ltx2_image)
   target_precompile_headers(ltx2_image_structure_test PRIVATE <ATen/ATen.h>)
   add_dependencies(ltx2_image_structure_test linear)
 endif()
+# img2img (--image FILE --strength S) against tools/reference/ltx2_image_img2img_fixtures.py: the PNG at strengths
+# 0.2 and 0.6, the report's image and img2img facts, DiT route equality, refusals (exit 2).
+if(TARGET ltx2_image AND TARGET ddo-host AND TARGET ddo_ltx2_image AND DDO_PYTHON)
+  ddo_add_gtest(ltx2_image_img2img_test LABELS e2e TIMEOUT 600
+    SOURCES ${CMAKE_CURRENT_LIST_DIR}/ltx2_image_img2img_test.cpp
+    LIBS ddo_model PNG::PNG)
+  target_compile_definitions(ltx2_image_img2img_test PRIVATE
+    LTX2_IMAGE_IMG2IMG_FIXTURE_DIR="${CMAKE_BINARY_DIR}/fixtures/ltx2_image_img2img" DDO_HOST_BIN="$<TARGET_FILE:ddo-host>")
+  target_precompile_headers(ltx2_image_img2img_test PRIVATE <ATen/ATen.h>)
+  add_dependencies(ltx2_image_img2img_test ddo-host ltx2_image linear vmm ddo_manifest_main ltx2_image_img2img_fixtures)
+endif()

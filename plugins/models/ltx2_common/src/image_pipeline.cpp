@@ -1,9 +1,14 @@
 // The LTX-2 image pipeline (reference: compose_image in tools/reference/ltx2_image_fixtures.py, following
-// modular_blocks_ltx2_image.py LTX2ImagePrepareLatentsStep / LTX2ImageDenoiseStep / LTX2ImageDecodeStep).
+// modular_blocks_ltx2_image.py LTX2ImagePrepareLatentsStep / LTX2ImageDenoiseStep / LTX2ImageDecodeStep; img2img:
+// tools/reference/ltx2_image_img2img_fixtures.py, following get_strength_sigmas / LTX2ImageVaeEncoderStep and the
+// img2img branch of LTX2ImagePrepareLatentsStep).
 #include "image_pipeline.hpp"
 
 #include <ATen/CPUGeneratorImpl.h>
 
+#include <algorithm>
+
+#include <cmath>
 #include <string>
 
 #include "ddo/error.hpp"
@@ -128,6 +133,56 @@ at::Tensor image_denoise(const TransformerConfig & c, Weights & dit, const Image
         if (s.on_step) s.on_step(i + 1, total);
     }
     return latents;
+}
+
+StrengthSigmas strength_sigmas(int steps, double strength, const std::string & key) {
+    if (!std::isfinite(strength) || strength <= 0.0 || strength > 1.0)
+        throw UsageError(key + " = " + std::to_string(strength) + ": the img2img strength must be in (0, 1] (the "
+                         "share of the schedule that is denoised again; 1 starts from pure noise)");
+    const auto grid = model::default_sigmas(steps);  // UsageError for steps < 1
+    // The original computes in Python floats (double): init = min(steps * strength, steps), int() truncates.
+    const double init = std::min(double(steps) * strength, double(steps));
+    const int t_start = int(std::max(double(steps) - init, 0.0));
+    StrengthSigmas r;
+    r.t_start = t_start;
+    r.sigmas.assign(grid.begin() + t_start, grid.end());
+    if (r.sigmas.empty())  // unreachable for strength > 0; the original raises the same way
+        throw UsageError(key + " = " + std::to_string(strength) + " leaves no denoising step of " +
+                         std::to_string(steps) + "; raise the strength");
+    return r;
+}
+
+Img2ImgDraws draw_img2img_noise(int64_t channels, const ImageGeometry & g, int64_t batch, uint64_t seed,
+                                at::ScalarType vae_dtype) {
+    auto gen = at::make_generator<at::CPUGeneratorImpl>(seed);
+    const std::vector<int64_t> shape{batch, channels, 1, g.latent_height, g.latent_width};
+    Img2ImgDraws d;
+    d.posterior_eps = at::randn(shape, gen, at::TensorOptions().dtype(vae_dtype));
+    d.noise = at::randn(shape, gen, at::TensorOptions().dtype(at::kFloat));
+    return d;
+}
+
+at::Tensor posterior_sample(const at::Tensor & moments, const at::Tensor & eps) {
+    const auto parts = moments.chunk(2, 1);
+    const auto std = at::exp(0.5 * parts[1].clamp(-30.0, 20.0));
+    return parts[0] + std * eps.to(moments.options());
+}
+
+at::Tensor normalize_image_latents(const at::Tensor & encoded, const model::TensorFile & vae, const VideoVaeConfig & c) {
+    const auto stats = read_video_latent_stats(vae, c);
+    const auto opts = encoded.options();
+    const auto mean = stats.mean.to(opts).view({1, -1, 1, 1, 1});
+    const auto std = stats.std.to(opts).view({1, -1, 1, 1, 1});
+    return ((encoded - mean) * c.scaling_factor / std).to(at::kFloat);
+}
+
+at::Tensor img2img_start(const at::Tensor & x0, const at::Tensor & noise, const model::FlowMatchSchedule & schedule) {
+    if (schedule.sigmas.empty()) throw UsageError("ltx2_image: img2img needs a schedule of at least one step");
+    // scale_noise computes in the sample's dtype (float32) with sigma a float32 tensor: 1 - sigma rounds in float.
+    const float sigma = schedule.sigmas.front();
+    const auto x = x0.to(at::kFloat), n = noise.to(x.options());
+    const auto noised = n * sigma + x * (1.0f - sigma);
+    return noised.permute({0, 2, 3, 4, 1}).flatten(1, 3).contiguous();
 }
 
 at::Tensor image_latents_for_decode(const at::Tensor & packed, const ImageGeometry & g, const model::TensorFile & vae,

@@ -4,12 +4,16 @@
 // cross-checked before anything is computed, the seeded one-frame noise (not normalised), the schedule (mu from
 // calculate_shift(h*w, 1024, 4096, 0.95, 2.05)), the denoising loop (one transformer pass per step on the batch
 // [neg; pos] with CFG, [neg; pos; pos] with CFG + PAG, [pos; pos] with PAG alone; guidance in x0 space with
-// rescale_noise_cfg; Euler), and the frame-0 image of the decoded latents.
+// rescale_noise_cfg; Euler), and the frame-0 image of the decoded latents. Img2img (DEVAIEXP LTX2ImageImg2ImgPipeline;
+// reference tools/reference/ltx2_image_img2img_fixtures.py; Note [LTX-2 image img2img]): the strength's slice of
+// the sigma grid, the posterior sample and the latent noise from one generator, the normalised image latents noised
+// with scale_noise at the first kept sigma, then image_denoise on the kept schedule.
 #pragma once
 
 #include <cstdint>
 #include <filesystem>
 #include <functional>
+#include <string>
 #include <vector>
 
 #include <ATen/ATen.h>
@@ -77,6 +81,39 @@ at::Tensor image_denoise(const TransformerConfig & c, Weights & dit, const Image
 std::pair<at::Tensor, at::Tensor> image_text_batch(const ImageGuidance & g, const at::Tensor & embeds,
                                                    const at::Tensor & mask, const at::Tensor & neg_embeds,
                                                    const at::Tensor & neg_mask);
+
+// ---- img2img (Note [LTX-2 image img2img])
+
+// get_strength_sigmas of the original: the grid linspace(1, 1/steps, steps) (float32), t_start = int(max(steps -
+// min(steps * strength, steps), 0)), the kept grid[t_start:] -- unshifted: ltx2_schedule shifts it (mu from h*w).
+struct StrengthSigmas {
+    std::vector<float> sigmas;  // the kept grid (steps - t_start values, at least one)
+    int t_start = 0;            // steps skipped
+};
+// UsageError naming `key` (where the strength came from) for a strength outside (0, 1] or not finite, and for
+// steps < 1.
+StrengthSigmas strength_sigmas(int steps, double strength, const std::string & key = "workload.strength");
+
+// The two draws of the run's one generator (torch.Generator().manual_seed(seed) on the CPU), in the original's
+// order: the posterior's epsilon (randn of the latent shape in the VAE's dtype: DiagonalGaussianDistribution.sample),
+// then the latent noise (randn float32). Both [B, C, 1, h, w] on the CPU.
+struct Img2ImgDraws {
+    at::Tensor posterior_eps, noise;
+};
+Img2ImgDraws draw_img2img_noise(int64_t channels, const ImageGeometry & g, int64_t batch, uint64_t seed,
+                                at::ScalarType vae_dtype);
+
+// DiagonalGaussianDistribution(moments).sample with the drawn epsilon: moments [B, 2C, 1, h, w] (the encoder's
+// output: C means, then C log-variances), mean + exp(0.5 * clamp(logvar, -30, 20)) * eps in the moments' dtype.
+at::Tensor posterior_sample(const at::Tensor & moments, const at::Tensor & eps);
+
+// The sampled VAE latents [B, C, 1, h, w] normalised as the original (x - mean) * scaling_factor / std (statistics
+// cast to the latents' dtype), then float32.
+at::Tensor normalize_image_latents(const at::Tensor & encoded, const model::TensorFile & vae, const VideoVaeConfig & c);
+
+// FlowMatchEulerDiscreteScheduler.scale_noise at the schedule's first sigma: sigma * noise + (1 - sigma) * x0 in
+// float32 (x0, noise: [B, C, 1, h, w]), packed to [B, h*w, C] -- image_denoise's start on the kept schedule.
+at::Tensor img2img_start(const at::Tensor & x0, const at::Tensor & noise, const model::FlowMatchSchedule & schedule);
 
 // Packed latents [B, h*w, C] -> [B, C, 1, h, w], de-normalised (x * std / scaling_factor + mean) for vae.decode.
 at::Tensor image_latents_for_decode(const at::Tensor & packed, const ImageGeometry & g, const model::TensorFile & vae,

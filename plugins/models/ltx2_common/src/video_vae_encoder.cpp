@@ -56,7 +56,7 @@ at::Tensor VideoVaeEncoder::downsampler(const at::Tensor & x, const std::string 
     return space_to_depth(conv(h, p + ".conv.conv"), s) + residual;
 }
 
-at::Tensor VideoVaeEncoder::encode(const at::Tensor & video) const {
+at::Tensor VideoVaeEncoder::conv_out(const at::Tensor & video) const {
     const auto & c = config_;
     if (video.dim() != 5 || video.size(1) != c.in_channels)
         throw UsageError("ltx2 video VAE encode: video of shape " + model::shape_str(video.sizes()) +
@@ -92,10 +92,20 @@ at::Tensor VideoVaeEncoder::encode(const at::Tensor & video) const {
         h = resnet(h, "encoder.mid_block.resnets." + std::to_string(j), c.encoder_mid_channels);
     if (stage_check_) stage_check_("encoder.mid_block");
 
-    h = conv(at::silu(per_channel_rms_norm(h)), "encoder.conv_out.conv");
+    return conv(at::silu(per_channel_rms_norm(h)), "encoder.conv_out.conv");
+}
+
+at::Tensor VideoVaeEncoder::encode(const at::Tensor & video) const {
     // conv_out gives latent_channels means and one log-variance channel (repeated by the reference to make the
     // moments); the mode is the means.
-    return h.narrow(1, 0, c.latent_channels);
+    return conv_out(video).narrow(1, 0, config_.latent_channels);
+}
+
+at::Tensor VideoVaeEncoder::encode_moments(const at::Tensor & video) const {
+    const auto h = conv_out(video);
+    const int64_t ch = config_.latent_channels;
+    // LTX2VideoEncoder3d.forward: last_channel = h[:, -1:].repeat(1, h.size(1) - 2, 1, 1, 1), cat on dim 1.
+    return at::cat({h.narrow(1, 0, ch), h.narrow(1, ch, 1).repeat({1, ch, 1, 1, 1})}, 1);
 }
 
 }  // namespace ddo::ltx2

@@ -47,12 +47,17 @@ public:
     // config().encoded_frames(F), H / s, W / s] with s = config().spatial_downscale(). UsageError for a wrong input
     // (shape, a frame count or size the encoder cannot take: config().encodable_frames / encodable_pixels).
     at::Tensor encode(const at::Tensor & video) const;
+    // The latent distribution's parameters, as DiagonalGaussianDistribution reads them: [B, 2 latent_channels, ...]
+    // = the means, then conv_out's one log-variance channel repeated latent_channels times (the reference's
+    // moments; img2img samples them: ltx2::posterior_sample, Note [LTX-2 image img2img]). Same checks as encode.
+    at::Tensor encode_moments(const at::Tensor & video) const;
 
     // Called between the encoder's stages (after each down block and the mid block) with the stage's name; may throw
     // to stop the encode (interruption).
     void set_stage_check(std::function<void(const std::string & stage)> check) { stage_check_ = std::move(check); }
 
 private:
+    at::Tensor conv_out(const at::Tensor & video) const;  // [B, latent_channels + 1, ...]: means, log-variance
     at::Tensor conv(const at::Tensor & x, const std::string & p, int64_t stride = 1) const;
     at::Tensor resnet(const at::Tensor & x, const std::string & p, int64_t channels) const;
     at::Tensor downsampler(const at::Tensor & x, const std::string & p, const VideoVaeDownBlock & b) const;

@@ -3,12 +3,16 @@
 // guidance, prompt embeddings, schedule, plans) -> encode_prompt (Gemma-3 on the engine, as
 // LTX2ImageTextEncoderStep: LTX2Pipeline's _get_gemma_prompt_embeds, max_sequence_length 1024, negative prompt ""
 // under guidance; `ddo-host encode` ends here and writes the embeddings) -> encode_text (image connectors; a dry run
-// ends here) -> denoise_image (the audio-less DiT) -> decode_image (LTX-2.3 video VAE, frame 0) -> PNG.
+// ends here) -> [img2img: encode_image (the condition image resized with PIL's LANCZOS to the run's size, the video
+// VAE's encoder, the posterior sampled and normalised, noised at the strength's first sigma; Note [LTX-2 image
+// img2img])] -> denoise_image (the audio-less DiT) -> decode_image (LTX-2.3 video VAE, frame 0) -> PNG.
 #include "plugin_run.hpp"
 
 #include <ATen/ATen.h>
 
 #include "ddo/error.hpp"
+#include "ddo/media/image_resize.hpp"
+#include "ddo/model/condition_image.hpp"
 #include "ddo/model/run_request.hpp"
 #include "image_connectors.hpp"
 #include "image_pipeline.hpp"
@@ -18,6 +22,7 @@
 #include "video_denoise.hpp"
 #include "video_vae_choice.hpp"
 #include "video_vae_decoder.hpp"
+#include "video_vae_encoder.hpp"
 #include "video_vae_tiling.hpp"
 #include "weights.hpp"
 
@@ -29,15 +34,21 @@ constexpr const char * kPlugin = "ltx2_image";
 // The modular block's defaults (544 x 960) and the distilled runner's 8 steps, guidance 1.
 constexpr model::WorkloadDefaults kDefaults{.width = 960, .height = 544, .steps = 8, .seed = 0};
 
+// Img2img's default strength: the distilled runner's (run_distilled_img2img.py --strength 0.20, paired with its 8
+// steps, the plugin's default steps); the modular block's own default is 0.55 with 30 steps (Note [LTX-2 image
+// img2img]).
+constexpr double kDefaultStrength = 0.2;
+
 // What was asked, checked before anything is read.
 struct Request {
     model::Workload w;
     model::PromptSource prompt;
     int64_t max_sequence_length = 1024;  // LTX2ImageTextEncoderStep's default
+    std::optional<double> strength;      // img2img (one workload.images entry): the effective strength
 };
 
 Request resolve_request(model::ModelRun & run) {
-    Request r{run.workload(kDefaults), {}, 0};
+    Request r{run.workload(kDefaults), {}, 0, std::nullopt};
     run.require_model_dir();
     run.check_class("transformer/config.json", {"LTX2ImageTransformer2DModel"});
     run.check_class("connectors/config.json", {"LTX2ImageTextConnectors"});
@@ -45,12 +56,29 @@ Request resolve_request(model::ModelRun & run) {
     run.refuse_if_set("workload.frames", "ltx2_image makes one image (one latent frame); use ltx2_video for clips");
     run.refuse_if_set("workload.fps", "ltx2_image makes one image (its time coordinates are one frame at 24 fps); "
                                       "use ltx2_video for clips");
-    run.refuse_if_set("workload.images", "ltx2_image takes no condition image yet (img2img: issue 28)");
-    run.refuse_if_set("workload.strength", "ltx2_image takes no condition image yet (img2img: issue 28)");
+    // Img2img: one image (@FRAME is a video's keyframe: refused) and a strength in (0, 1].
+    if (r.w.images.size() > 1)
+        throw UsageError(std::string(kPlugin) + ": " + std::to_string(r.w.images.size()) + " images in workload.images "
+                         "(--image): img2img refines one image; give one --image FILE");
+    if (r.w.images.empty() && r.w.strength)
+        throw UsageError(std::string(kPlugin) + ": workload.strength (--strength) is img2img's: give --image FILE "
+                         "with it, or drop it for text-to-image");
+    if (!r.w.images.empty()) {
+        if (model::parse_condition_image(r.w.images[0], "workload.images[0]").frame != 0)
+            throw UsageError(std::string(kPlugin) + ": workload.images[0] = '" + r.w.images[0] + "': a frame index "
+                             "(@FRAME) places a keyframe in a video (ltx2_video); ltx2_image refines one image: give "
+                             "the file alone");
+        run.refuse_if_set("workload.sigmas", "img2img slices the linspace(1, 1/steps, steps) grid by the strength "
+                                             "(the original's get_strength_sigmas): give workload.steps and "
+                                             "workload.strength");
+        r.strength = r.w.strength.value_or(kDefaultStrength);
+        strength_sigmas(r.w.steps, *r.strength, "workload.strength");  // UsageError outside (0, 1]
+    }
     // Where the prompt comes from: text (the checkpoint's Gemma-3 encodes it) or a --prompt-embeds file.
     r.prompt = model::PromptSource::of(run, r.w);
     if (r.prompt.encode_only)
-        for (const char * k : {"workload.width", "workload.height", "workload.steps", "workload.sigmas"})
+        for (const char * k : {"workload.width", "workload.height", "workload.steps", "workload.sigmas",
+                               "workload.images", "workload.strength"})
             run.refuse_if_set(k, "ddo-host encode only encodes the prompt; give it to the run that uses the embeddings");
     r.max_sequence_length = max_sequence_length(run, "the image pipeline");
     if (r.w.num_images != 1)
@@ -141,7 +169,30 @@ struct RunPlan {
     model::ComponentPlan connectors, transformer, vae;
     at::Device device = at::kCPU;
     VideoVaeChoice vae_choice;
+    // img2img: the strength's slice of the grid and the condition image as the VAE takes it ([1, 3, H, W] in
+    // [-1, 1], CPU float32).
+    std::optional<StrengthSigmas> slice;
+    at::Tensor pixels;
 };
+
+// The condition image (read and recorded by run.condition_images before any weight loads), as the original
+// prepares it (preprocess_refinement_image + VaeImageProcessor.preprocess): RGB (alpha dropped, as convert("RGB")),
+// PIL's LANCZOS resize to the run's size (aspect not kept, no crop), x / 255 * 2 - 1.
+at::Tensor read_condition_image(model::ModelRun & run, const model::ImageSize & size) {
+    const auto images = run.condition_images();
+    const auto & im = images.at(0);
+    const auto rgb = model::rgb_of(im.image);
+    const auto resized = media::resize_like_pil(rgb, int(size.width), int(size.height), media::ResampleFilter::lanczos);
+    run.record_image_preprocess(0, {{"convert", "RGB (alpha dropped)"},
+                                    {"resize", "PIL LANCZOS to the run's size, aspect not kept"},
+                                    {"filter", "lanczos"},
+                                    {"source_width", rgb.width},
+                                    {"source_height", rgb.height},
+                                    {"width", size.width},
+                                    {"height", size.height},
+                                    {"aspect_changed", rgb.width * size.height != rgb.height * size.width}});
+    return model::image_to_tensor(resized);
+}
 
 RunPlan plan_run(model::ModelRun & run, const Request & r, const ImageModel & m) {
     RunPlan p;
@@ -152,7 +203,12 @@ RunPlan plan_run(model::ModelRun & run, const Request & r, const ImageModel & m)
     p.guidance = resolve_guidance(run, r.w, m.transformer_config);
     p.embeds = load_prompt_file(run, r, m, p.guidance);
     auto asked = model::requested_sigmas(run, r.w, "workload.sigmas sets the grid; its length is the number of steps");
-    p.sigmas = asked ? std::move(*asked) : model::default_sigmas(r.w.steps);
+    if (r.strength) p.slice = strength_sigmas(r.w.steps, *r.strength, "workload.strength");
+    p.sigmas = p.slice ? p.slice->sigmas : asked ? std::move(*asked) : model::default_sigmas(r.w.steps);
+    if (p.slice) {
+        validate_video_vae_encoder_checkpoint(m.vae, m.vae_config);
+        p.pixels = read_condition_image(run, p.size);
+    }
     if (!r.prompt.encode_only) p.schedule = ltx2_schedule(m.scheduler_config, m.scheduler_json, p.sigmas, p.geo.tokens());
     p.mu = ltx2_mu(m.scheduler_json, p.geo.tokens());
     if (r.prompt.encode_only) run.plan_tensor_file();
@@ -169,10 +225,22 @@ RunPlan plan_run(model::ModelRun & run, const Request & r, const ImageModel & m)
 void record_workload(model::ModelRun & run, const Request & r, const RunPlan & p) {
     const auto & g = p.guidance;
     const auto & c = p.vae_choice;
+    nlohmann::json img2img = nullptr;
+    if (p.slice)
+        img2img = {{"strength", *r.strength},
+                   {"strength_requested", r.w.strength ? nlohmann::json(*r.w.strength) : nlohmann::json(nullptr)},
+                   {"steps_requested", r.w.steps},
+                   {"t_start", p.slice->t_start},
+                   {"noise_sigma", p.schedule.sigmas.empty() ? nlohmann::json(nullptr)
+                                                             : nlohmann::json(p.schedule.sigmas.front())},
+                   {"posterior", "sample"}};
     run.record_workload({{"model", kPlugin}, {"width", p.size.width}, {"height", p.size.height},
                          {"latent", {{"height", p.geo.latent_height}, {"width", p.geo.latent_width}, {"tokens", p.geo.tokens()}}},
                          {"steps", int(p.sigmas.size())}, {"sigmas", model::grid_json(p.schedule.sigmas)}, {"mu", p.mu},
-                         {"sigmas_source", r.w.sigmas ? "workload.sigmas" : "linspace(1, 1/steps, steps)"},
+                         {"sigmas_source", r.w.sigmas ? "workload.sigmas"
+                                           : p.slice ? "linspace(1, 1/steps, steps)[t_start:] (img2img strength)"
+                                                     : "linspace(1, 1/steps, steps)"},
+                         {"img2img", img2img},
                          {"seed", r.w.seed},
                          {"guidance", {{"guidance_scale", g.cfg}, {"guidance_rescale", g.rescale}, {"pag_scale", g.pag},
                                        {"pag_applied_layers", g.pag > 0.0 ? nlohmann::json(g.pag_blocks) : nlohmann::json()}}},
@@ -216,9 +284,30 @@ std::optional<ImageText> encode_text(model::ModelRun & run, const Request & r, c
     return text;
 }
 
-// Phase "denoise": the seeded noise through the DiT on its plan, unloaded after the last step.
+// Phase "encode_image" (img2img): the video VAE's encoder on the vae plan (its leaf groups; reported as component
+// "vae_encoder"), the posterior sampled with the run's generator (its first draw), normalised, and noised with the
+// generator's second draw at the strength's first sigma (scale_noise): the packed start of the denoise, on the
+// DiT's device. Note [LTX-2 image img2img].
+at::Tensor encode_image(model::ModelRun & run, const model::Workload & w, const ImageModel & m, const RunPlan & p) {
+    run.begin_phase("encode_image");
+    model::ComponentPlan plan = p.vae;
+    plan.component = "vae_encoder";  // its own counters in the report; the decoder's stay "vae"
+    if (p.vae_choice.strategy == VideoVaeStrategy::leaf_offload) plan.route = engine::Route::dynamic;
+    auto enc = open_engine_component(run, plan, "vae", video_vae_encoder_leaf_groups(m.vae_config), w.dtype);
+    VideoVaeEncoder encoder(m.vae_config, *enc.view);
+    encoder.set_stage_check([&](const std::string & stage) { run.check_interrupted("encoding (" + stage + ")"); });
+    const auto moments = encoder.encode_moments(p.pixels.to(w.dtype).unsqueeze(2));
+    unload(run, enc);
+    const auto draws = draw_img2img_noise(m.transformer_config.in_channels, p.geo, 1, w.seed, moments.scalar_type());
+    const auto x0 = normalize_image_latents(posterior_sample(moments, draws.posterior_eps.to(moments.device())), m.vae,
+                                            m.vae_config);
+    return img2img_start(x0, draws.noise.to(x0.device()), p.schedule).to(p.device);
+}
+
+// Phase "denoise": the seeded noise (img2img: `start`, the noised image latents) through the DiT on its plan,
+// unloaded after the last step.
 at::Tensor denoise_image(model::ModelRun & run, const model::Workload & w, const ImageModel & m, const RunPlan & p,
-                         const ImageText & text) {
+                         const ImageText & text, const std::optional<at::Tensor> & start) {
     const auto & tc = m.transformer_config;
     auto dit = open_engine_component(run, p.transformer, "transformer", image_transformer_groups(tc), w.dtype);
     run.begin_phase("denoise");
@@ -227,7 +316,7 @@ at::Tensor denoise_image(model::ModelRun & run, const model::Workload & w, const
     ds.dtype = w.dtype;
     ds.check_interrupted = [&](int step) { run.check_interrupted("at step " + std::to_string(step + 1)); };
     ds.on_step = [&](int step, int total) { run.step(step, total); };
-    const auto noise = draw_image_noise(tc.in_channels, p.geo, 1, w.seed, p.device);
+    const auto noise = start ? *start : draw_image_noise(tc.in_channels, p.geo, 1, w.seed, p.device);
     auto latents = image_denoise(tc, *dit.view, text, p.geo, noise, p.schedule, ds);
     unload(run, dit);
     return latents;
@@ -266,7 +355,9 @@ void run_ltx2_image(model::ModelRun & run) {
     if (!encode_prompt(run, r, c, p)) return;
     const auto text = encode_text(run, r, m, p);
     if (!text) return;
-    const auto latents = denoise_image(run, r.w, m, p, *text);
+    std::optional<at::Tensor> start;
+    if (p.slice) start = encode_image(run, r.w, m, p);
+    const auto latents = denoise_image(run, r.w, m, p, *text, start);
     const auto image = decode_image(run, r.w, m, p, latents);
     run.begin_phase("write_output");
     run.write_images(image);
