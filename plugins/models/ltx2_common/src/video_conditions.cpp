@@ -6,6 +6,21 @@
 
 namespace ddo::ltx2 {
 
+at::Tensor first_frame_mask(int64_t batch, const LatentGeometry & g, const at::TensorOptions & options) {
+    auto mask = at::zeros({batch, 1, g.latent_frames, g.latent_height, g.latent_width}, options.dtype(at::kFloat));
+    mask.select(2, 0).fill_(1.0);
+    return mask;
+}
+
+VideoConditioning first_frame_conditioning(const at::Tensor & mask, const LatentGeometry & g) {
+    VideoConditioning c;
+    c.mode = ConditioningMode::first_frame;
+    c.mask = pack_video(mask).squeeze(-1);
+    c.grid_tokens = g.video_tokens();
+    c.frame_tokens = g.latent_height * g.latent_width;
+    return c;
+}
+
 ConditionedStart first_frame_start(const at::Tensor & image_latents, const LatentRatios & r, const LatentGeometry & g,
                                    int64_t batch, at::Generator & gen, at::Device device) {
     if (image_latents.dim() != 5 || image_latents.size(1) != r.video_channels || image_latents.size(2) != 1 ||
@@ -15,19 +30,14 @@ ConditionedStart first_frame_start(const at::Tensor & image_latents, const Laten
                            std::to_string(g.latent_height) + ", " + std::to_string(g.latent_width) + "]");
     // The encode draws nothing (argmax), so the noise is LTX2Pipeline's draw: video [B, C, F, H, W], then audio.
     auto noise = draw_noise(r, g, batch, gen, device);
-    const auto f32 = noise.video.options();
-    auto mask5 = at::zeros({batch, 1, g.latent_frames, g.latent_height, g.latent_width}, f32);
-    mask5.select(2, 0).fill_(1.0);
+    const auto mask5 = first_frame_mask(batch, g, noise.video.options());
     const auto init = pack_video(image_latents.to(device, at::kFloat).expand({batch, -1, -1, -1, -1})
                                      .repeat({1, 1, g.latent_frames, 1, 1}));
     const auto mask = pack_video(mask5);  // [B, N, 1]
     ConditionedStart s;
     s.video = init * mask + noise.video * (1 - mask);
     s.audio = noise.audio;
-    s.conditioning.mode = ConditioningMode::first_frame;
-    s.conditioning.mask = mask.squeeze(-1);
-    s.conditioning.grid_tokens = g.video_tokens();
-    s.conditioning.frame_tokens = g.latent_height * g.latent_width;
+    s.conditioning = first_frame_conditioning(mask5, g);
     return s;
 }
 

@@ -51,6 +51,11 @@ struct ConditionedStart {
     VideoConditioning conditioning;
 };
 
+// LTX2ImageToVideoPipeline's conditioning mask [batch, 1, F', H', W'] (1 on latent frame 0), float32 with `options`,
+// and the first_frame conditioning it gives (packed mask, frame 0's tokens).
+at::Tensor first_frame_mask(int64_t batch, const LatentGeometry & g, const at::TensorOptions & options);
+VideoConditioning first_frame_conditioning(const at::Tensor & mask, const LatentGeometry & g);
+
 // LTX2ImageToVideoPipeline.prepare_latents: image_latents [B or 1, C, 1, h, w] (normalised) on frame 0, the rest the
 // seeded noise (draw_noise's video then audio, the reference's order).
 ConditionedStart first_frame_start(const at::Tensor & image_latents, const LatentRatios & r, const LatentGeometry & g,

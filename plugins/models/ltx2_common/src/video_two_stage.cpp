@@ -18,15 +18,11 @@ ConditionedStart stage2_start(const at::Tensor & upscaled, const at::Tensor & st
     const auto latents = upscaled.to(at::kCPU, at::kFloat);
     ConditionedStart s;
     if (first_frame) {
-        auto mask = at::zeros({latents.size(0), 1, g.latent_frames, g.latent_height, g.latent_width}, f32);
-        mask.select(2, 0).fill_(1.0);
+        const auto mask = first_frame_mask(latents.size(0), g, f32);
         const auto scale = noise_scale * (1 - mask);
         const auto noise = at::randn(latents.sizes(), gen, f32);
         s.video = pack_video(scale * noise + (1 - scale) * latents).to(device);
-        s.conditioning.mode = ConditioningMode::first_frame;
-        s.conditioning.mask = pack_video(mask).squeeze(-1).to(device);
-        s.conditioning.grid_tokens = g.video_tokens();
-        s.conditioning.frame_tokens = g.latent_height * g.latent_width;
+        s.conditioning = first_frame_conditioning(mask.to(device), g);
     } else {
         const auto packed = pack_video(latents);
         const auto noise = at::randn(packed.sizes(), gen, f32);

@@ -148,10 +148,12 @@ std::optional<TwoStage> resolve_two_stage(model::ModelRun & run, const VideoMode
         throw UsageError("plugin.ltx2_video.upsampler = " + asked + ": no such file or folder; give the checkpoint's "
                          "latent_upsampler folder (config.json + weights) or an upscaler .safetensors file");
     const bool folder = std::filesystem::is_directory(ts.path, ec);
+    ts.source = folder ? store::ComponentSource(ts.path) : store::ComponentSource(ts.path.parent_path(), ts.path);
     const auto f = folder ? model::TensorFile::open_component(ts.path) : model::TensorFile::open_file(ts.path);
     ts.config = folder ? LatentUpsamplerConfig::load(ts.path) : LatentUpsamplerConfig::from_weights(f, ts.path);
     validate_latent_upsampler_checkpoint(f, ts.config);
     check_latent_upsampler_fits_vae(ts.config, m.vae_config);
+    ts.groups = latent_upsampler_groups(ts.config, f);
     ts.weights = f.file_of(f.names().front());
     const auto r = m.ratios();
     ts.stage1 = latent_geometry(r, clip.frames, clip.height / 2, clip.width / 2, stage1.fps);
@@ -186,13 +188,8 @@ ConnectorsOutput text_for(const DenoiseSettings & s, const ConnectorsOutput & te
 // Phase "upsample": the upsampler on its plan, once, unloaded.
 at::Tensor upsample(model::ModelRun & run, const VideoModel & m, const TwoStage & ts, const at::Tensor & packed,
                     at::ScalarType dtype) {
-    const bool folder = std::filesystem::is_directory(ts.path);
-    const store::ComponentSource source = folder ? store::ComponentSource(ts.path)
-                                                 : store::ComponentSource(ts.path.parent_path(), ts.path);
-    const auto f = model::TensorFile::open_component(source);
-    const auto groups = latent_upsampler_groups(ts.config, f);
-    auto cw = run.open_weights(ts.plan, source, groups, dtype);
-    auto view = std::make_unique<EngineWeights>(*cw, groups, dtype, ts.plan.placement.device());
+    auto cw = run.open_weights(ts.plan, ts.source, ts.groups, dtype);
+    auto view = std::make_unique<EngineWeights>(*cw, ts.groups, dtype, ts.plan.placement.device());
     const LatentUpsampler up(ts.config, *view);
     const auto stats = read_video_latent_stats(m.vae, m.vae_config);
     auto out = upsample_video_latents(up, packed, ts.stage1.latent_frames, ts.stage1.latent_height,

@@ -17,6 +17,7 @@
 
 #include "connectors.hpp"
 #include "ddo/model/component_plan.hpp"
+#include "ddo/model/component_weights.hpp"
 #include "ddo/model/flow_match.hpp"
 #include "ddo/model/model_run.hpp"
 #include "latent_upsampler_config.hpp"
@@ -64,7 +65,9 @@ std::vector<at::Tensor> encode_conditions(model::ModelRun & run, const VideoMode
 struct TwoStage {
     std::filesystem::path path;        // plugin.ltx2_video.upsampler: a component folder or a .safetensors file
     std::filesystem::path weights;     // the weights file
+    store::ComponentSource source{std::filesystem::path{}};  // the folder, or the file beside its parent
     LatentUpsamplerConfig config;
+    std::vector<model::GroupSpec> groups;  // latent_upsampler_groups
     LatentGeometry stage1;             // the clip at half size (the run's geometry is stage 2's)
     std::vector<float> sigmas;
     model::FlowMatchSchedule schedule;
