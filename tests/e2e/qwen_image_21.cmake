@@ -85,3 +85,13 @@ if(TARGET qwen_image_21 AND TARGET ltx2_video AND TARGET ltx2_image AND TARGET d
   add_dependencies(lora_test ddo-host qwen_image_21 ltx2_video ltx2_image linear vmm ddo_manifest_main
     qwen_image_21_lora_fixtures qwen_image_21_text_lora_fixtures ltx2_lora_fixtures)
 endif()
+
+# ddo-host with condition images (--image, repeatable) on a checkpoint saved whole with its vision tower: the PNG
+# equals QwenImage21Pipeline(prompt=..., image=[...]) for 1 and 3 references, RGB and RGBA, guidance on and off, KV
+# cache on and off; every route of the vision tower and the transformer equal; bad references refused (exit 2).
+if(TARGET qwen_image_21 AND TARGET ddo-host AND DDO_PYTHON AND TARGET qwen_image_21_reference_fixtures)
+  qi21_host_test(qwen_image_21_reference_test TIMEOUT 900 LIBS qwen_image_21_impl PNG::PNG)
+  target_compile_definitions(qwen_image_21_reference_test PRIVATE
+    QI21_REF_FIXTURE_DIR="${CMAKE_BINARY_DIR}/fixtures/qwen_image_21_reference")
+  add_dependencies(qwen_image_21_reference_test qwen_image_21_reference_fixtures)
+endif()

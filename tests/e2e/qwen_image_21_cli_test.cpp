@@ -135,14 +135,17 @@ TEST(Qi21Cli, WhatThePluginCannotHonourIsRefusedWithExit2) {
 
 // Issue 28: --image / --strength are core keys; Qwen-Image 2.1 takes no condition image yet (issue 29): exit 2 naming
 // the key, the report written. A strength outside (0, 1] is refused naming the key and the range.
-TEST(Qi21Cli, ConditionImagesAreRefusedUntilTheyAreImplemented) {
+// Condition images go through the text encoder (QwenImage21Pipeline's image=): with prompt embeddings from a file
+// they are refused before the file is read; Qwen-Image 2.1 has no strength img2img. (The references themselves:
+// tests/e2e/qwen_image_21_reference_test.cpp.)
+TEST(Qi21Cli, ConditionImagesNeedATextPromptAndStrengthIsRefused) {
     const fs::path image = fs::temp_directory_path() / ("ddo_cli_image_" + std::to_string(::getpid()) + ".png");
-    std::ofstream(image) << "not read: the plugin refuses the key first";
+    std::ofstream(image) << "not read: the plugin refuses the run first";
     struct Case {
         std::string args, names;
     };
-    for (const Case & c : {Case{"--image '" + image.string() + "'", "workload.images"},
-                           Case{"--image '" + image.string() + "@8'", "issue 29"},
+    for (const Case & c : {Case{"--image '" + image.string() + "'", "text encoder must see"},
+                           Case{"--image '" + image.string() + "@8'", "text encoder must see"},
                            Case{"--strength 0.5", "workload.strength"},
                            Case{"--strength 0", "(0, 1]"},
                            Case{"--strength 1.5", "workload.strength"}}) {

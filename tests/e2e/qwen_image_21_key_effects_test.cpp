@@ -206,11 +206,16 @@ std::map<std::string, Effect> effects() {
     e["lora.adapters"].shown_by = "Qi21Lora.EveryKeyFamilyEqualsDiffusersLoadLoraWeights";
     e["lora.apply"].shown_by = "Qi21Lora.MergedIntoResidentWeightsEqualsRuntime";
     e["lora.allow_unmatched"].shown_by = "Qi21Lora.ALoraForAnotherModelIsRefusedBeforeAnythingIsComputed";
-    e["workload.images"].shown_by = "Qi21Cli.ConditionImagesAreRefusedUntilTheyAreImplemented";
-    e["workload.strength"].shown_by = "Qi21Cli.ConditionImagesAreRefusedUntilTheyAreImplemented";
+    e["workload.images"].shown_by = "Qi21Ref.EveryReferenceRunEqualsTheDiffusersPipeline";
+    e["workload.strength"].shown_by = "Qi21Cli.ConditionImagesNeedATextPromptAndStrengthIsRefused";
     // The plugin's own option.
     e["plugin.qwen_image_21.use_kv_cache"] = {kStream, kStream + " --set plugin.qwen_image_21.use_kv_cache=false", true,
                                               differs("workload.kv_cache_used")};
+    e["plugin.qwen_image_21.output_resolution"].shown_by = "Qi21Ref.EveryReferenceRunEqualsTheDiffusersPipeline";
+    // The CPU computes in host memory: a host-placed cache is refused there (CUDA: tests/cuda).
+    e["plugin.qwen_image_21.kv_cache_placement"] = {
+        kStream, kStream + " --set plugin.qwen_image_21.kv_cache_placement=host", true,
+        [](const KeyRun & b, const KeyRun & c) { expect_refused(b, c, "kv_cache_placement"); }};
     return e;
 }
 
@@ -234,7 +239,9 @@ TEST(Qi21KeyEffects, EveryKeyChangesTheRunOrIsRefused) {
     std::vector<std::string> untested;
     std::set<std::string> schema;
     for (const auto & k : ddo::preset_schema()) schema.insert(k.key);
-    schema.insert("plugin.qwen_image_21.use_kv_cache");  // qwen_image_21's supported options
+    for (const char * k : {"plugin.qwen_image_21.use_kv_cache", "plugin.qwen_image_21.output_resolution",
+                           "plugin.qwen_image_21.kv_cache_placement"})
+        schema.insert(k);  // qwen_image_21's supported options
     for (const auto & key : schema) {
         const auto it = table.find(key);
         if (it == table.end()) {

@@ -125,13 +125,15 @@ TEST_F(Qi21TextParity, EveryRouteEqualsResident) {
     }
 }
 
-TEST_F(Qi21TextParity, VisionSlotsAreRefusedUntilTheVisionTowerExists) {
+// Vision blocks are placed by ddo, one per condition image (--image): a prompt holding its own is refused.
+TEST_F(Qi21TextParity, AVisionTokenInThePromptIsRefused) {
     auto enc = open();
     try {
         (void)enc.template_ids("edit <|vision_start|><|image_pad|><|vision_end|> this");
         FAIL() << "a prompt with an image slot was tokenized";
     } catch (const ddo::UsageError & e) {
-        EXPECT_NE(std::string(e.what()).find("vision tower"), std::string::npos) << e.what();
+        EXPECT_NE(std::string(e.what()).find("--image"), std::string::npos) << e.what();
+        EXPECT_NE(std::string(e.what()).find("remove the token"), std::string::npos) << e.what();
     }
 }
 

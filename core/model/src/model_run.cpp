@@ -108,6 +108,8 @@ Workload ModelRun::workload(const WorkloadDefaults & d) {
     w.sigmas = s.get_optional<std::vector<double>>("workload.sigmas");
     w.width = pick("width", d.width);
     w.height = pick("height", d.height);
+    w.width_set = s.get_optional<std::int64_t>("workload.width").has_value();
+    w.height_set = s.get_optional<std::int64_t>("workload.height").has_value();
     w.frames = pick("frames", d.frames);
     w.fps = pick("fps", d.fps);
     w.seed = pick("seed", d.seed);

@@ -189,7 +189,7 @@ const std::vector<KeyDef> & preset_schema() {
 const std::vector<std::string> & known_components() {
     static const std::vector<std::string> c = {"text_encoder", "text_encoder_2", "connectors", "transformer", "vae",
                                                "audio_vae",    "vocoder",        "image_encoder", "controlnet",
-                                               "latent_upsampler"};
+                                               "latent_upsampler", "vision_tower"};
     return c;
 }
 

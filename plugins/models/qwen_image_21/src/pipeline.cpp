@@ -44,13 +44,35 @@ std::optional<at::Tensor> mask_or_none(const TensorFile & f, const std::string &
                        std::to_string(sched.sigmas[size_t(i) + 1]) + "): " + why);
 }
 
+// One transformer forward. With a KV cache: extract writes each layer's prefix K/V (then moved to host memory when
+// the cache lives there); cached reads it (copied to the device per layer when it lives on the host).
 at::Tensor run_transformer(const Transformer & tr, BlockSource & blocks, const TransformerInputs & in, KvMode mode,
-                           std::vector<KvLayerCache> * caches) {
+                           std::vector<KvLayerCache> * caches, const PipelineOptions & o, KvCacheStats & stats) {
     auto st = tr.prepare(in, mode);
+    const auto host = at::TensorOptions().device(at::kCPU).pinned_memory(o.kv_cache_pinned);
     for (int64_t i = 0; i < tr.config().num_layers; ++i) {
         const auto & w = blocks.acquire(i);
-        st.x = run_block(tr.config(), w, st.x, st.ctx, caches ? &(*caches)[size_t(i)] : nullptr);
+        KvLayerCache * cache = caches ? &(*caches)[size_t(i)] : nullptr;
+        KvLayerCache on_device;
+        if (cache && mode == KvMode::cached && o.kv_cache_on_host) {
+            on_device = {cache->k.to(o.device, /*non_blocking=*/true), cache->v.to(o.device, /*non_blocking=*/true)};
+            stats.bytes_to_device += uint64_t(cache->k.nbytes() + cache->v.nbytes());
+            cache = &on_device;
+        }
+        st.x = run_block(tr.config(), w, st.x, st.ctx, cache);
         blocks.release(i);
+        if (!caches) continue;
+        auto & kept = (*caches)[size_t(i)];
+        if (mode == KvMode::extract) {
+            ++stats.extracts;
+            stats.bytes += uint64_t(kept.k.nbytes() + kept.v.nbytes());
+            if (o.kv_cache_on_host && kept.k.device() != at::Device(at::kCPU)) {
+                kept.k = kept.k.to(host.dtype(kept.k.scalar_type()));
+                kept.v = kept.v.to(host.dtype(kept.v.scalar_type()));
+            }
+        } else if (mode == KvMode::cached) {
+            ++stats.hits;
+        }
     }
     return tr.finish(st);
 }
@@ -90,6 +112,10 @@ PromptEmbeds repeat_per_prompt(const PromptEmbeds & e, int64_t n) {
     if (e.mask) r.mask = rep(*e.mask);
     if (e.neg_embeds) r.neg_embeds = rep(*e.neg_embeds);
     if (e.neg_mask) r.neg_mask = rep(*e.neg_mask);
+    // The pipeline keeps image_pad_mask per prompt (the transformer reads the layout from row 0); repeated here
+    // like the embeddings so that every row has its own.
+    if (e.image_pad_mask) r.image_pad_mask = rep(*e.image_pad_mask);
+    if (e.neg_image_pad_mask) r.neg_image_pad_mask = rep(*e.neg_image_pad_mask);
     return r;
 }
 
@@ -151,7 +177,8 @@ ModelFiles ModelFiles::open(const std::filesystem::path & dir, const store::Comp
 }
 
 at::Tensor denoise(const ModelFiles & m, const Transformer & transformer, BlockSource & blocks,
-                   const PromptEmbeds & e, const PipelineOptions & o, const PipelineCallbacks & cb) {
+                   const PromptEmbeds & e, const PipelineOptions & o, const PipelineCallbacks & cb,
+                   const ReferenceLatents * refs, KvCacheStats * kv_stats) {
     const auto & tc = m.transformer_config;
     const int64_t vsf = 16, multiple = vsf * 2;
     const int64_t width = o.width / multiple * multiple, height = o.height / multiple * multiple;
@@ -187,31 +214,46 @@ at::Tensor denoise(const ModelFiles & m, const Transformer & transformer, BlockS
 
     auto opts = at::TensorOptions().device(o.device);
     auto pos = e.embeds.to(opts.dtype(o.dtype));
+    // img_mask: the VLM's image slots (the references' <|image_pad|> positions) + one slot per 2x2 target latents.
     auto target_slots = at::ones({B, h * w / 4}, opts.dtype(at::kBool));
-    auto pos_img_mask = at::cat({at::zeros({B, pos.size(1)}, opts.dtype(at::kBool)), target_slots}, 1);
+    auto slots_of = [&](const std::optional<at::Tensor> & pads, const at::Tensor & embeds) {
+        auto vlm = pads ? pads->to(o.device, at::kBool) : at::zeros({B, embeds.size(1)}, opts.dtype(at::kBool));
+        return at::cat({vlm, target_slots}, 1);
+    };
+    auto pos_img_mask = slots_of(e.image_pad_mask, pos);
     std::optional<at::Tensor> pos_mask;  // assigned, not a conditional expression: GCC 12 -Wmaybe-uninitialized
     if (e.mask) pos_mask = e.mask->to(o.device);
     at::Tensor neg, neg_img_mask;
     std::optional<at::Tensor> neg_mask;
     if (cfg) {
         neg = e.neg_embeds->to(opts.dtype(o.dtype));
-        neg_img_mask = at::cat({at::zeros({B, neg.size(1)}, opts.dtype(at::kBool)), target_slots}, 1);
+        neg_img_mask = slots_of(e.neg_image_pad_mask, neg);
         if (e.neg_mask) neg_mask = e.neg_mask->to(o.device);
     }
     const bool cache_on = o.use_kv_cache && tc.causal_condition;
     std::vector<KvLayerCache> pos_cache(size_t(tc.num_layers)), neg_cache(size_t(tc.num_layers));
-    const std::vector<ImageShape> shapes{{1, h, w}};
+    // The joint sequence's images: the references first, the target last (img_shapes).
+    std::vector<ImageShape> shapes;
+    at::Tensor ref_latents;
+    if (refs) {
+        shapes = refs->shapes;
+        ref_latents = refs->packed.to(o.device, o.dtype).expand({B, refs->packed.size(1), refs->packed.size(2)});
+    }
+    shapes.push_back({1, h, w});
+    auto model_input = [&](const at::Tensor & x) { return refs ? at::cat({ref_latents, x}, 1) : x; };
+    KvCacheStats stats;
 
     for (int i = 0; i < steps; ++i) {
         if (cb.check_interrupted) cb.check_interrupted(i);
         const KvMode mode = cache_on ? (i == 0 ? KvMode::extract : KvMode::cached) : KvMode::off;
         auto timestep = (at::full({B}, double(sched.timesteps[size_t(i)]), opts.dtype(at::kFloat)).to(o.dtype)) / 1000;
-        TransformerInputs in{latents, pos, timestep, shapes, pos_img_mask, pos_mask};
-        auto noise_pred = run_transformer(transformer, blocks, in, mode, cache_on ? &pos_cache : nullptr);
+        TransformerInputs in{model_input(latents), pos, timestep, shapes, pos_img_mask, pos_mask};
+        auto noise_pred = run_transformer(transformer, blocks, in, mode, cache_on ? &pos_cache : nullptr, o, stats);
+        if (i == 0 && cache_on) stats.prefix_tokens = pos_cache.front().k.size(1);
         noise_pred = noise_pred.slice(1, noise_pred.size(1) - latents.size(1));
         if (cfg) {
-            TransformerInputs nin{latents, neg, timestep, shapes, neg_img_mask, neg_mask};
-            auto neg_pred = run_transformer(transformer, blocks, nin, mode, cache_on ? &neg_cache : nullptr);
+            TransformerInputs nin{model_input(latents), neg, timestep, shapes, neg_img_mask, neg_mask};
+            auto neg_pred = run_transformer(transformer, blocks, nin, mode, cache_on ? &neg_cache : nullptr, o, stats);
             neg_pred = neg_pred.slice(1, neg_pred.size(1) - latents.size(1));
             noise_pred = neg_pred + o.true_cfg_scale * (noise_pred - neg_pred);
         }
@@ -222,6 +264,7 @@ at::Tensor denoise(const ModelFiles & m, const Transformer & transformer, BlockS
         if (!at::isfinite(latents).all().item<bool>()) throw_not_finite(sched, i, steps, o);
         if (cb.on_step) cb.on_step(i + 1, steps);
     }
+    if (kv_stats) *kv_stats = stats;
     return latents;
 }
 

@@ -23,6 +23,16 @@ struct PromptEmbeds {
     std::optional<at::Tensor> mask;          // [B, L] bool
     std::optional<at::Tensor> neg_embeds;    // for classifier-free guidance
     std::optional<at::Tensor> neg_mask;
+    // [B, L] bool: the references' <|image_pad|> slots in embeds / neg_embeds (none without references).
+    std::optional<at::Tensor> image_pad_mask;
+    std::optional<at::Tensor> neg_image_pad_mask;
+};
+
+// The references' latents as the transformer reads them before the target's: each reference's normalised VAE
+// latents packed [1, h*w, C], concatenated in order, with its (1, h, w) shape.
+struct ReferenceLatents {
+    at::Tensor packed;                // [1, N_ref, C]
+    std::vector<ImageShape> shapes;
 };
 // Keys: prompt_embeds, prompt_embeds_mask (optional), negative_prompt_embeds(+_mask) (optional).
 PromptEmbeds load_prompt_embeds(const std::filesystem::path & path, int64_t context_in_dim);
@@ -38,6 +48,10 @@ struct PipelineOptions {
     uint64_t seed = 0;
     double true_cfg_scale = 1.0;
     bool use_kv_cache = true;
+    // Where the prefix KV cache lives between steps: on the compute device, or in host memory (pinned when asked)
+    // and copied to the device layer by layer, like streamed weights. Note [Qwen-Image 2.1 prefix cache].
+    bool kv_cache_on_host = false;
+    bool kv_cache_pinned = false;
     at::ScalarType dtype = at::kFloat;
     at::Device device = at::kCPU;
 };
@@ -45,6 +59,15 @@ struct PipelineOptions {
 struct PipelineCallbacks {
     std::function<void(int step, int total)> on_step;  // after each denoising step
     std::function<void(int step)> check_interrupted;   // before each step: throws to stop the run
+};
+
+// What the prefix KV cache held and how often it was read (the report's counters.transformer.kv_cache).
+struct KvCacheStats {
+    std::uint64_t bytes = 0;         // K + V of every layer, both caches when guiding
+    std::int64_t prefix_tokens = 0;  // text + reference tokens of the (positive) prefix
+    std::int64_t extracts = 0;       // block runs that wrote a layer's cache (step 0)
+    std::int64_t hits = 0;           // block runs that read a layer's cache instead of recomputing the prefix
+    std::uint64_t bytes_to_device = 0;  // host-placed cache: bytes copied to the device for the blocks
 };
 
 struct ModelFiles {
@@ -68,8 +91,10 @@ at::Tensor load_initial_latents(const std::filesystem::path & path, int64_t batc
 
 // Packed latents [B, h*w, C] after denoising. blocks supplies each block's weights. RuntimeError naming the step
 // when the latents stop being finite (and the likely cause).
+// refs: the condition images' latents (QwenImage21Pipeline's image=), null for none.
 at::Tensor denoise(const ModelFiles & m, const Transformer & transformer, BlockSource & blocks,
-                   const PromptEmbeds & embeds, const PipelineOptions & o, const PipelineCallbacks & cb = {});
+                   const PromptEmbeds & embeds, const PipelineOptions & o, const PipelineCallbacks & cb = {},
+                   const ReferenceLatents * refs = nullptr, KvCacheStats * kv_stats = nullptr);
 // De-normalise + decode: [B, 4, H, W] in [0, 1].
 at::Tensor decode_latents(const ModelFiles & m, const VaeDecoder & vae, const at::Tensor & latents,
                           const PipelineOptions & o);

@@ -6,16 +6,18 @@
 namespace {
 
 const char * const kAliases[] = {"qwen_image", nullptr};
-const char * const kComponents[] = {"text_encoder", "transformer", "vae", nullptr};
+const char * const kComponents[] = {"text_encoder", "vision_tower", "transformer", "vae", nullptr};
 // Exact keys: anything else under plugin.qwen_image_21 is refused before the run (with the nearest key).
-const char * const kOptions[] = {"plugin.qwen_image_21.use_kv_cache", nullptr};
+const char * const kOptions[] = {"plugin.qwen_image_21.use_kv_cache", "plugin.qwen_image_21.output_resolution",
+                                  "plugin.qwen_image_21.kv_cache_placement", nullptr};
 const char * const kPipelineClasses[] = {"QwenImage21Pipeline", nullptr};
 
 constexpr ddo::model::PluginDefinition kPlugin{
     "qwen_image_21",
     "0.1.0",
     kAliases,
-    "Qwen-Image 2.1 (Qwen3-VL text encoder, single-stream DiT, RGBA VAE) from a prompt or prompt embeddings",
+    "Qwen-Image 2.1 (Qwen3-VL text encoder and vision tower, single-stream DiT, RGBA VAE) from a prompt or prompt "
+    "embeddings, with up to 10 reference images",
     kComponents,
     kOptions,
     ddo::qwen_image_21::run_qwen_image_21,

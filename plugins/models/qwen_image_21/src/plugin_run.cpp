@@ -9,7 +9,9 @@
 #include "ddo/model/run_request.hpp"
 #include "ddo/model/tensor_output.hpp"
 #include "pipeline.hpp"
+#include "kv_cache_policy.hpp"
 #include "prompt_encoder.hpp"
+#include "reference_stages.hpp"
 #include "vae_choice.hpp"
 
 namespace ddo::qwen_image_21 {
@@ -26,10 +28,15 @@ struct Request {
     model::Workload w;
     PipelineOptions o;
     model::PromptSource prompt;
+    References refs;  // condition images (--image), prepared; the output size may come from the last one
+    std::string kv_cache_placement;  // plugin.qwen_image_21.kv_cache_placement, checked
 };
 
 Request resolve_workload(model::ModelRun & run) {
-    Request r{run.workload({.width = 1024, .height = 1024, .steps = 40, .seed = 0}), {}, {}};
+    Request r{run.workload({.width = 1024, .height = 1024, .steps = 40, .seed = 0}), {}, {}, {}, {}};
+    // Where the prompt comes from: text (the Qwen3-VL encoder runs here) or a --prompt-embeds file.
+    r.prompt = model::PromptSource::of(run, r.w);
+    r.refs = resolve_references(run, r.w, r.prompt.from_text, r.prompt.encode_only);
     const auto & w = r.w;
     const auto size = model::floor_size(run, w, kMultiple,
                                         "(got " + std::to_string(w.width) + "x" + std::to_string(w.height) + ")",
@@ -40,16 +47,15 @@ Request resolve_workload(model::ModelRun & run) {
     r.o.seed = w.seed;
     r.o.true_cfg_scale = w.guidance_scale.value_or(1.0);  // the pipeline's true_cfg_scale default
     r.o.use_kv_cache = run.option<bool>("use_kv_cache", true);
+    r.kv_cache_placement = kv_cache_placement_setting(run, run.device().device());
     r.o.device = run.device().device();
     r.o.dtype = w.dtype;
     run.refuse_if_set("workload.frames", "Qwen-Image 2.1 makes still images");
     run.refuse_if_set("workload.fps", "Qwen-Image 2.1 makes still images");
     run.refuse_if_set("vae.temporal_frames", "the Qwen-Image 2.1 VAE decodes one frame (temporal windows are for video)");
-    run.refuse_if_set("workload.images", "condition images are not implemented yet for Qwen-Image 2.1 (issue 29)");
-    run.refuse_if_set("workload.strength", "condition images are not implemented yet for Qwen-Image 2.1 (issue 29)");
+    run.refuse_if_set("workload.strength", "Qwen-Image 2.1 conditions on reference images (--image); it has no "
+                      "strength img2img");
 
-    // Where the prompt comes from: text (the Qwen3-VL encoder runs here) or a --prompt-embeds file.
-    r.prompt = model::PromptSource::of(run, w);
     r.prompt.require(run, "qwen_image_21: no prompt: give -p/--prompt TEXT (the checkpoint's Qwen3-VL text encoder "
                           "encodes it) or --prompt-embeds FILE (ddo-host encode writes one)");
     if (r.prompt.encode_only) {
@@ -145,12 +151,12 @@ Grid resolve_grid(model::ModelRun & run, Request & r, const ModelFiles & m) {
 // ones refused now, not after denoising), the component plans and the VAE strategy.
 struct RunPlan {
     Grid grid;
-    model::ComponentPlan transformer, vae;
+    model::ComponentPlan transformer, vae, vision;  // vision: the vision tower's, with condition images
     VaeChoice vae_choice;
 };
 
 RunPlan plan_run(model::ModelRun & run, Request & r, const ModelFiles & m, Grid grid) {
-    RunPlan p{std::move(grid), {}, {}, {}};
+    RunPlan p{std::move(grid), {}, {}, {}, {}};
     if (!run.latents_file().empty()) {
         run.record_input("latents", run.latents_file());
         r.o.latents = load_initial_latents(run.latents_file(), r.w.num_images, m.transformer_config.in_channels,
@@ -160,6 +166,7 @@ RunPlan plan_run(model::ModelRun & run, Request & r, const ModelFiles & m, Grid 
     else if (r.prompt.given()) run.plan_images(r.w.num_images);
     p.transformer = run.plan("transformer");
     p.vae = run.plan("vae");
+    if (r.refs.any()) p.vision = run.plan("vision_tower");
     p.vae_choice = choose_vae_strategy(p.vae, m.vae, m.vae_config, r.w.num_images, r.o.width, r.o.height, r.o.dtype);
     return p;
 }
@@ -187,6 +194,13 @@ void record_workload(model::ModelRun & run, const Request & r, const ModelFiles 
                          {"prompt_embeddings", r.prompt.embeddings()},
                          {"negative_prompt_embeddings", guide ? (r.prompt.from_text ? "encoded" : "supplied") : "none"},
                          {"vae_strategy", vae_strategy_name(p.vae_choice.strategy)},
+                         {"references", references_json(r.refs)},
+                         {"output_resolution", r.refs.any() ? nlohmann::json(r.refs.output_resolution) : nlohmann::json(nullptr)},
+                         // The template revision: the references' labels and layout changed across diffusers
+                         // revisions (conditioning-serving-peers.md §1.4).
+                         {"prompt_template", r.refs.any() ? "prompt_template_ti2i of diffusers 0.42.1 (<imageN> + "
+                                                            "vision block per reference, space-joined, before the prompt)"
+                                                          : "prompt_template_t2i"},
                          {"text_encoder", text_encoder_state}});
 }
 
@@ -204,7 +218,7 @@ PromptEncoder open_prompt_encoder(model::ModelRun & run, const ModelFiles & m) {
 // The prompt (and, when guiding or encoding with -n, the negative prompt) through the text encoder in phase
 // "encode": one progress count over both prompts' layers (the negative prompt is encoded after the prompt).
 PromptEmbeds encode_text(model::ModelRun & run, const Request & r, const PromptEncoder & encoder,
-                         model::ComponentWeights & te, bool guide) {
+                         model::ComponentWeights & te, bool guide, const PromptImages * images) {
     run.begin_phase("encode");
     text::TextTowerCallbacks tcb;
     tcb.check_interrupted = [&](int layer) { run.check_interrupted("at text encoder layer " + std::to_string(layer)); };
@@ -212,14 +226,17 @@ PromptEmbeds encode_text(model::ModelRun & run, const Request & r, const PromptE
     int done_before = 0;
     tcb.on_layer = [&](int layer, int total) { run.step(done_before + layer, total * prompts); };
     PromptEmbeds e;
-    auto pos = encoder.encode(te, {*r.w.prompt}, r.o.dtype, r.o.device, tcb);
+    auto pos = encoder.encode(te, {*r.w.prompt}, r.o.dtype, r.o.device, tcb, images);
     e.embeds = pos.embeds;
     e.mask = pos.mask;
+    e.image_pad_mask = pos.image_pad_mask;
     if (prompts == 2) {
         done_before = int(encoder.config().num_layers);
-        auto neg = encoder.encode(te, {*r.w.negative_prompt}, r.o.dtype, r.o.device, tcb);
+        // The negative prompt sees the same references (the pipeline's encode_prompt(image=input_images, ...)).
+        auto neg = encoder.encode(te, {*r.w.negative_prompt}, r.o.dtype, r.o.device, tcb, images);
         e.neg_embeds = neg.embeds;
         e.neg_mask = neg.mask;
+        e.neg_image_pad_mask = neg.image_pad_mask;
     }
     run.add_checkpoint_facts({{"prompt_tokens", pos.tokens.size()}});
     return e;
@@ -241,16 +258,20 @@ void write_embeddings(model::ModelRun & run, const Request & r, const PromptEmbe
 bool encode_prompt(model::ModelRun & run, const Request & r, const ModelFiles & m, const RunPlan & p, Conditioning & c) {
     if (!r.prompt.from_text) return true;
     auto encoder = open_prompt_encoder(run, m);
+    // The references through the vision tower first (its own phase and plan, unloaded before the text tower).
+    std::optional<PromptImages> images;
+    if (r.refs.any()) images = encode_vision(run, p.vision, encoder, r.refs, r.o.dtype, r.o.device);
     auto te = run.open_weights(run.plan("text_encoder"), encoder.weights(), encoder.groups(), r.o.dtype);
     run.add_checkpoint_facts({{"text_encoder_layers", encoder.config().num_layers},
                               {"prompt_template_drop", encoder.drop_index()}});
     if (run.dry_run()) {
-        (void)encoder.template_ids(*r.w.prompt);  // the prompt tokenizes (and has no vision slot)
+        // The prompt tokenizes and holds no vision token of its own.
+        (void)encoder.template_ids(*r.w.prompt, images ? images->tokens : std::vector<std::int64_t>{});
         run.unload(std::move(te));                // nothing was uploaded; the transformer is validated next
         if (r.prompt.encode_only) run.log(2, r.prompt.dry_run_summary());
         return !r.prompt.encode_only;
     }
-    c.embeds = encode_text(run, r, encoder, *te, c.guide);
+    c.embeds = encode_text(run, r, encoder, *te, c.guide, images ? &*images : nullptr);
     run.unload(std::move(te));
     record_workload(run, r, m, p, c.guide, "unloaded after encode, before denoise");
     if (!r.prompt.encode_only) return true;
@@ -276,12 +297,15 @@ LoadedTransformer open_transformer(model::ModelRun & run, const ModelFiles & m, 
 
 // Phase "denoise": the latents of one generation; the transformer's weights unloaded after the last one.
 at::Tensor denoise_latents(model::ModelRun & run, const ModelFiles & m, LoadedTransformer & t,
-                           const PromptEmbeds & embeds, const PipelineOptions & o, bool last) {
+                           const PromptEmbeds & embeds, const PipelineOptions & o, bool last,
+                           const ReferenceLatents * refs, const KvCachePlacement & kv) {
     run.begin_phase("denoise");
     PipelineCallbacks cb;
     cb.check_interrupted = [&](int step) { run.check_interrupted("at step " + std::to_string(step)); };
     cb.on_step = [&](int step, int total) { run.step(step, total); };
-    auto latents = denoise(m, t.transformer, *t.blocks, embeds, o, cb);
+    KvCacheStats stats;
+    auto latents = denoise(m, t.transformer, *t.blocks, embeds, o, cb, refs, &stats);
+    run.record_counters("kv_cache", kv_cache_json(kv, stats));
     if (last) {
         t.blocks.reset();
         run.unload(std::move(t.weights));
@@ -328,6 +352,10 @@ void run_qwen_image_21(model::ModelRun & run) {
     record_workload(run, r, m, p, c.guide, r.prompt.from_text ? nlohmann::json("planned") : nlohmann::json(nullptr));
     if (!encode_prompt(run, r, m, p, c)) return;
 
+    // prepare_latents: the references' latents (encoded once; every generation reuses them).
+    std::optional<ReferenceLatents> ref_latents;
+    if (r.refs.any() && !run.dry_run())
+        ref_latents = encode_reference_latents(run, m, p.vae, r.refs, r.o.dtype, r.o.device);
     auto transformer = open_transformer(run, m, p, r.o.dtype);
     if (run.dry_run()) {
         run.log(2, r.prompt.dry_run_summary());
@@ -338,12 +366,17 @@ void run_qwen_image_21(model::ModelRun & run) {
         embeds.neg_embeds.reset();
         embeds.neg_mask.reset();
     }
+    // The prefix KV cache's place, decided with the transformer loaded (its residents already on the device).
+    const auto kv = place_kv_cache(r.kv_cache_placement, p.transformer, m.transformer_config, embeds, r.o, c.guide);
+    r.o.kv_cache_on_host = kv.on_host;
+    r.o.kv_cache_pinned = kv.pinned;
     // runtime.generation_repeats: the transformer's weights stay loaded between generations (the point of a warm
     // run); each generation's VAE decoder is built for its decode phase, as in a single generation.
     const int generations = run.generations();
     for (int g = 1; g <= generations; ++g) {
         run.begin_generation(g);
-        const auto latents = denoise_latents(run, m, transformer, embeds, r.o, g == generations);
+        const auto latents = denoise_latents(run, m, transformer, embeds, r.o, g == generations,
+                                             ref_latents ? &*ref_latents : nullptr, kv);
         const auto image = decode_image(run, m, p, latents, r.o);
         run.begin_phase("write_output");
         run.write_images(image);

@@ -15,10 +15,14 @@ constexpr std::string_view kSystemTurn = "<|im_start|>system\nComprehend and ana
 constexpr std::string_view kUserOpen = "<|im_start|>user\n";
 constexpr std::string_view kUserClose = "<|im_end|>\n<|im_start|>assistant\n";
 std::string system_turn() { return std::string(kSystemTurn); }
-std::string t2i_template(const std::string & prompt) {
+// prompt_template_t2i, or prompt_template_ti2i with one "<imageN><|vision_start|><|image_pad|><|vision_end|>" per
+// reference, joined by a space, before the prompt (QwenImage21Pipeline._get_qwen_prompt_embeds).
+std::string prompt_template(const std::string & prompt, std::size_t images) {
     std::string s;
-    s.reserve(kSystemTurn.size() + kUserOpen.size() + prompt.size() + kUserClose.size());
-    s.append(kSystemTurn).append(kUserOpen).append(prompt).append(kUserClose);
+    s.append(kSystemTurn).append(kUserOpen);
+    for (std::size_t i = 1; i <= images; ++i)
+        s.append(i == 1 ? "" : " ").append("<image" + std::to_string(i) + "><|vision_start|><|image_pad|><|vision_end|>");
+    s.append(prompt).append(kUserClose);
     return s;
 }
 
@@ -36,6 +40,7 @@ PromptEncoder::PromptEncoder(fs::path model_dir, text::Qwen3TextConfig c, fs::pa
     // system message exactly as the system turn of prompt_template_t2i, so it is that turn's token count (the
     // parity test checks it against the pipeline's own value).
     drop_idx_ = std::int64_t(tokenizer_.encode(system_turn()).size());
+    if (const auto id = tokenizer_.token_id("<|image_pad|>")) image_pad_id_ = *id;
 }
 
 PromptEncoder PromptEncoder::open(const fs::path & model_dir, const fs::path & weights_file) {
@@ -59,18 +64,35 @@ PromptEncoder PromptEncoder::open(const fs::path & model_dir, const fs::path & w
     return e;
 }
 
-std::vector<std::int64_t> PromptEncoder::template_ids(const std::string & prompt) const {
+std::vector<std::int64_t> PromptEncoder::template_ids(const std::string & prompt,
+                                                     const std::vector<std::int64_t> & image_tokens) const {
     // "Qwen has no bos token, so an empty string leaves the encoder with nothing to read" (the pipeline).
-    auto ids = tokenizer_.encode(t2i_template(prompt.empty() ? std::string(" ") : prompt));
-    // Vision slots are where condition images go (the ti2i template); they need the Qwen3-VL vision tower.
+    const auto ids = tokenizer_.encode(prompt_template(prompt.empty() ? std::string(" ") : prompt, image_tokens.size()));
+    // The template holds one vision block per reference; the prompt itself must hold none (its slots would have no
+    // image, or shift the references' slots).
+    const std::size_t want = image_tokens.size();
     for (const char * t : {"<|vision_start|>", "<|image_pad|>", "<|video_pad|>", "<|vision_end|>"})
-        if (const auto id = tokenizer_.token_id(t))
-            for (auto v : ids)
-                if (v == *id)
-                    throw UsageError(std::string("qwen_image_21: the prompt contains the vision token ") + t +
-                                     ": condition images (the Qwen3-VL image slots) need the vision tower, which ddo "
-                                     "does not have yet; remove the token (text-to-image only)");
-    return ids;
+        if (const auto id = tokenizer_.token_id(t)) {
+            std::size_t n = 0;
+            for (auto v : ids) n += v == *id;
+            if (n != (std::string(t) == "<|video_pad|>" ? 0 : want))
+                throw UsageError(std::string("qwen_image_21: the prompt contains the vision token ") + t + ": ddo places "
+                                 "one vision block per condition image (--image FILE, " + std::to_string(want) +
+                                 " given) before the prompt; remove the token from the prompt");
+        }
+    if (want == 0) return ids;
+    // The processor expands each <|image_pad|> into its image's t*h*w / merge^2 tokens (Qwen3VLProcessor.__call__).
+    std::vector<std::int64_t> out;
+    out.reserve(ids.size());
+    std::size_t image = 0;
+    for (auto v : ids) {
+        if (v != image_pad_id_) {
+            out.push_back(v);
+            continue;
+        }
+        out.insert(out.end(), std::size_t(image_tokens[image++]), v);
+    }
+    return out;
 }
 
 std::vector<model::GroupSpec> PromptEncoder::groups() {
@@ -81,12 +103,15 @@ std::vector<model::GroupSpec> PromptEncoder::groups() {
 }
 
 EncodedPrompts PromptEncoder::encode(model::ComponentWeights & weights, const std::vector<std::string> & prompts,
-                                     at::ScalarType dtype, at::Device device, const text::TextTowerCallbacks & cb) const {
+                                     at::ScalarType dtype, at::Device device, const text::TextTowerCallbacks & cb,
+                                     const PromptImages * images) const {
     if (prompts.empty()) throw RuntimeError("qwen_image_21: no prompt to encode");
+    const std::vector<std::int64_t> no_images;
+    const auto & image_tokens = images ? images->tokens : no_images;
     std::vector<std::vector<std::int64_t>> ids;
     std::size_t longest = 0;
     for (const auto & p : prompts) {
-        ids.push_back(template_ids(p));
+        ids.push_back(template_ids(p, image_tokens));
         longest = std::max(longest, ids.back().size());
     }
     const auto B = std::int64_t(prompts.size()), L = std::int64_t(longest);
@@ -100,8 +125,22 @@ EncodedPrompts PromptEncoder::encode(model::ComponentWeights & weights, const st
             mask_t[b][off + std::int64_t(i)] = 1;
         }
     }
-    auto hidden = text::qwen3_last_hidden_before_norm(weights, config_, id_t, mask_t, dtype, device, cb);
-    // _extract_masked_hidden, then the drop of the system turn, then zero padding on the right with a mask.
+    at::Tensor hidden;
+    if (images && !image_tokens.empty()) {
+        // Each prompt's template repeats the references' slots, so the processor is handed one set of images per
+        // prompt: the same features for every row, in sequence order.
+        text::VisionTokens v;
+        v.embeds = images->features.embeds.repeat({B, 1});
+        for (const auto & d : images->features.deepstack) v.deepstack.push_back(d.repeat({B, 1}));
+        for (std::int64_t b = 0; b < B; ++b) v.grid_thw.insert(v.grid_thw.end(), images->grid_thw.begin(), images->grid_thw.end());
+        v.image_token_id = image_pad_id_;
+        v.spatial_merge_size = images->spatial_merge_size;
+        hidden = text::qwen3_last_hidden_before_norm(weights, config_, id_t, mask_t, &v, dtype, device, cb);
+    } else {
+        hidden = text::qwen3_last_hidden_before_norm(weights, config_, id_t, mask_t, dtype, device, cb);
+    }
+    // _extract_masked_hidden, then the drop of the system turn, then zero padding on the right with a mask; the
+    // image_pad_mask (True at <|image_pad|> positions) cropped and padded the same way.
     std::vector<at::Tensor> rows;
     std::int64_t max_len = 0;
     for (std::int64_t b = 0; b < B; ++b) {
@@ -114,13 +153,19 @@ EncodedPrompts PromptEncoder::encode(model::ComponentWeights & weights, const st
     }
     EncodedPrompts out;
     out.embeds = at::zeros({B, max_len, hidden.size(2)}, hidden.options());
-    auto mask = at::zeros({B, max_len}, at::TensorOptions().dtype(at::kBool).device(hidden.device()));
+    const auto bools = at::TensorOptions().dtype(at::kBool).device(hidden.device());
+    auto mask = at::zeros({B, max_len}, bools);
+    auto pads = at::zeros({B, max_len}, bools);
     for (std::int64_t b = 0; b < B; ++b) {
         const auto n = rows[std::size_t(b)].size(0);
         out.embeds[b].narrow(0, 0, n).copy_(rows[std::size_t(b)]);
         mask[b].narrow(0, 0, n).fill_(true);
+        const auto & row = ids[std::size_t(b)];
+        for (std::int64_t i = 0; i < n; ++i)
+            if (row[std::size_t(drop_idx_ + i)] == image_pad_id_ && !image_tokens.empty()) pads[b][i] = true;
     }
     if (!mask.all().item<bool>()) out.mask = mask;  // encode_prompt: an all-valid mask is dropped
+    if (!image_tokens.empty()) out.image_pad_mask = pads;
     out.tokens = ids.front();
     return out;
 }

@@ -2,14 +2,16 @@
 // template (not apply_chat_template), tokenized with the checkpoint's tokenizer.json, left padded in a batch,
 // through the Qwen3-VL text tower (text_models/qwen3_text_model.hpp) to the last layer's output before the final
 // norm; the padding removed, the system turn's tokens dropped (the drop index), rows right padded with zeros and
-// a mask when the prompts' lengths differ. Condition images (the template's <|image_pad|> slots) need the vision
-// tower, which is not built: text-to-image only.
+// a mask when the prompts' lengths differ. With condition images the template is prompt_template_ti2i: one vision
+// block per reference before the prompt, each <|image_pad|> expanded to its image's tokens, the vision tower's
+// features in those slots (text_models/qwen3_text_model.hpp), and an image_pad_mask marking them.
 #pragma once
 
 #include "ddo/store/component_source.hpp"
 
 #include <filesystem>
 #include <functional>
+#include <array>
 #include <optional>
 #include <string>
 #include <vector>
@@ -19,6 +21,7 @@
 #include "bpe_tokenizer.hpp"
 #include "ddo/model/component_weights.hpp"
 #include "qwen3_text_model.hpp"
+#include "qwen3_vision_model.hpp"
 
 namespace ddo::qwen_image_21 {
 
@@ -26,6 +29,16 @@ struct EncodedPrompts {
     at::Tensor embeds;                // [B, L, hidden]
     std::optional<at::Tensor> mask;   // [B, L] bool; none when no row is padded (encode_prompt drops it)
     std::vector<std::int64_t> tokens; // template tokens per prompt (before the drop)
+    std::optional<at::Tensor> image_pad_mask;  // [B, L] bool: the references' slots; none without references
+};
+
+// The references as the text tower sees them: the vision tower's output for all of them (in order), their patch
+// grids, and the <|image_pad|> tokens each takes in the prompt.
+struct PromptImages {
+    text::VisionFeatures features;
+    std::vector<std::array<std::int64_t, 3>> grid_thw;
+    std::vector<std::int64_t> tokens;
+    std::int64_t spatial_merge_size = 2;
 };
 
 class PromptEncoder {
@@ -41,13 +54,18 @@ public:
     store::ComponentSource weights() const { return {weights_dir(), weights_file_}; }
     // Tokens of the system turn the pipeline drops from the hidden states (its _drop_idx).
     std::int64_t drop_index() const noexcept { return drop_idx_; }
-    // The template's token ids for one prompt (an empty prompt is encoded as " ", as the pipeline does).
-    std::vector<std::int64_t> template_ids(const std::string & prompt) const;
+    // The template's token ids for one prompt (an empty prompt is encoded as " ", as the pipeline does), with one
+    // vision block per entry of image_tokens (its <|image_pad|> expanded to that many tokens). UsageError when the
+    // prompt itself holds a vision token.
+    std::vector<std::int64_t> template_ids(const std::string & prompt,
+                                           const std::vector<std::int64_t> & image_tokens = {}) const;
     // The tower's execution groups (component text_encoder), from the checkpoint's tensor names.
     std::vector<model::GroupSpec> groups();
 
+    // images: the references' vision features (null: text to image).
     EncodedPrompts encode(model::ComponentWeights & weights, const std::vector<std::string> & prompts,
-                          at::ScalarType dtype, at::Device device, const text::TextTowerCallbacks & cb = {}) const;
+                          at::ScalarType dtype, at::Device device, const text::TextTowerCallbacks & cb = {},
+                          const PromptImages * images = nullptr) const;
 
 private:
     PromptEncoder(std::filesystem::path model_dir, text::Qwen3TextConfig c, std::filesystem::path tokenizer_file,
@@ -58,6 +76,7 @@ private:
     std::filesystem::path tokenizer_file_;
     text::BpeTokenizer tokenizer_;
     std::int64_t drop_idx_ = 0;
+    std::int64_t image_pad_id_ = -1;
 };
 
 }  // namespace ddo::qwen_image_21

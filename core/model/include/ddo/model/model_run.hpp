@@ -65,6 +65,7 @@ struct WorkloadDefaults {
 // ModelRun::adjust.
 struct Workload {
     std::int64_t width = 0, height = 0;
+    bool width_set = false, height_set = false;  // set by a layer (else the plugin default; a plugin may derive them)
     std::int64_t frames = 1;               // workload.frames (--frames): a still-image plugin refuses it when set
     double fps = 0;                        // workload.fps (--fps)
     int steps = 0;
