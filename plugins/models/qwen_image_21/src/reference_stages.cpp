@@ -12,10 +12,10 @@ namespace {
 
 namespace fs = std::filesystem;
 
-text::Qwen2VlImageProcessorConfig processor_config(const fs::path & model_dir) {
+fs::path processor_file(const fs::path & model_dir) {
     for (const char * sub : {"processor", "image_processor"}) {
         const auto f = model_dir / sub / "preprocessor_config.json";
-        if (fs::is_regular_file(f)) return text::Qwen2VlImageProcessorConfig::from_file(f);
+        if (fs::is_regular_file(f)) return f;
     }
     throw UsageError((model_dir / "processor" / "preprocessor_config.json").string() +
                      " is missing: condition images (--image) go through the checkpoint's Qwen3-VL image processor; "
@@ -43,13 +43,14 @@ References resolve_references(model::ModelRun & run, model::Workload & w, bool p
         throw UsageError("plugin.qwen_image_21.output_resolution = " + std::to_string(refs.output_resolution) +
                          ": out of range [32, 4096] (each reference is resized to about output_resolution^2 pixels; "
                          "1024 is the pipeline's default)");
-    refs.processor = processor_config(run.require_model_dir());
+    refs.processor_file = processor_file(run.require_model_dir());
+    refs.processor = text::Qwen2VlImageProcessorConfig::from_file(refs.processor_file);
     const auto images = run.condition_images();
     for (const auto & im : images)
         if (im.frame != 0)
             throw UsageError("--image " + im.path.string() + "@" + std::to_string(im.frame) + ": Qwen-Image 2.1 makes "
                              "still images; a reference has no frame (drop @" + std::to_string(im.frame) + ")");
-    refs.items = prepare_references(images, refs.output_resolution, refs.processor);
+    refs.items = prepare_references(images, refs.output_resolution, refs.processor, refs.processor_file);
     for (std::size_t i = 0; i < refs.items.size(); ++i)
         run.record_image_preprocess(i, preprocess_record(refs.items[i], refs.output_resolution));
     // QwenImage21Pipeline: height = height or the last reference's calculated height (width likewise).
@@ -68,7 +69,10 @@ PromptImages encode_vision(model::ModelRun & run, const model::ComponentPlan & p
         auto store = store::WeightStore::open(encoder.weights());
         for (const auto * t : store.tensors()) names.push_back(t->name);
     }
-    auto weights = run.open_weights(plan, encoder.weights(), text::qwen3_vision_groups(config, names), dtype);
+    auto groups = text::qwen3_vision_groups(config, names);
+    // Every tensor of the tower checked from the header before any is read (exit 4 naming tensor and file).
+    text::qwen3_vision_check_weights(model::TensorFile::open_component(encoder.weights()), config);
+    auto weights = run.open_weights(plan, encoder.weights(), std::move(groups), dtype);
     PromptImages out;
     out.spatial_merge_size = config.spatial_merge_size;
     std::vector<at::Tensor> patches;
@@ -103,10 +107,11 @@ ReferenceLatents encode_reference_latents(model::ModelRun & run, const ModelFile
         const int64_t C = z.size(1), h = z.size(3), w = z.size(4);
         packed.push_back(z.permute({0, 2, 3, 4, 1}).reshape({1, h * w, C}));
         out.shapes.push_back({1, h, w});
-        executed.push_back({{"image", i}, {"strategy", encoder.last_encode_tiled() ? "tiled" : vae_strategy_name(
-                                                          choice.strategy == VaeStrategy::tiled ? VaeStrategy::resident
-                                                                                                : choice.strategy)},
-                            {"requested", choice.requested}, {"reason", choice.reason}});
+        // A tiled encode of an image that fits one tile runs in one piece, as the reference's does.
+        const char * ran = encoder.last_encode_tiled()                ? "tiled"
+                           : choice.strategy == VaeStrategy::tiled ? "resident"
+                                                                    : vae_strategy_name(choice.strategy);
+        executed.push_back({{"image", i}, {"strategy", ran}, {"requested", choice.requested}, {"reason", choice.reason}});
         weight_bytes = encoder.weight_bytes();
         uploads += encoder.uploads();
         run.step(int(i + 1), int(refs.items.size()));

@@ -23,6 +23,7 @@ struct References {
     std::vector<Reference> items;
     std::int64_t output_resolution = 1024;  // plugin.qwen_image_21.output_resolution
     text::Qwen2VlImageProcessorConfig processor;
+    std::filesystem::path processor_file;   // processor/preprocessor_config.json
     bool any() const noexcept { return !items.empty(); }
 };
 

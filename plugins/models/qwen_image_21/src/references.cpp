@@ -5,6 +5,7 @@
 #include <cmath>
 
 #include "ddo/error.hpp"
+#include "ddo/media/image_composite.hpp"
 #include "ddo/media/image_resize.hpp"
 
 namespace ddo::qwen_image_21 {
@@ -37,7 +38,8 @@ std::pair<std::int64_t, std::int64_t> calculate_dimensions(double target_area, d
 
 std::vector<Reference> prepare_references(const std::vector<model::ConditionImage> & images,
                                           std::int64_t output_resolution,
-                                          const text::Qwen2VlImageProcessorConfig & processor) {
+                                          const text::Qwen2VlImageProcessorConfig & processor,
+                                          const std::filesystem::path & processor_file) {
     std::vector<Reference> refs;
     const double area = double(output_resolution) * double(output_resolution);
     for (const auto & c : images) {
@@ -60,7 +62,7 @@ std::vector<Reference> prepare_references(const std::vector<model::ConditionImag
         const auto & g = r.vision.grid_thw;
         if (g[1] * processor.patch_size != h || g[2] * processor.patch_size != w)
             throw UsageError("--image " + c.path.string() + ": the checkpoint's image processor (" +
-                             processor.source.string() + ") resizes the " + std::to_string(w) + "x" +
+                             processor_file.string() + ") resizes the " + std::to_string(w) + "x" +
                              std::to_string(h) + " reference again to " + std::to_string(g[2] * processor.patch_size) +
                              "x" + std::to_string(g[1] * processor.patch_size) + " (its min/max pixels), so its vision "
                              "slots would not cover its latents; use an output_resolution whose area lies within the "

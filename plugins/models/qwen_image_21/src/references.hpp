@@ -38,9 +38,11 @@ struct Reference {
 // Each image prepared for both encoders. UsageError (exit 2) naming the file for an image whose ratio leaves a side
 // under 32 pixels at this output_resolution, and for one the image processor would resize again (its min/max
 // pixels): the vision slots would then not cover the latents 2x2 as the transformer needs.
+// processor_file: where `processor` was read (named in the error).
 std::vector<Reference> prepare_references(const std::vector<model::ConditionImage> & images,
                                           std::int64_t output_resolution,
-                                          const text::Qwen2VlImageProcessorConfig & processor);
+                                          const text::Qwen2VlImageProcessorConfig & processor,
+                                          const std::filesystem::path & processor_file);
 
 // What the report records of one reference's preprocessing (inputs.image_<i>.preprocess).
 nlohmann::json preprocess_record(const Reference & r, std::int64_t output_resolution);
