@@ -152,7 +152,10 @@ TEST_F(Qwen3VisionParity, EveryRouteEqualsResident) {
         auto w = t.weights(route, 1e-6);
         int blocks = 0;
         text::VisionTowerCallbacks cb;
-        cb.on_block = [&](int b, int total) { blocks = b, EXPECT_EQ(total, int(t.config.depth)); };
+        cb.on_block = [&](int b, int total) {
+            blocks = b;
+            EXPECT_EQ(total, int(t.config.depth));
+        };
         const auto got = text::qwen3_vision_forward(*w, t.config, px, grid, at::kFloat, at::kCPU, cb);
         EXPECT_EQ(w->finish(), 0u) << w->route();
         EXPECT_EQ(blocks, int(t.config.depth)) << w->route();
