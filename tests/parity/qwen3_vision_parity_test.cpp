@@ -60,8 +60,9 @@ struct Tower {
         groups = text::qwen3_vision_groups(config, f.names());
         text::qwen3_vision_check_weights(f, config);
     }
-    std::unique_ptr<ddo::model::ComponentWeights> weights(ddo::Route route = ddo::Route::resident, double gb = 0) const {
-        return ddo::model::ComponentWeights::open(dir, groups, plan(route, gb), at::kFloat);
+    std::unique_ptr<ddo::model::ComponentWeights> weights(ddo::Route route = ddo::Route::resident, double gb = 0,
+                                                          at::ScalarType dtype = at::kFloat) const {
+        return ddo::model::ComponentWeights::open(dir, groups, plan(route, gb), dtype);
     }
 };
 
@@ -136,6 +137,28 @@ TEST_F(Qwen3VisionParity, ImagesInOneCallEqualEachAloneAndThePositionTableIsResa
     EXPECT_GT(e_table, 100 * kTol);
     std::cout << "[ controls  ] each image alone vs packed: max abs " << worst << "; a 6 x 6 table instead of 7 x 7: "
               << e_table << "\n";
+    EXPECT_EQ(w->finish(), 0u);
+}
+
+TEST_F(Qwen3VisionParity, Bf16RunsNearTheReference) {
+    // bf16 weights and activations (the rotary and the position-table weights stay float32, as the reference's
+    // casts have it) against the fp32 reference: a bound relative to the outputs' largest magnitude.
+    const auto f = fixtures();
+    Tower t("deep");
+    auto w = t.weights(ddo::Route::resident, 0, at::kBFloat16);
+    const auto got = text::qwen3_vision_forward(*w, t.config, f.read("three.pixel_values"),
+                                                grid_of(f.read("three.grid_thw")), at::kBFloat16, at::kCPU);
+    EXPECT_EQ(got.embeds.scalar_type(), at::kBFloat16);
+    std::vector<std::pair<std::string, at::Tensor>> outs = {{"embeds", got.embeds}};
+    for (std::size_t k = 0; k < got.deepstack.size(); ++k) outs.emplace_back("deepstack." + std::to_string(k), got.deepstack[k]);
+    std::cout << "[ bf16      ] deep.three:";
+    for (const auto & [name, x] : outs) {
+        const auto want = f.read("deep.three." + name);
+        const double bound = 0.05 * want.abs().max().item<double>(), e = max_abs(x, want, name);
+        EXPECT_LE(e, bound) << name;
+        std::cout << " " << name << " " << e << " (bound " << bound << ")";
+    }
+    std::cout << "\n";
     EXPECT_EQ(w->finish(), 0u);
 }
 

@@ -14,6 +14,8 @@ Cases (reference.json "cases"), images made by Qwen2VLImageProcessorPil (Qwen3-V
 temporal patch 2, mean = std = 0.5, min_pixels small so tiny images are not upscaled) from random RGB pixels:
   one     one image of 64 x 96 pixels: grid (1, 4, 6)
   three   three images of 64 x 96, 32 x 32 and 96 x 64 pixels in one call: grids (1, 4, 6), (1, 2, 2), (1, 6, 4)
+  frames  random pixel values (randn) on grids (2, 2, 4) and (1, 2, 2): an entry of two frames (what a video
+          gives: attention per frame, positions repeated per frame) beside an image
 
 Files written:
   <config>/text_encoder/          Qwen3VLForConditionalGeneration.save_pretrained (config.json, model.safetensors)
@@ -96,6 +98,10 @@ def main():
         tensors[f"{case}.pixel_values"] = enc["pixel_values"].float().contiguous()
         tensors[f"{case}.grid_thw"] = enc["image_grid_thw"].long().contiguous()
         cases[case] = {"sizes": sizes, "grid_thw": enc["image_grid_thw"].tolist()}
+    g = torch.Generator().manual_seed(SEED + 5)
+    tensors["frames.pixel_values"] = torch.randn(2 * 2 * 4 + 2 * 2, 3 * 2 * 16 * 16, generator=g)
+    tensors["frames.grid_thw"] = torch.tensor([[2, 2, 4], [1, 2, 2]], dtype=torch.long)
+    cases["frames"] = {"sizes": None, "grid_thw": [[2, 2, 4], [1, 2, 2]]}
     expected = {"one": [[1, 4, 6]], "three": [[1, 4, 6], [1, 2, 2], [1, 6, 4]]}
     for case, grids in expected.items():
         assert cases[case]["grid_thw"] == grids, (case, cases[case]["grid_thw"])
@@ -109,7 +115,7 @@ def main():
         names = list(load_file(te / "model.safetensors").keys())
         prefixes[name] = next(n for n in names if n.endswith("patch_embed.proj.weight"))[:-len("patch_embed.proj.weight")]
         visual = model.model.visual
-        for case in CASES:
+        for case in cases:
             with torch.no_grad():
                 o = visual(tensors[f"{case}.pixel_values"], grid_thw=tensors[f"{case}.grid_thw"])
             return_type = type(o).__name__
