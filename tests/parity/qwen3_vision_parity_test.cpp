@@ -46,7 +46,8 @@ ddo::model::TensorFile fixtures() { return ddo::model::TensorFile::open_file(kDi
 Grid grid_of(const at::Tensor & g) {
     Grid out;
     const auto c = g.to(at::kLong).contiguous();
-    for (int64_t i = 0; i < c.size(0); ++i) out.push_back({c[i][0].item<int64_t>(), c[i][1].item<int64_t>(), c[i][2].item<int64_t>()});
+    const auto * p = c.data_ptr<int64_t>();
+    for (int64_t i = 0; i < c.size(0); ++i) out.push_back({p[3 * i], p[3 * i + 1], p[3 * i + 2]});
     return out;
 }
 

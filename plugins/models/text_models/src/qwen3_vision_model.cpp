@@ -185,7 +185,8 @@ VisionFeatures qwen3_vision_forward(model::ComponentWeights & weights, const Qwe
     const std::int64_t patch_dim = C * T * P * P;
     if (pixel_values.dim() != 2 || pixel_values.size(1) != patch_dim)
         throw UsageError("vision tower: pixel_values must be [patches, " + std::to_string(patch_dim) +
-                         "] (in_channels * temporal_patch_size * patch_size^2), got " + model::shape_str(pixel_values.sizes()));
+                         "] (in_channels * temporal_patch_size * patch_size^2), got " +
+                         model::shape_str(pixel_values.sizes()));
     if (grid_thw.empty()) throw UsageError("vision tower: no image (grid_thw is empty)");
     std::int64_t total = 0;
     for (std::size_t i = 0; i < grid_thw.size(); ++i) {
@@ -212,7 +213,9 @@ VisionFeatures qwen3_vision_forward(model::ComponentWeights & weights, const Qwe
         within.push_back(at::arange(n, longs) % (h * w));
         for (std::int64_t f = 0; f < t; ++f) segments.push_back(h * w);
         const auto grids = at::meshgrid({at::arange(h, longs), at::arange(w, longs)}, "ij");
-        const auto block = [&](const at::Tensor & g) { return g.reshape({h / M, M, w / M, M}).transpose(1, 2).flatten(); };
+        const auto block = [&](const at::Tensor & g) {
+            return g.reshape({h / M, M, w / M, M}).transpose(1, 2).flatten();
+        };
         pos.push_back(at::stack({block(grids[0]), block(grids[1])}, -1).repeat({t, 1}));
     }
 
