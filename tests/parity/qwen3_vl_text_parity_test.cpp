@@ -112,6 +112,25 @@ TEST_F(Qwen3VlTextParity, CompositeOverWhiteIsPillowsPasteWithMask) {
                   .find("RGBA"), std::string::npos);
 }
 
+TEST_F(Qwen3VlTextParity, ResizeFollowsPillowsPassOrder) {
+    // Pillow 13 resizes vertically first when the height shrinks by more than twice the width (Note [PIL resize]):
+    // sizes at that boundary and one off either side, every convolving filter, L / RGB / RGBA.
+    auto f = TensorFile::open_file(kDir / "preprocess.safetensors");
+    const auto t = f.read("resize.table").contiguous();
+    const auto T = t.accessor<int64_t, 2>();
+    using F = ddo::media::ResampleFilter;
+    const F pil[] = {F::nearest, F::lanczos, F::bilinear, F::bicubic, F::box, F::hamming};
+    int exact = 0;
+    for (int64_t i = 0; i < t.size(0); ++i) {
+        const std::string n = "resize." + std::to_string(i);
+        const auto got = tensor_of(ddo::media::resize_like_pil(image_of(f.read(n + ".in")), int(T[i][3]), int(T[i][2]), pil[T[i][4]]));
+        const bool eq = at::equal(got, f.read(n + ".out"));
+        EXPECT_TRUE(eq) << T[i][1] << "x" << T[i][0] << " -> " << T[i][3] << "x" << T[i][2] << " filter " << T[i][4];
+        exact += eq;
+    }
+    std::cout << "[ resize    ] resize_like_pil: " << exact << " of " << t.size(0) << " pass-order cases byte-exact\n";
+}
+
 TEST_F(Qwen3VlTextParity, PreprocessingIsQwen2VlImageProcessorPil) {
     const auto cfg = text::Qwen2VlImageProcessorConfig::from_file(kDir / "checkpoint" / "processor" / "preprocessor_config.json");
     EXPECT_EQ(cfg.patch_size, 16);

@@ -19,7 +19,9 @@ Files written:
                                  the composite over white), <case>.pixel_values float32 [N, C*T*P*P],
                                  <case>.grid_thw int64 [3]; smart_resize.table int64 [n, 7]
                                  (h, w, factor, min_pixels, max_pixels, h_bar, w_bar); blend_table.image / .rgb
-                                 all 256 x 256 (colour, alpha) pairs and their composite over white
+                                 all 256 x 256 (colour, alpha) pairs and their composite over white;
+                                 resize.<i>.in / .out uint8 [H, W, C] and resize.table int64 [n, 5] (H, W, h, w,
+                                 PIL filter): Image.resize around Pillow 13's pass-order switch
   text_tower.safetensors         <case>.input_ids / .attention_mask / .mm_token_type_ids [B, L], .grid_thw [n, 3],
                                  .embeds [N, hidden] (the vision embeds fed to the LLM), .deepstack<k> [N, hidden],
                                  .position_ids [3, B, L], .hidden [B, L, hidden] (last layer before the final norm)
@@ -121,6 +123,35 @@ def preprocess_fixtures(processor, tensors):
     tensors["smart_resize.table"] = torch.tensor(rows, dtype=torch.int64)
 
 
+def resize_order_fixtures(tensors):
+    """Pillow's resize around Pillow 13's pass-order switch (vertical first when the height shrinks by more than twice
+    what the width shrinks): sizes at the boundary and one off either side, every convolving filter, L / RGB / RGBA."""
+    g = np.random.default_rng(7)
+    rows = []
+    filters = [1, 2, 3, 4, 5]  # lanczos, bilinear, bicubic, box, hamming
+    modes = {"L": 1, "RGB": 3, "RGBA": 4}
+    i = 0
+    while len(rows) < 60:
+        W, w = int(g.integers(4, 90)), int(g.integers(2, 90))
+        if W == w:
+            continue
+        dh = 2 * (W - w) + int(g.integers(-1, 2))
+        H = int(g.integers(max(dh + 2, 4), max(dh + 2, 4) + 60))
+        h = H - dh
+        if h < 2 or h == H:
+            continue
+        mode = list(modes)[i % 3]
+        f = filters[i % len(filters)]
+        shape = (H, W) if mode == "L" else (H, W, modes[mode])
+        a = g.integers(0, 256, size=shape, dtype=np.uint8)
+        out = np.array(Image.fromarray(a, mode).resize((w, h), f))
+        tensors[f"resize.{i}.in"] = torch.from_numpy(a.reshape(H, W, -1).copy())
+        tensors[f"resize.{i}.out"] = torch.from_numpy(out.reshape(h, w, -1).copy())
+        rows.append([H, W, h, w, f])
+        i += 1
+    tensors["resize.table"] = torch.tensor(rows, dtype=torch.int64)
+
+
 def tower_fixtures(pipe, tensors, meta):
     te = pipe.text_encoder
     lm = te.model.language_model
@@ -200,6 +231,7 @@ def main():
             "preprocess": {k: list(v) for k, v in PREPROCESS.items()}}
     pre = {}
     preprocess_fixtures(processor, pre)
+    resize_order_fixtures(pre)
     base._save(out / "preprocess.safetensors", pre, {"reference": "transformers"})
     pipe = t21.pipeline(transformer, vae, text_encoder, processor)
     tower = {}
