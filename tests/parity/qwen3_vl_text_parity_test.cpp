@@ -197,6 +197,8 @@ TEST_F(Qwen3VlTextParity, PositionsAreGetRopeIndexWithLeftPadding) {
 TEST_F(Qwen3VlTextParity, TextTowerWithImagesMatchesTransformers) {
     auto c = config();
     EXPECT_EQ(c.mrope_section, (std::array<int64_t, 3>{2, 1, 1})) << "rope_parameters.mrope_section";
+    EXPECT_EQ(c.image_token_id, reference().at("tower_cases").at("one").at("image_token_id").get<int64_t>());
+    EXPECT_EQ(c.spatial_merge_size, 2);
     auto f = TensorFile::open_file(kDir / "text_tower.safetensors");
     auto w = weights(ddo::Route::resident);
     for (const auto & [name, spec] : reference().at("tower_cases").items()) {

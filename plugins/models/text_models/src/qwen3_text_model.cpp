@@ -86,6 +86,11 @@ Qwen3TextConfig Qwen3TextConfig::from_file(const std::filesystem::path & f) {
         }
     }
     if (j.contains("rope_theta")) c.rope_theta = j.at("rope_theta").get<double>();
+    if (root.contains("image_token_id") && !root.at("image_token_id").is_null())
+        c.image_token_id = get_int(root, f, "", "image_token_id");
+    if (root.contains("vision_config") && root.at("vision_config").is_object() &&
+        root.at("vision_config").contains("spatial_merge_size"))
+        c.spatial_merge_size = get_int(root.at("vision_config"), f, "vision_config.", "spatial_merge_size");
     if (c.head_dim % 2 != 0) bad_config(f, k + "head_dim", "must be even for RoPE");
     return c;
 }
@@ -264,10 +269,7 @@ at::Tensor qwen3_last_hidden_before_norm(model::ComponentWeights & weights, cons
                           p + "mlp.down_proj");
         h = h + mlp;
         // _deepstack_process: hidden[visual] = hidden[visual] + deepstack[i] after layer i < k.
-        if (i < std::int64_t(deepstack.size())) {
-            h = h.clone();
-            h.index_put_({visual}, h.index({visual}) + deepstack[std::size_t(i)]);
-        }
+        if (i < std::int64_t(deepstack.size())) h.index_put_({visual}, h.index({visual}) + deepstack[std::size_t(i)]);
     });
     return h;
 }

@@ -39,6 +39,9 @@ struct Qwen3TextConfig {
     // rope_parameters.mrope_section (t, h, w): frequency j (of head_dim / 2) reads the h axis when j % 3 == 1 and
     // j < 3 * h, the w axis when j % 3 == 2 and j < 3 * w, else t. transformers' default when the key is absent.
     std::array<std::int64_t, 3> mrope_section{24, 20, 20};
+    // From a Qwen3VLForConditionalGeneration config (for VisionTokens): the root's image_token_id and
+    // vision_config.spatial_merge_size; -1 / 0 when the file has none (a plain text model).
+    std::int64_t image_token_id = -1, spatial_merge_size = 0;
     std::string weight_prefix;  // e.g. "model.language_model." (from the checkpoint's tensor names)
 
     // text_encoder/config.json of a Qwen3VLForConditionalGeneration (its text_config) or of a plain Qwen3 text
