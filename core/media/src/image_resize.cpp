@@ -149,10 +149,18 @@ Image8 vertical(const Image8 & in, const Coeffs & c, int shift) {
     return out;
 }
 
-// ImagingResampleInner: vertical coefficients first (they bound the rows the horizontal pass computes).
+// ImagingResampleInner: vertical coefficients first (they bound the rows the horizontal pass computes). Pillow 13
+// (python-pillow/Pillow#9549) runs the vertical pass first when the height shrinks by more than twice what the width
+// shrinks (out_h < in_h and in_h - out_h > 2 * (in_w - out_w)); the 8-bit intermediate makes the order visible.
+// Measured against the fixture venv's Pillow 13.0.0 on 2,000 random sizes, filters and modes (no exception, the
+// equality case horizontal first); Note [PIL resize].
 Image8 convolve(const Image8 & in, int out_w, int out_h, const Filter & f) {
     const bool need_h = out_w != in.width, need_v = out_h != in.height;
     const Coeffs cv = precompute(in.height, out_h, f);
+    if (need_h && need_v && out_h < in.height && in.height - out_h > 2 * (in.width - out_w)) {
+        const Image8 tall = vertical(in, cv, 0);
+        return horizontal(tall, 0, tall.height, precompute(in.width, out_w, f));
+    }
     const int first_row = cv.first.front();
     const int last_row = cv.first.back() + cv.count.back();
     Image8 cur;

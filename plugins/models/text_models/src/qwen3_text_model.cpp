@@ -2,6 +2,7 @@
 
 #include <ATen/ATen.h>
 
+#include <algorithm>
 
 #include <nlohmann/json.hpp>
 
@@ -73,8 +74,23 @@ Qwen3TextConfig Qwen3TextConfig::from_file(const std::filesystem::path & f) {
         if (type != "default" && type != "mrope")
             bad_config(f, rope_key + ".rope_type", "is \"" + type + "\" (only the default RoPE is implemented)");
         if (rope->contains("rope_theta")) c.rope_theta = rope->at("rope_theta").get<double>();
+        if (rope->contains("mrope_section")) {
+            const json & m = rope->at("mrope_section");
+            if (!m.is_array() || m.size() != 3)
+                bad_config(f, rope_key + ".mrope_section", "must be three integers (t, h, w)");
+            for (std::size_t a = 0; a < 3; ++a) {
+                if (!m[a].is_number_integer() || m[a].get<std::int64_t>() < 0)
+                    bad_config(f, rope_key + ".mrope_section", "must be three non-negative integers (t, h, w)");
+                c.mrope_section[a] = m[a].get<std::int64_t>();
+            }
+        }
     }
     if (j.contains("rope_theta")) c.rope_theta = j.at("rope_theta").get<double>();
+    if (root.contains("image_token_id") && !root.at("image_token_id").is_null())
+        c.image_token_id = get_int(root, f, "", "image_token_id");
+    if (root.contains("vision_config") && root.at("vision_config").is_object() &&
+        root.at("vision_config").contains("spatial_merge_size"))
+        c.spatial_merge_size = get_int(root.at("vision_config"), f, "vision_config.", "spatial_merge_size");
     if (c.head_dim % 2 != 0) bad_config(f, k + "head_dim", "must be even for RoPE");
     return c;
 }
@@ -97,9 +113,76 @@ std::vector<model::GroupSpec> qwen3_text_groups(Qwen3TextConfig & c, const std::
     return groups;
 }
 
+namespace {
+
+[[noreturn]] void mismatch(const std::string & what) {
+    throw RuntimeError("qwen3 text tower: the prompt's image tokens do not match the vision features: " + what +
+                       " (one <|vision_start|><|image_pad|><|vision_end|> slot per image, expanded to its merged "
+                       "patch count by the processor)");
+}
+
+}  // namespace
+
+at::Tensor qwen3_vl_position_ids(const at::Tensor & ids_in, const at::Tensor & mask_in, const VisionTokens & v) {
+    if (ids_in.dim() != 2 || mask_in.sizes() != ids_in.sizes())
+        throw RuntimeError("qwen3 text tower: ids and mask must both be [batch, length]");
+    if (v.spatial_merge_size < 1) throw RuntimeError("qwen3 text tower: spatial_merge_size must be positive");
+    const auto ids = ids_in.to(at::kCPU, at::kLong).contiguous(), mask = mask_in.to(at::kCPU, at::kLong).contiguous();
+    const std::int64_t B = ids.size(0), L = ids.size(1), m = v.spatial_merge_size;
+    auto pos = at::zeros({3, B, L}, at::kLong);  // padding keeps 0 (get_rope_index's zeros)
+    auto P = pos.accessor<std::int64_t, 3>();
+    const auto I = ids.accessor<std::int64_t, 2>(), K = mask.accessor<std::int64_t, 2>();
+    std::size_t next_grid = 0;  // the grids run over the whole batch in order, as get_rope_index's iterator
+    for (std::int64_t b = 0; b < B; ++b) {
+        std::int64_t cur = 0;
+        for (std::int64_t i = 0; i < L;) {
+            if (K[b][i] == 0) {
+                ++i;
+                continue;
+            }
+            if (I[b][i] != v.image_token_id) {  // text: the same position on all three axes
+                for (int a = 0; a < 3; ++a) P[a][b][i] = cur;
+                ++cur, ++i;
+                continue;
+            }
+            // A run of image tokens among the unpadded ones (itertools.groupby over mm_token_type_ids).
+            std::vector<std::int64_t> run;
+            for (; i < L && (K[b][i] == 0 || I[b][i] == v.image_token_id); ++i)
+                if (K[b][i] != 0) run.push_back(i);
+            if (next_grid >= v.grid_thw.size())
+                mismatch("more image-token runs than the " + std::to_string(v.grid_thw.size()) + " images given");
+            const auto & g = v.grid_thw[next_grid++];
+            const std::int64_t t = g[0], h = g[1] / m, w = g[2] / m;
+            if (std::int64_t(run.size()) != t * h * w)
+                mismatch("image " + std::to_string(next_grid) + " has " + std::to_string(run.size()) +
+                         " pad tokens for a grid of " + std::to_string(t * h * w) + " merged patches");
+            std::size_t k = 0;
+            for (std::int64_t tt = 0; tt < t; ++tt)
+                for (std::int64_t hh = 0; hh < h; ++hh)
+                    for (std::int64_t ww = 0; ww < w; ++ww, ++k) {
+                        P[0][b][run[k]] = cur + tt;
+                        P[1][b][run[k]] = cur + hh;
+                        P[2][b][run[k]] = cur + ww;
+                    }
+            cur += std::max(g[1], g[2]) / m;
+        }
+    }
+    if (next_grid != v.grid_thw.size())
+        mismatch(std::to_string(v.grid_thw.size()) + " images given for " + std::to_string(next_grid) +
+                 " image-token runs");
+    return pos;
+}
+
 at::Tensor qwen3_last_hidden_before_norm(model::ComponentWeights & weights, const Qwen3TextConfig & c,
                                          const at::Tensor & ids_in, const at::Tensor & mask_in, at::ScalarType dtype,
                                          at::Device device, const TextTowerCallbacks & cb) {
+    return qwen3_last_hidden_before_norm(weights, c, ids_in, mask_in, nullptr, dtype, device, cb);
+}
+
+at::Tensor qwen3_last_hidden_before_norm(model::ComponentWeights & weights, const Qwen3TextConfig & c,
+                                         const at::Tensor & ids_in, const at::Tensor & mask_in,
+                                         const VisionTokens * vision, at::ScalarType dtype, at::Device device,
+                                         const TextTowerCallbacks & cb) {
     if (ids_in.dim() != 2 || mask_in.sizes() != ids_in.sizes())
         throw RuntimeError("qwen3 text tower: ids and mask must both be [batch, length]");
     const auto ids = ids_in.to(device, at::kLong);
@@ -109,18 +192,52 @@ at::Tensor qwen3_last_hidden_before_norm(model::ComponentWeights & weights, cons
         throw RuntimeError("qwen3 text tower: a token id is outside the vocabulary (" + std::to_string(c.vocab_size) +
                            "): the tokenizer and the text encoder's config do not belong together");
 
+    // With images: the image positions, checked against the features before any weight is read
+    // (Qwen3VLModel.get_placeholder_mask counts the pad tokens of the whole batch).
+    at::Tensor visual, pos3;
+    std::vector<at::Tensor> deepstack;
+    if (vision) {
+        visual = ids == vision->image_token_id;  // [B, L]
+        const auto n_tokens = visual.sum().item<std::int64_t>();
+        const auto & e = vision->embeds;
+        if (!e.defined() || e.dim() != 2 || e.size(1) != c.hidden_size)
+            mismatch("the embeds must be [N, " + std::to_string(c.hidden_size) + "] (the text hidden size)");
+        if (n_tokens != e.size(0))
+            mismatch(std::to_string(n_tokens) + " <|image_pad|> tokens (id " + std::to_string(vision->image_token_id) +
+                     ") for " + std::to_string(e.size(0)) + " image embeddings");
+        for (const auto & d : vision->deepstack)
+            if (!d.defined() || d.sizes() != e.sizes())
+                mismatch("a deepstack feature is not shaped as the embeds [" + std::to_string(e.size(0)) + ", " +
+                         std::to_string(e.size(1)) + "]");
+        pos3 = qwen3_vl_position_ids(ids, mask, *vision).to(device);
+        for (const auto & d : vision->deepstack) deepstack.push_back(d.to(device, dtype));
+    }
+
     at::Tensor h = tower::with_group(weights, 0, [&](const model::GroupTensors & t) {
         return at::embedding(t.at(c.weight_prefix + "embed_tokens.weight"), ids).to(dtype);
     });
+    if (vision)  // inputs_embeds.masked_scatter(image_mask, image_embeds): row-major over (batch, sequence)
+        h = h.masked_scatter(visual.unsqueeze(-1).expand_as(h), vision->embeds.to(device, dtype));
 
     // RoPE: inv_freq in float32 as the reference, angles pos * inv_freq, cos/sin duplicated over the two halves,
     // cast to the activation dtype.
     // Text-only positions are 0 .. L-1 whatever the padding: Qwen3VLModel computes 3-D positions only for inputs
     // with images, and the text model falls back to arange (padding included).
-    const auto pos = at::arange(L, at::TensorOptions().dtype(at::kLong).device(device)).view({1, L}).expand({B, L});
     const auto expo = at::arange(0, D, 2, at::TensorOptions().dtype(at::kFloat)) / double(D);
     const auto inv_freq = (1.0 / at::pow(at::Scalar(c.rope_theta), expo)).to(device);  // float32, as the reference
-    auto freqs = pos.to(at::kFloat).unsqueeze(-1) * inv_freq;  // [B, L, D/2]
+    at::Tensor freqs;
+    if (!vision) {
+        const auto pos = at::arange(L, at::TensorOptions().dtype(at::kLong).device(device)).view({1, L}).expand({B, L});
+        freqs = pos.to(at::kFloat).unsqueeze(-1) * inv_freq;  // [B, L, D/2]
+    } else {
+        // Interleaved M-RoPE (recomposition_frequencies): frequency j from the t axis, except j = 1, 4, .. below
+        // 3 * section[1] from h and j = 2, 5, .. below 3 * section[2] from w.
+        const auto per_axis = pos3.to(at::kFloat).unsqueeze(-1) * inv_freq;  // [3, B, L, D/2]
+        freqs = per_axis[0].clone();
+        for (std::int64_t a = 1; a <= 2; ++a)
+            for (std::int64_t j = a; j < std::min(3 * c.mrope_section[std::size_t(a)], D / 2); j += 3)
+                freqs.select(-1, j).copy_(per_axis[a].select(-1, j));
+    }
     auto emb = at::cat({freqs, freqs}, -1);
     const auto cos = emb.cos().to(dtype).unsqueeze(1), sin = emb.sin().to(dtype).unsqueeze(1);  // [B, 1, L, D]
 
@@ -138,7 +255,7 @@ at::Tensor qwen3_last_hidden_before_norm(model::ComponentWeights & weights, cons
     const double scale = 1.0 / std::sqrt(double(D));
     const std::optional<at::Tensor> attend_mask = no_padding ? std::nullopt : std::optional<at::Tensor>(allowed);
     tower::for_each_layer(weights, c.num_layers, c.weight_prefix, cb, [&](const model::GroupTensors & t,
-                                                                         const std::string & p, std::int64_t) {
+                                                                         const std::string & p, std::int64_t i) {
         auto x = rms_norm(h, t.at(p + "input_layernorm.weight"), c.rms_norm_eps);
         auto q = rms_norm(linear(x, t, p + "self_attn.q_proj", c.attention_bias).view({B, L, H, D}),
                           t.at(p + "self_attn.q_norm.weight"), c.rms_norm_eps).transpose(1, 2);
@@ -151,6 +268,8 @@ at::Tensor qwen3_last_hidden_before_norm(model::ComponentWeights & weights, cons
         auto mlp = linear(at::silu(linear(x, t, p + "mlp.gate_proj")) * linear(x, t, p + "mlp.up_proj"), t,
                           p + "mlp.down_proj");
         h = h + mlp;
+        // _deepstack_process: hidden[visual] = hidden[visual] + deepstack[i] after layer i < k.
+        if (i < std::int64_t(deepstack.size())) h.index_put_({visual}, h.index({visual}) + deepstack[std::size_t(i)]);
     });
     return h;
 }
