@@ -10,3 +10,14 @@ if(TARGET qwen_image_21_impl)
             ${CMAKE_SOURCE_DIR}/tools/reference/tiny_qwen_tokenizer.py
     COMMENT "generating condition-image pipeline fixtures with transformers + diffusers")
 endif()
+
+if(TARGET qwen_image_21_impl AND TARGET qwen_image_21_reference_fixtures)
+  ddo_add_gtest(qwen_image_21_reference_parity_test LABELS parity
+    SOURCES ${CMAKE_CURRENT_LIST_DIR}/qwen_image_21_reference_parity_test.cpp
+    LIBS qwen_image_21_impl)
+  target_compile_definitions(qwen_image_21_reference_parity_test PRIVATE
+    QI21_REF_FIXTURE_DIR="${CMAKE_BINARY_DIR}/fixtures/qwen_image_21_reference"
+    QI21_PLUGIN_DIR="${CMAKE_BINARY_DIR}/lib/ddo/plugins")
+  add_dependencies(qwen_image_21_reference_parity_test linear qwen_image_21_reference_fixtures)
+  target_precompile_headers(qwen_image_21_reference_parity_test PRIVATE <ATen/ATen.h>)
+endif()
