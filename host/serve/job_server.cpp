@@ -266,6 +266,7 @@ void JobServer::work() {
             std::lock_guard lk(mu_);
             running_.reset();
         }
+        cv_.notify_all();
         expire_old();
     }
 }
@@ -427,7 +428,10 @@ void JobServer::drain(const std::string & reason, int code) {
     log("draining (" + reason + "): " + std::to_string(queued.size()) + " queued job(s) cancelled" +
         (running ? ", job " + running->id + " interrupted" : ""));
     for (const auto & j : queued) finish(j, "cancelled", code, "cancelled: " + reason + " before it ran");
-    if (running) wait_finished(*running);
+    // The running job's report and its row in the summary written, and the worker idle.
+    std::unique_lock lk(mu_);
+    cv_.wait(lk, [&] { return !running_ || stop_; });
+    lk.unlock();
     write_summary();
 }
 
