@@ -7,6 +7,7 @@
 #include <atomic>
 #include <csignal>
 #include <fstream>
+#include <optional>
 #include <random>
 #include <sstream>
 #include <unistd.h>
@@ -399,7 +400,10 @@ void setup_and_run(const RunArgs & a, const HostOptions & options, const fs::pat
                          settings.get_optional<double>("telemetry.cpu_budget_percent").value_or(1.0) / 100.0);
     tracker.set_workload(workload_of(settings));
 
-    auto registry = PluginRegistry::discover(plugin_search_dirs(options.builtin_plugin_dir, options.plugin_dirs));
+    std::optional<PluginRegistry> own_registry;
+    PluginRegistry & registry = hooks.registry ? *hooks.registry
+                                               : own_registry.emplace(PluginRegistry::discover(
+                                                     plugin_search_dirs(options.builtin_plugin_dir, options.plugin_dirs)));
     const LoadedPlugin & plugin = registry.load(a.plugin, "model");
     record_plugin(tracker, plugin.record);
     if (!plugin.model) throw RuntimeError("plugin '" + a.plugin + "' returned no model vtable");

@@ -11,6 +11,10 @@
 #include "command_registry.hpp"
 #include "ddo/run_context.hpp"
 
+namespace ddo {
+class PluginRegistry;  // ddo/plugin/plugin_registry.hpp
+}
+
 namespace ddo::host {
 
 struct RunArgs {
@@ -41,6 +45,9 @@ struct RunHooks {
     std::function<std::pair<std::string, int>()> interruption;
     std::function<void(const ProgressEvent &)> progress;  // the kit's progress events, besides the console's; may be empty
     bool console = true;                                  // the console display (plan, bars, the end summary)
+    // Borrowed: the plugins found and loaded once for many runs (a plugin verified and loaded stays loaded for the
+    // process: Note [Plugin unloading]). Null: the run discovers its own, as the CLI does.
+    PluginRegistry * registry = nullptr;
 };
 
 // One run: resolve, verify and load the plugin, run it (or dry), write the report. Returns the exit code.

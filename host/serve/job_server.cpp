@@ -10,6 +10,7 @@
 #include <sstream>
 
 #include "ddo/error.hpp"
+#include "ddo/plugin/plugin_search_path.hpp"
 #include "ddo/report/run_journal.hpp"
 #include "ddo/report/run_tracker.hpp"
 
@@ -66,6 +67,7 @@ JobServer::JobServer(ServeConfig config, const HostOptions & options) : config_(
     fs::create_directories(config_.state_dir / "jobs");
     log_.open(config_.state_dir / "serve.log", std::ios::app);
     if (!log_) throw UsageError("--state-dir " + config_.state_dir.string() + ": cannot write serve.log there; choose another directory");
+    registry_.emplace(PluginRegistry::discover(plugin_search_dirs(options.builtin_plugin_dir, options.plugin_dirs)));
     worker_ = std::thread([this] { work(); });
 }
 
@@ -117,6 +119,7 @@ int JobServer::startup_check() {
     a.overwrite = true;
     RunHooks hooks;
     hooks.console = false;
+    hooks.registry = &*registry_;
     const int code = run_once(a, options_, {"ddo-host", "serve", "(startup dry run)"}, hooks);
     startup_report_ = read_json_file(probe.dir / "ddo_report.json");
     log("startup dry run: exit " + std::to_string(code) + ", report " + (probe.dir / "ddo_report.json").string());
@@ -183,7 +186,7 @@ bool JobServer::cancel(const std::shared_ptr<Job> & job) {
 }
 
 json JobServer::describe(const Job & job) {
-    std::lock_guard lk(mu_);
+    std::unique_lock lk(mu_);
     json j = {{"id", job.id}, {"status", job.status}, {"created", iso_time(job.created)}, {"progress", job.progress},
               {"request", job.spec.request}};
     if (job.status == "queued") {
@@ -196,8 +199,11 @@ json JobServer::describe(const Job & job) {
         json outs = json::array();
         for (const auto & n : job.outputs) outs.push_back({{"name", n}, {"url", "/v1/jobs/" + job.id + "/outputs/" + n}});
         j["outputs"] = outs;
-        j["report"] = job.report;
     }
+    const bool read_report = job.finished && job.has_report;
+    if (job.finished && !job.has_report) j["report"] = nullptr;
+    lk.unlock();
+    if (read_report) j["report"] = read_json_file(job.dir / "ddo_report.json");  // outside the lock
     return j;
 }
 
@@ -280,6 +286,7 @@ void JobServer::run_job(const std::shared_ptr<Job> & job) {
     std::streamoff journal_offset = 0;
     RunHooks hooks;
     hooks.console = false;
+    hooks.registry = &*registry_;
     hooks.interrupted = &job->cancel;
     hooks.interruption = [job] { return std::pair{job->cancel_reason, job->cancel_code}; };
     // Each progress event of the kit, and the run journal's records written since the last one (phases, steps with
@@ -321,7 +328,7 @@ void JobServer::run_job(const std::shared_ptr<Job> & job) {
         error = report["error"].value("message", std::string());
     {
         std::lock_guard lk(mu_);
-        job->report = report;
+        job->has_report = report.is_object();
         job->outputs = outputs_in(job->dir);
     }
     finish(job, status, code, error);
@@ -349,6 +356,12 @@ void JobServer::finish(const std::shared_ptr<Job> & job, const std::string & sta
                {"outputs", job->outputs},
                {"error", error.empty() ? json(nullptr) : json(error)}};
         served_.push_back(row);
+        // What a finished job keeps in memory until its TTL: its events with the journal's records cut to their
+        // names (the report, read from its file when asked, holds them all; the indices stay for event streams
+        // being read), so that a server's memory does not grow with the jobs it keeps.
+        for (auto & e : job->events)
+            if (e.at("event") == "journal" && e.at("data").is_object())
+                e["data"] = {{"event", e["data"].value("event", "")}, {"trimmed", true}};
         push_event(*job, "done", {{"status", status}, {"exit_code", exit_code}, {"outputs", job->outputs},
                                   {"error", row["error"]}});
         // A job's own record beside its outputs: also for a job cancelled before it ran (it has no run report).
