@@ -1,7 +1,7 @@
 // GET / of ddo-host serve: one static page, no framework and no build step. It posts POST /v1/jobs, follows
 // GET /v1/jobs/{id}/events (Server-Sent Events) with a progress bar, shows the image when done and a summary of the
 // run report. With --token-file the token is typed into the page (fetch sends it; the event stream is read through
-// fetch too, since EventSource cannot send headers).
+// fetch too, since EventSource cannot send headers). `/?autorun&prompt=…&size=…&steps=…&seed=…` submits once on load.
 #pragma once
 
 namespace ddo::host::serve {
@@ -44,6 +44,7 @@ inline constexpr const char * kIndexPage = R"ddo_page(<!doctype html>
 </form>
 <progress id="bar" max="1" value="0"></progress>
 <div id="status">idle</div>
+<div id="trace" hidden></div>
 <div id="error"></div>
 <div id="result"></div>
 <table id="summary"></table>
@@ -96,10 +97,14 @@ function summarize(job) {
   const r = job.report || {};
   row("job", job.id);
   row("status", job.status + " (exit " + job.exit_code + ")");
-  if (r.timing) row("wall time", (r.timing.wall_s !== undefined ? r.timing.wall_s.toFixed(2) + " s" : JSON.stringify(r.timing)));
-  if (r.workload) row("workload", JSON.stringify(r.workload));
+  const mib = (b) => (b === null || b === undefined ? "n/a" : (b / 1048576).toFixed(1) + " MiB");
+  if (r.timing && r.timing.tracked_total_host_s !== undefined) row("run time", r.timing.tracked_total_host_s.toFixed(2) + " s");
+  const w = r.workload || {};
+  if (w.width) row("workload", w.width + "x" + w.height + ", " + w.steps + " steps, seed " + w.seed + ", guidance " + w.guidance_scale);
   if (r.phases) row("phases", r.phases.map((p) => p.name + " " + (p.host_wall_s || 0).toFixed(2) + " s").join(", "));
-  if (r.memory) row("memory", JSON.stringify(r.memory).slice(0, 300));
+  const m = r.memory || {};
+  if (m.rss) row("peak RSS", mib(m.rss.peak_bytes));
+  if (m.gpu_absolute && m.gpu_absolute.peak_bytes !== null) row("peak GPU memory", mib(m.gpu_absolute.peak_bytes));
   row("report", "/v1/jobs/" + job.id + "/outputs/ddo_report.json");
 }
 $("form").addEventListener("submit", async (ev) => {
@@ -114,7 +119,10 @@ $("form").addEventListener("submit", async (ev) => {
     $("status").textContent = "queued at position " + sub.position + " (" + sub.id + ")";
     await follow(sub.id, (name, d) => {
       if (name === "progress") {
-        if (d.phase === "denoise" && d.total > 0) { $("bar").max = d.total; $("bar").value = d.step; }
+        if (d.phase === "denoise" && d.total > 0) {
+          $("bar").max = d.total; $("bar").value = d.step;
+          $("trace").textContent += d.step + "/" + d.total + " ";  // the bar's values, in order (the page test reads them)
+        }
         $("status").textContent = d.phase + (d.total ? " " + d.step + "/" + d.total : "");
       } else if (name === "started") $("status").textContent = "running";
       else if (name === "done") $("status").textContent = d.status;
@@ -135,6 +143,11 @@ $("form").addEventListener("submit", async (ev) => {
     $("go").disabled = false;
   }
 });
+// ?autorun: submit once on load with the form's values, after any prompt/size/steps/seed given in the query (the
+// headless page test, tests/e2e/serve_page_test.sh).
+const query = new URLSearchParams(location.search);
+for (const k of ["prompt", "negative", "size", "steps", "seed"]) if (query.has(k)) $(k).value = query.get(k);
+if (query.has("autorun")) $("form").requestSubmit();
 api("/v1/models").then((m) => { $("model").textContent = "— " + m.data[0].id; }).catch(() => {});
 </script>
 </body>

@@ -153,10 +153,11 @@ std::pair<std::shared_ptr<Job>, std::size_t> JobServer::submit(JobSpec spec) {
         queue_.push_back(job);
         position = queue_.size();
         push_event(*job, "queued", {{"position", position}});
+        // Logged under the queue's lock: the log's order of "queued" lines is the queue's order.
+        log("job " + job->id + " queued at position " + std::to_string(position) +
+            (job->spec.openai ? " (POST /v1/images/generations)" : " (POST /v1/jobs)"));
     }
     cv_.notify_all();
-    log("job " + job->id + " queued at position " + std::to_string(position) +
-        (job->spec.openai ? " (POST /v1/images/generations)" : " (POST /v1/jobs)"));
     return {job, position};
 }
 
