@@ -55,6 +55,10 @@ int serve(const ServeArgs & s, const HostOptions & options) {
         throw UsageError("--listen " + s.listen + ": the port must be a number in [0, 65535]");
     }
     if (!s.token_file.empty()) http.token = read_token(s.token_file);
+    const bool loopback = http.address.starts_with("127.") || http.address == "::1" || http.address == "localhost";
+    if (!loopback && http.token.empty())
+        spdlog::warn("--listen {}: not a loopback address and no --token-file: anyone who reaches it can run jobs",
+                     s.listen);
     if (s.queue < 1) throw UsageError("--queue must be at least 1");
     if (s.job_ttl_s < 1) throw UsageError("--job-ttl must be at least 1 second");
 

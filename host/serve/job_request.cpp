@@ -133,12 +133,12 @@ void parse_sets(const json & v, const std::string & field, const RequestLimits &
     }
 }
 
-// The size checks common to both APIs, after the fields are read.
-void check_size(const JobSpec & spec, const RequestLimits & limits, const char * width_field, const char * height_field) {
+// The size checks common to both APIs, after the fields are read; `pixels_field` is what a too-large area names
+// ("width" in the job API, "size" in OpenAI's).
+void check_size(const JobSpec & spec, const RequestLimits & limits, const std::string & pixels_field) {
     const long long w = spec.width.value_or(1), h = spec.height.value_or(1), f = spec.frames.value_or(1);
     if (w * h > limits.max_pixels)
-        bad(width_field == height_field ? width_field : "width", std::string("width x height is ") + std::to_string(w * h) +
-                                                                     " pixels; at most " + std::to_string(limits.max_pixels));
+        bad(pixels_field, "width x height is " + std::to_string(w * h) + " pixels; at most " + std::to_string(limits.max_pixels));
     if (w * h * f > limits.max_pixels * 64)
         bad("frames", "width x height x frames is " + std::to_string(w * h * f) + "; at most " + std::to_string(limits.max_pixels * 64));
 }
@@ -166,7 +166,7 @@ JobSpec parse_job_request(std::string_view body, const RequestLimits & limits) {
                     "guidance_scale, num_images, frames, fps, strength, set)");
     }
     if (!spec.prompt) bad("prompt", "'prompt' is required");
-    check_size(spec, limits, "width", "height");
+    check_size(spec, limits, "width");
     spec.request = std::move(j);
     return spec;
 }
@@ -206,7 +206,7 @@ JobSpec parse_openai_request(std::string_view body, const RequestLimits & limits
                     "response_format, user, negative_prompt, seed, steps, guidance_scale, ddo)");
     }
     if (!spec.prompt) bad("prompt", "'prompt' is required");
-    check_size(spec, limits, "size", "size");
+    check_size(spec, limits, "size");
     spec.request = std::move(j);
     return spec;
 }
