@@ -288,7 +288,14 @@ void Server::session(tcp::socket sock) {
         http::request_parser<http::string_body> parser;
         parser.header_limit(16 * 1024);
         parser.body_limit(jobs_.config().limits.max_body_bytes);
-        http::read(sock, buffer, parser, ec);
+        // The header first: a client that sent "Expect: 100-continue" (curl does for bodies over 1 KiB) is told to go
+        // on at once rather than after its own timeout.
+        http::read_header(sock, buffer, parser, ec);
+        if (!ec && beast::iequals(parser.get()[http::field::expect], "100-continue")) {
+            http::response<http::empty_body> go_on{http::status::continue_, 11};
+            http::write(sock, go_on, ec);
+        }
+        if (!ec) http::read(sock, buffer, parser, ec);
         if (ec == http::error::end_of_stream || ec == asio::error::eof || ec == asio::error::connection_reset) break;
         if (ec == http::error::body_limit) {
             send(error_reply(413, "the body is over " + std::to_string(jobs_.config().limits.max_body_bytes) + " bytes", "body"), 11, false);
