@@ -289,7 +289,10 @@ void JobServer::run_job(const std::shared_ptr<Job> & job) {
     hooks.console = false;
     hooks.registry = &*registry_;
     hooks.interrupted = &job->cancel;
-    hooks.interruption = [job] { return std::pair{job->cancel_reason, job->cancel_code}; };
+    hooks.interruption = [this, job] {  // DELETE and the drain write the reason under the lock
+        std::lock_guard lk(mu_);
+        return std::pair{job->cancel_reason, job->cancel_code};
+    };
     // Each progress event of the kit, and the run journal's records written since the last one (phases, steps with
     // their times, counters, memory), become the job's events: what GET /v1/jobs/{id}/events streams.
     hooks.progress = [this, job, journal, &journal_offset](const ProgressEvent & e) {

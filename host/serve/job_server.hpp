@@ -54,7 +54,7 @@ struct Job {
     std::chrono::steady_clock::time_point queued_at = std::chrono::steady_clock::now(), started_at, finished_at;
     bool finished = false;
     std::atomic<bool> cancel{false};  // the flag the run polls (RunContext::interrupted)
-    std::string cancel_reason = "interrupted by DELETE";
+    std::string cancel_reason = "interrupted by DELETE";  // guarded by JobServer's mutex
     int cancel_code = 130;
 };
 
