@@ -7,6 +7,7 @@
 #include <atomic>
 #include <csignal>
 #include <fstream>
+#include <optional>
 #include <random>
 #include <sstream>
 #include <unistd.h>
@@ -39,11 +40,19 @@ namespace {
 namespace fs = std::filesystem;
 using nlohmann::json;
 
-std::atomic<bool> & g_interrupted = run_interrupted();  // run_signals.hpp: SIGINT, SIGTERM, SIGHUP
+// The flag a run polls: the caller's (RunHooks::interrupted), else the process's (run_signals.hpp: SIGINT, SIGTERM,
+// SIGHUP).
+std::atomic<bool> & interrupt_flag(const RunHooks & hooks) { return hooks.interrupted ? *hooks.interrupted : run_interrupted(); }
 
-// "interrupted by SIGTERM" and its exit code (128 + signal).
-std::string interrupted_by() { return std::string("interrupted by ") + signal_name(interrupting_signal()); }
-int interrupted_code() { return interrupting_signal() ? 128 + interrupting_signal() : int(ExitCode::interrupted); }
+// "interrupted by SIGTERM" and its exit code (128 + signal), or what the caller says interrupted (ddo-host serve).
+std::string interrupted_by(const RunHooks & hooks) {
+    if (hooks.interruption) return hooks.interruption().first;
+    return std::string("interrupted by ") + signal_name(interrupting_signal());
+}
+int interrupted_code(const RunHooks & hooks) {
+    if (hooks.interruption) return hooks.interruption().second;
+    return interrupting_signal() ? 128 + interrupting_signal() : int(ExitCode::interrupted);
+}
 
 // A --set value that stays the text given: the resolver strips one pair of surrounding quotes, so wrap it in one.
 std::string quoted(const std::string & s) { return "\"" + s + "\""; }
@@ -296,7 +305,7 @@ ResolvedSettings resolve_with_plugin(ResolveRequest & rq, const LoadedPlugin & p
 
 // The command line's part of the RunContext the plugin runs with.
 void fill_run_context(RunContext & ctx, const RunArgs & a, const ResolvedSettings & settings, RunTracker & tracker,
-                      const fs::path & report_path, RunConsole & console) {
+                      const fs::path & report_path, RunConsole & console, const RunHooks & hooks) {
     ctx.settings = &settings;
     ctx.tracker = &tracker;
     ctx.model_dir = a.model;
@@ -313,12 +322,16 @@ void fill_run_context(RunContext & ctx, const RunArgs & a, const ResolvedSetting
     if (!a.transformer.empty()) ctx.component_files["transformer"] = a.transformer;
     if (!a.text_encoder.empty()) ctx.component_files["text_encoder"] = a.text_encoder;
     ctx.encode_only = a.encode_only;
-    ctx.interrupted = &g_interrupted;
+    ctx.interrupted = &interrupt_flag(hooks);
     ctx.dry_run = a.dry_run;
     ctx.report_path = report_path;
     ctx.hash_weights = a.hash_weights;
     // Progress events of the kit (phase begun, step done): the console display of a run (run_console.hpp).
-    ctx.progress = [&console](const ProgressEvent & e) { console.on_progress(e); };
+    // A caller's hook (ddo-host serve: the job's events) sees them too.
+    ctx.progress = [&console, &hooks](const ProgressEvent & e) {
+        console.on_progress(e);
+        if (hooks.progress) hooks.progress(e);
+    };
 }
 
 // The allocator the offload engine runs on: capacities.allocator ("auto" = linear), verified and recorded; one that
@@ -340,7 +353,8 @@ void load_allocator(RunContext & ctx, const ResolvedSettings & settings, PluginR
 
 // vtable->run in its phase; a status other than OK (or a signal) becomes the Error naming the plugin's own words
 // (host->set_error: the file/tensor and the next step, or where it stopped).
-void run_plugin(const LoadedPlugin & plugin, RunContext & ctx, RunTracker & tracker, bool dry_run) {
+void run_plugin(const LoadedPlugin & plugin, RunContext & ctx, RunTracker & tracker, bool dry_run, const RunHooks & hooks) {
+    const std::atomic<bool> & interrupted = interrupt_flag(hooks);
     ddo_status st;
     if (plugin.host) plugin.host->clear_error();
     {
@@ -349,19 +363,19 @@ void run_plugin(const LoadedPlugin & plugin, RunContext & ctx, RunTracker & trac
     }
     const std::string & name = plugin.record.name;
     const std::string detail = plugin.host ? plugin.host->last_error() : std::string();
-    if (st == DDO_STATUS_INTERRUPTED || (g_interrupted.load() && st != DDO_STATUS_OK))
-        throw Error(ExitCode::interrupted, interrupted_by() + " during the run" + (detail.empty() ? "" : ": " + detail));
+    if (st == DDO_STATUS_INTERRUPTED || (interrupted.load() && st != DDO_STATUS_OK))
+        throw Error(ExitCode::interrupted, interrupted_by(hooks) + " during the run" + (detail.empty() ? "" : ": " + detail));
     const std::string said = detail.empty() ? " (the plugin gave no message; see the log above)" : ": " + detail;
     if (st == DDO_STATUS_INVALID_ARGUMENT || st == DDO_STATUS_UNSUPPORTED)
         throw UsageError("plugin '" + name + "' refused the run (" + status_name(st) + ")" + said + "; check the preset and options");
     if (st != DDO_STATUS_OK) throw RuntimeError("plugin '" + name + "' run failed (" + status_name(st) + ")" + said);
-    if (g_interrupted.load()) throw Error(ExitCode::interrupted, interrupted_by());
+    if (interrupted.load()) throw Error(ExitCode::interrupted, interrupted_by(hooks));
 }
 
 // The setup phase and the run: everything from the report's lock to tracker.mark_completed. report_lock is held until
 // the caller has written the report; report_writable turns false when the report path is refused.
 void setup_and_run(const RunArgs & a, const HostOptions & options, const fs::path & report_path, RunTracker & tracker,
-                   RunConsole & console, PathLock & report_lock, bool & report_writable) {
+                   RunConsole & console, PathLock & report_lock, bool & report_writable, const RunHooks & hooks) {
     auto setup = tracker.phase("setup");
     try {
         claim_report(a, report_path, tracker, report_lock);
@@ -386,7 +400,10 @@ void setup_and_run(const RunArgs & a, const HostOptions & options, const fs::pat
                          settings.get_optional<double>("telemetry.cpu_budget_percent").value_or(1.0) / 100.0);
     tracker.set_workload(workload_of(settings));
 
-    auto registry = PluginRegistry::discover(plugin_search_dirs(options.builtin_plugin_dir, options.plugin_dirs));
+    std::optional<PluginRegistry> own_registry;
+    PluginRegistry & registry = hooks.registry ? *hooks.registry
+                                               : own_registry.emplace(PluginRegistry::discover(
+                                                     plugin_search_dirs(options.builtin_plugin_dir, options.plugin_dirs)));
     const LoadedPlugin & plugin = registry.load(a.plugin, "model");
     record_plugin(tracker, plugin.record);
     if (!plugin.model) throw RuntimeError("plugin '" + a.plugin + "' returned no model vtable");
@@ -395,17 +412,18 @@ void setup_and_run(const RunArgs & a, const HostOptions & options, const fs::pat
     check_pipeline_class(a.model, plugin, registry);
     setup.end();
 
-    if (g_interrupted.load()) throw Error(ExitCode::interrupted, interrupted_by() + " before the run started");
+    if (interrupt_flag(hooks).load())
+        throw Error(ExitCode::interrupted, interrupted_by(hooks) + " before the run started");
     RunContext ctx;
-    fill_run_context(ctx, a, settings, tracker, report_path, console);
+    fill_run_context(ctx, a, settings, tracker, report_path, console, hooks);
     load_allocator(ctx, settings, registry, tracker);
-    run_plugin(plugin, ctx, tracker, a.dry_run);
+    run_plugin(plugin, ctx, tracker, a.dry_run, hooks);
     tracker.mark_completed();
 }
 
 // A failed run recorded in the report; returns its exit code.
-int record_failure(RunTracker & tracker, const Error & e) {
-    const int code = e.code() == ExitCode::interrupted ? interrupted_code() : static_cast<int>(e.code());
+int record_failure(RunTracker & tracker, const Error & e, const RunHooks & hooks) {
+    const int code = e.code() == ExitCode::interrupted ? interrupted_code(hooks) : static_cast<int>(e.code());
     if (e.code() == ExitCode::interrupted)
         tracker.mark_interrupted(e.what(), code);
     else
@@ -436,6 +454,10 @@ int write_report(RunTracker & tracker, RunConsole & console, const fs::path & re
 }  // namespace
 
 int run_once(const RunArgs & a, const HostOptions & options, const std::vector<std::string> & argv) {
+    return run_once(a, options, argv, RunHooks{});
+}
+
+int run_once(const RunArgs & a, const HostOptions & options, const std::vector<std::string> & argv, const RunHooks & hooks) {
     const fs::path report_path = report_path_of(a);
     RunTrackerOptions topt;
     topt.report_path = report_path;
@@ -454,21 +476,32 @@ int run_once(const RunArgs & a, const HostOptions & options, const std::vector<s
     struct ClearFlush {
         ~ClearFlush() { set_second_signal_flush({}); }
     } clear_flush;
-    RunConsole console(tracker, spdlog::get_level() <= spdlog::level::info, ::isatty(STDERR_FILENO) == 1);
+    RunConsole console(tracker, hooks.console && spdlog::get_level() <= spdlog::level::info, ::isatty(STDERR_FILENO) == 1);
 
     int code = 0;
     bool report_writable = true;
     PathLock report_lock;  // released after the report is written (declared first: destroyed last)
     try {
-        setup_and_run(a, options, report_path, tracker, console, report_lock, report_writable);
+        setup_and_run(a, options, report_path, tracker, console, report_lock, report_writable, hooks);
     } catch (const Error & e) {
-        code = record_failure(tracker, e);
+        code = record_failure(tracker, e, hooks);
     } catch (const std::exception & e) {
         code = static_cast<int>(ExitCode::runtime);
         tracker.mark_failed(code, std::string("internal error: ") + e.what(), "internal");
         spdlog::error("internal error: {}", e.what());
     }
     return write_report(tracker, console, report_path, report_writable, code);
+}
+
+void check_run_settings(const RunArgs & a, const HostOptions & options) {
+    require_utf8(a);
+    ResolveRequest rq;
+    rq.preset = a.preset;
+    rq.preset_dirs = {options.preset_dir};
+    // --seed -1 is drawn by the run; any seed stands for it here.
+    rq.sets = all_sets(a, a.seed && *a.seed == -1 ? std::optional<std::uint64_t>(0) : std::nullopt);
+    rq.environment = current_environment();
+    (void)resolve_settings(rq);
 }
 
 namespace {

@@ -34,6 +34,7 @@ int main(int argc, char ** argv) {
   ddo-host --plugin qwen_image --model CKPT -p "a cat" -n "blurry" --steps 20 --cfg-scale 4 --seed -1
   ddo-host encode --plugin qwen_image --model CKPT -p "a cat" -o E.safetensors   # encode once, then --prompt-embeds E.safetensors
   ddo-host --plugin qwen_image --model CKPT -p "a cat" --dry-run   # plan, load checks only
+  ddo-host serve --plugin qwen_image --model CKPT   # HTTP job + OpenAI images API on 127.0.0.1:8188 (README, "Serving")
   ddo-host plugins              ddo-host preset show low_ram_safe      ddo-host report summarize ddo_report.json
 Exit codes: 0 ok, 1 preset diff differs, 2 usage (nothing ran), 3 plugin verification, 4 runtime, 130 SIGINT.
 Presets: docs/presets.md. Report fields: docs/metrics.md.)");

@@ -1,11 +1,19 @@
 // The run form of ddo-host (cmd_run.cpp), callable from other commands (`preset show --plan` runs it dry).
 #pragma once
 
+#include <atomic>
+#include <functional>
 #include <optional>
+#include <utility>
 #include <string>
 #include <vector>
 
 #include "command_registry.hpp"
+#include "ddo/run_context.hpp"
+
+namespace ddo {
+class PluginRegistry;  // ddo/plugin/plugin_registry.hpp
+}
 
 namespace ddo::host {
 
@@ -29,8 +37,26 @@ struct RunArgs {
     bool encode_only = false;  // `ddo-host encode`: the plugin writes the prompt embeddings to output_file only
 };
 
+// What a caller other than the command line (ddo-host serve, host/serve/job_runner.cpp) changes in a run; the
+// defaults are the CLI's.
+struct RunHooks {
+    std::atomic<bool> * interrupted = nullptr;  // borrowed; the flag the run polls. Null: the process's signal flag
+    // What interrupted and its exit code ({"interrupted by DELETE /v1/jobs/ID", 130}); empty: the signal, 128 + signal.
+    std::function<std::pair<std::string, int>()> interruption;
+    std::function<void(const ProgressEvent &)> progress;  // the kit's progress events, besides the console's; may be empty
+    bool console = true;                                  // the console display (plan, bars, the end summary)
+    // Borrowed: the plugins found and loaded once for many runs (a plugin verified and loaded stays loaded for the
+    // process: Note [Plugin unloading]). Null: the run discovers its own, as the CLI does.
+    PluginRegistry * registry = nullptr;
+};
+
 // One run: resolve, verify and load the plugin, run it (or dry), write the report. Returns the exit code.
 int run_once(const RunArgs & a, const HostOptions & options, const std::vector<std::string> & argv);
+int run_once(const RunArgs & a, const HostOptions & options, const std::vector<std::string> & argv, const RunHooks & hooks);
+
+// The settings a run would resolve before its plugin loads (the preset, the --set keys and shorthands, UTF-8
+// text): throws UsageError naming the key. `ddo-host serve` checks a request with it before queueing the job.
+void check_run_settings(const RunArgs & a, const HostOptions & options);
 
 // run_once for the options parsed into `app` (the run form, `encode`): the preset defaulted (DDO_PRESET, else auto)
 // and the given options recorded as --name=value, after `argv_prefix` (a subcommand's name).

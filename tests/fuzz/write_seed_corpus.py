@@ -312,6 +312,24 @@ def write_reports():
     put("report_reader", "streamed.json", json.dumps(streamed))
 
 
+# ---------------------------------------------------------------- ddo-host serve request bodies
+def write_serve_requests():
+    # First byte: 0 = POST /v1/jobs, 1 = POST /v1/images/generations; then the body.
+    jobs = [{"prompt": "a cat", "width": 256, "height": 256, "steps": 4, "seed": 0, "guidance_scale": 4.0},
+            {"prompt": "waves", "negative_prompt": "blurry", "frames": 9, "fps": 24, "num_images": 1, "strength": 0.5,
+             "set": {"components.transformer.resident_budget_gb": 0.0001, "workload.sigmas": [1.0, 0.5],
+                     "plugin.ltx2_video.stg_blocks": [28], "vae.strategy": "tiled"}},
+            {"prompt": "x", "seed": -1, "width": None}]
+    for i, j in enumerate(jobs):
+        put("serve_request", f"job_{i}.bin", b"\x00" + json.dumps(j).encode())
+    oai = [{"model": "qwen_image", "prompt": "a lighthouse", "n": 1, "size": "256x256", "response_format": "b64_json",
+            "user": "u", "negative_prompt": "blurry", "seed": 7, "steps": 3, "guidance_scale": 4,
+            "ddo": {"capacities.staging_slots": 2}},
+           {"prompt": "\u00e9\u4e2d", "size": "64x64"}]
+    for i, j in enumerate(oai):
+        put("serve_request", f"openai_{i}.bin", b"\x01" + json.dumps(j).encode())
+
+
 def main():
     write_safetensors()
     write_gguf()
@@ -319,6 +337,7 @@ def main():
     write_presets()
     write_tokenizers()
     write_reports()
+    write_serve_requests()
     total = sum(os.path.getsize(os.path.join(dp, f)) for dp, _, fs in os.walk(CORPUS) for f in fs)
     print(f"corpus: {total} bytes")
     return 0

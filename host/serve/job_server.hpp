@@ -1,0 +1,137 @@
+// The job side of `ddo-host serve`: a bounded FIFO of generations, one worker that runs them one at a time through
+// the same path as `ddo-host run` (run_once, host/run_command.hpp) into a per-job directory the server owns, the
+// events of each job (its progress and run-journal records, for Server-Sent Events), cancellation (DELETE: the run
+// stops at its next step as on SIGINT), the TTL after which a finished job is gone (410), the drain on SIGTERM, and
+// the summary of the jobs served. Note [Serving] in docs/architecture.md.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <deque>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <set>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "ddo/plugin/plugin_registry.hpp"
+#include "run_command.hpp"
+#include "serve/job_request.hpp"
+
+namespace ddo::host::serve {
+
+// What a server runs every job with: the plugin, checkpoint, preset and --set keys given to `ddo-host serve`.
+struct ServeConfig {
+    std::string plugin, model, preset;
+    std::vector<std::string> sets;
+    std::filesystem::path state_dir;  // jobs/<id>/ (each job's outputs, report and journal), serve.log, serve_summary.json
+    std::size_t queue_capacity = 16;  // queued jobs, the running one not counted
+    std::chrono::seconds job_ttl{3600};
+    RequestLimits limits;
+};
+
+struct Job {
+    std::string id;
+    JobSpec spec;
+    std::filesystem::path dir;
+    // Guarded by JobServer's mutex.
+    std::string status = "queued";  // queued | running | completed | failed | interrupted | cancelled
+    int exit_code = -1;
+    std::string error;
+    nlohmann::json progress = nlohmann::json::object();  // the last progress event: phase, step, total
+    std::vector<nlohmann::json> events;  // {"event": name, "data": {...}}, in order (journal records dropped at the end)
+    bool has_report = false;                             // the run wrote dir/ddo_report.json (read when asked)
+    std::vector<std::string> outputs;                    // file names in dir
+    std::chrono::system_clock::time_point created = std::chrono::system_clock::now();
+    std::chrono::steady_clock::time_point queued_at = std::chrono::steady_clock::now(), started_at, finished_at;
+    bool finished = false;
+    std::atomic<bool> cancel{false};  // the flag the run polls (RunContext::interrupted)
+    std::string cancel_reason = "interrupted by DELETE";  // guarded by JobServer's mutex
+    int cancel_code = 130;
+};
+
+class JobServer {
+public:
+    // options: the host's (plugin and preset directories); borrowed for the server's life.
+    JobServer(ServeConfig config, const HostOptions & options);
+    ~JobServer();
+
+    const ServeConfig & config() const { return config_; }
+
+    // The startup check: one dry run (plugin verified and loaded, settings resolved, checkpoint read) into
+    // <state>/startup. Returns its exit code; its report is what GET /v1/models shows.
+    int startup_check();
+    const nlohmann::json & startup_report() const { return startup_report_; }
+
+    // Settings the run would resolve (unknown keys, wrong types): throws RequestError 400 naming the key.
+    void check_settings(const JobSpec & spec) const;
+
+    // Queues a job; throws RequestError 429 when the queue is full, 503 when draining. Returns the job and its
+    // position (1 = next to run).
+    std::pair<std::shared_ptr<Job>, std::size_t> submit(JobSpec spec);
+
+    enum class Lookup { found, unknown, expired };
+    std::pair<std::shared_ptr<Job>, Lookup> find(const std::string & id);
+
+    // DELETE: a queued job is cancelled at once; a running one is asked to stop at its next step. False when the job
+    // had already finished.
+    bool cancel(const std::shared_ptr<Job> & job);
+
+    // The job as GET /v1/jobs/{id} shows it.
+    nlohmann::json describe(const Job & job);
+
+    // Events from index `from` on, waiting up to `wait` for new ones; done: the job has finished and every event was
+    // returned.
+    std::vector<nlohmann::json> events(const Job & job, std::size_t from, std::chrono::milliseconds wait, bool & done);
+    // Waits until the job finishes (POST /v1/images/generations answers with its images).
+    void wait_finished(const Job & job);
+
+    nlohmann::json health();
+    // Seconds a client should wait before retrying a full queue (Retry-After).
+    int retry_after_s();
+
+    // SIGTERM: refuse new jobs, cancel the queued ones, interrupt the running one, wait for it, write the summary.
+    void drain(const std::string & reason, int code);
+
+    // One line per request or job event to <state>/serve.log (and the console at info level).
+    void log(const std::string & line);
+
+private:
+    void work();
+    void run_job(const std::shared_ptr<Job> & job);
+    void finish(const std::shared_ptr<Job> & job, const std::string & status, int exit_code, const std::string & error);
+    void push_event(Job & job, const std::string & name, nlohmann::json data);
+    void expire_old();
+    void write_summary();
+    RunArgs run_args(const Job & job) const;
+
+    ServeConfig config_;
+    const HostOptions & options_;
+    // One registry for every job: each plugin verified, sealed and loaded once (a registry per job would load a new
+    // sealed copy of the plugin per job, and loaded plugins are never unloaded: RSS grew about 1 MB a job).
+    std::optional<PluginRegistry> registry_;
+    nlohmann::json startup_report_;
+    std::mutex mu_;
+    std::condition_variable cv_;         // queue changes, job events, finished jobs
+    std::deque<std::shared_ptr<Job>> queue_;
+    std::shared_ptr<Job> running_;
+    std::map<std::string, std::shared_ptr<Job>> jobs_;
+    std::set<std::string> expired_;
+    std::vector<nlohmann::json> served_;  // the summary's rows, one per finished job
+    std::vector<double> run_seconds_;
+    bool draining_ = false, stop_ = false;
+    std::mutex log_mu_;
+    std::ofstream log_;
+    std::chrono::system_clock::time_point started_ = std::chrono::system_clock::now();
+    std::thread worker_;
+};
+
+}  // namespace ddo::host::serve

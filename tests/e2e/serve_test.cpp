@@ -1,0 +1,351 @@
+// ddo-host serve (host/serve/, Note [Serving] in docs/architecture.md) on the text fixtures' checkpoint (saved whole,
+// with its Qwen3-VL text encoder), driven by curl as a client would: health and models; a job through POST /v1/jobs,
+// its Server-Sent Events, its outputs, and a PNG equal to the CLI's for the same settings and seed; the same through
+// the OpenAI-compatible POST /v1/images/generations (b64_json); bad requests (malformed JSON, wrong types, unknown
+// fields, oversize body, width 100000, a file-naming --set key, path-traversal names) each with its status and error
+// JSON naming the field; the Bearer token; the job TTL (410); DELETE of a running job (its report interrupted, the
+// next job starts), a full queue (429 + Retry-After) and SIGTERM with jobs queued (each reported, exit 0).
+#include <gtest/gtest.h>
+
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <thread>
+
+#include <nlohmann/json.hpp>
+
+#include "e2e/host_run.hpp"
+#include "e2e/png_read.hpp"
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+namespace {
+
+const fs::path kModel = fs::path(QI21_TEXT_FIXTURE_DIR) / "checkpoint";
+const std::string kPrompt = "a lighthouse at dusk, watercolor", kNegative = "blurry, low quality";
+
+std::string q(const std::string & s) { return "'" + s + "'"; }
+
+std::string slurp(const fs::path & p) {
+    std::ifstream in(p, std::ios::binary);
+    return {std::istreambuf_iterator<char>(in), {}};
+}
+
+// One ddo-host serve process on a free port, in its own directory; stopped with SIGTERM.
+struct Server {
+    pid_t pid = -1;
+    int port = 0;
+    fs::path dir;
+    int exit_code = -1;
+
+    Server(const std::string & tag, const std::string & args) {
+        dir = fs::temp_directory_path() / ("ddo_serve_" + std::to_string(::getpid()) + "_" + tag);
+        fs::remove_all(dir);
+        fs::create_directories(dir);
+        const std::string cmd = "exec '" + std::string(DDO_HOST_BIN) + "' serve --plugin qwen_image --preset low_ram_safe.toml --model " +
+                                q(kModel.string()) + " --listen 127.0.0.1:0 --state-dir " + q((dir / "state").string()) + " " +
+                                args + " > " + q((dir / "stdout").string()) + " 2> " + q((dir / "stderr").string());
+        pid = ::fork();
+        if (pid == 0) {
+            ::execl("/bin/sh", "sh", "-c", cmd.c_str(), static_cast<char *>(nullptr));
+            ::_exit(127);
+        }
+        for (int i = 0; i < 600 && port == 0; ++i) {
+            const std::string out = slurp(dir / "stdout");
+            if (const auto at = out.find("listening on http://127.0.0.1:"); at != std::string::npos)
+                port = std::atoi(out.c_str() + at + 30);
+            else std::this_thread::sleep_for(std::chrono::milliseconds(100));
+        }
+    }
+    int stop() {
+        if (pid > 0) {
+            ::kill(pid, SIGTERM);
+            int st = 0;
+            ::waitpid(pid, &st, 0);
+            exit_code = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+            pid = -1;
+        }
+        return exit_code;
+    }
+    ~Server() {
+        stop();
+        fs::remove_all(dir);
+    }
+    std::string url(const std::string & path) const { return "http://127.0.0.1:" + std::to_string(port) + path; }
+};
+
+struct Http {
+    int status = 0;
+    std::string headers, body;
+    json j;  // the body as JSON (null when it is not)
+};
+
+// curl METHOD URL [-d @body] [extra]: status, headers and body.
+Http curl(const Server & s, const std::string & method, const std::string & path, const std::string & body = "",
+          const std::string & extra = "") {
+    static int n = 0;
+    const fs::path b = s.dir / ("req" + std::to_string(++n));
+    std::string cmd = "curl -s --path-as-is -m 120 -X " + method + " -D " + q(b.string() + ".h") + " -o " + q(b.string() + ".b") +
+                      " -w '%{http_code}' " + extra + " ";
+    if (!body.empty()) {
+        std::ofstream(b.string() + ".in", std::ios::binary) << body;
+        cmd += "-H 'Content-Type: application/json' --data-binary @" + q(b.string() + ".in") + " ";
+    }
+    cmd += q(s.url(path));
+    Http r;
+    if (FILE * p = ::popen(cmd.c_str(), "r")) {
+        char buf[16] = {};
+        if (std::fgets(buf, sizeof buf, p)) r.status = std::atoi(buf);
+        ::pclose(p);
+    }
+    r.headers = slurp(b.string() + ".h");
+    r.body = slurp(b.string() + ".b");
+    r.j = json::parse(r.body, nullptr, false);
+    if (r.j.is_discarded()) r.j = nullptr;
+    return r;
+}
+
+json wait_status(const Server & s, const std::string & id, const std::string & want, int seconds = 120) {
+    json j;
+    for (int i = 0; i < seconds * 10; ++i) {
+        j = curl(s, "GET", "/v1/jobs/" + id).j;
+        if (j.is_object() && j.value("status", "") == want) return j;
+        if (j.is_object() && want == "finished" && j.contains("exit_code")) return j;
+        std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    }
+    return j;
+}
+
+bool ready() {
+    if (!fs::exists(kModel / "model_index.json")) {
+        std::cout << "[  SKIPPED ] the text fixtures' checkpoint " << kModel << " is missing (build qwen_image_21_text_fixtures)\n";
+        return false;
+    }
+    if (std::system("curl --version > /dev/null 2>&1") != 0) {
+        std::cout << "[  SKIPPED ] curl is not installed (tools/ddo setup installs it)\n";
+        return false;
+    }
+    return true;
+}
+
+#define REQUIRE_READY()                      \
+    do {                                     \
+        if (!ready()) GTEST_SKIP() << "skip"; \
+    } while (0)
+
+// The CLI's image for the same settings (the reference a served job must equal).
+ddo::test::Png cli_image() {
+    ddo::test::Png png;
+    auto r = ddo::test::run_ddo_host("serve_cli", "--plugin qwen_image --preset low_ram_safe.toml --model " + q(kModel.string()) +
+                                                      " -p " + q(kPrompt) + " -n " + q(kNegative) +
+                                                      " --width 64 --height 64 --steps 3 --seed 7 --cfg-scale 4",
+                                     [&](const fs::path & dir) { png = ddo::test::read_png(dir / "image.png"); });
+    EXPECT_EQ(r.exit_code, 0) << r.log;
+    return png;
+}
+
+TEST(Serve, HealthModelsJobEventsOutputsAndOpenAiEqualTheCli) {
+    REQUIRE_READY();
+    Server s("main", "");
+    ASSERT_GT(s.port, 0) << slurp(s.dir / "stderr");
+    auto h = curl(s, "GET", "/v1/health");
+    EXPECT_EQ(h.status, 200);
+    EXPECT_EQ(h.j.value("status", ""), "ok");
+    auto m = curl(s, "GET", "/v1/models");
+    ASSERT_EQ(m.status, 200);
+    EXPECT_EQ(m.j["data"][0]["id"], "qwen_image");
+    EXPECT_TRUE(m.j["data"][0]["ddo"]["checkpoint"].is_object()) << m.body.substr(0, 400);
+    auto page = curl(s, "GET", "/");
+    EXPECT_EQ(page.status, 200);
+    EXPECT_NE(page.body.find("/v1/jobs"), std::string::npos);
+
+    const json req = {{"prompt", kPrompt}, {"negative_prompt", kNegative}, {"width", 64}, {"height", 64},
+                      {"steps", 3},        {"seed", 7},                    {"guidance_scale", 4}};
+    auto post = curl(s, "POST", "/v1/jobs", req.dump());
+    ASSERT_EQ(post.status, 202) << post.body;
+    const std::string id = post.j.at("id");
+    EXPECT_EQ(post.j.at("position"), 1);
+    // The event stream ends with the job: progress of each phase, journal records, then done.
+    auto ev = curl(s, "GET", "/v1/jobs/" + id + "/events", "", "-N");
+    EXPECT_EQ(ev.status, 200);
+    EXPECT_NE(ev.headers.find("text/event-stream"), std::string::npos);
+    for (const char * e : {"event: queued", "event: started", "event: journal", "event: progress", "event: done"})
+        EXPECT_NE(ev.body.find(e), std::string::npos) << e;
+    EXPECT_NE(ev.body.find("\"phase\":\"denoise\",\"phase_seconds\""), std::string::npos);
+    EXPECT_NE(ev.body.find("\"status\":\"completed\""), std::string::npos);
+    auto job = curl(s, "GET", "/v1/jobs/" + id);
+    ASSERT_EQ(job.status, 200);
+    EXPECT_EQ(job.j.at("status"), "completed");
+    EXPECT_EQ(job.j.at("exit_code"), 0);
+    EXPECT_EQ(job.j.at("report").at("status"), "completed");
+    EXPECT_EQ(job.j.at("outputs")[0].at("name"), "image.png");
+    auto img = curl(s, "GET", "/v1/jobs/" + id + "/outputs/image.png");
+    ASSERT_EQ(img.status, 200);
+    EXPECT_NE(img.headers.find("image/png"), std::string::npos);
+    const auto reference = cli_image();
+    const fs::path served = s.dir / "served.png";
+    std::ofstream(served, std::ios::binary) << img.body;
+    const auto got = ddo::test::read_png(served);
+    EXPECT_EQ(got.width, 64u);
+    EXPECT_EQ(got.pixels, reference.pixels) << "the served PNG's pixels differ from the CLI's for the same settings";
+    auto rep = curl(s, "GET", "/v1/jobs/" + id + "/outputs/ddo_report.json");
+    EXPECT_EQ(rep.status, 200);
+    EXPECT_EQ(rep.j.value("status", ""), "completed");
+
+    // OpenAI-compatible: the same image as b64_json.
+    const json oai = {{"model", "qwen_image"}, {"prompt", kPrompt}, {"size", "64x64"}, {"response_format", "b64_json"},
+                      {"negative_prompt", kNegative}, {"seed", 7}, {"steps", 3}, {"guidance_scale", 4}};
+    auto gen = curl(s, "POST", "/v1/images/generations", oai.dump());
+    ASSERT_EQ(gen.status, 200) << gen.body.substr(0, 400);
+    ASSERT_EQ(gen.j.at("data").size(), 1u);
+    std::ofstream(s.dir / "b64.txt") << gen.j["data"][0].at("b64_json").get<std::string>();
+    ASSERT_EQ(std::system(("base64 -d " + q((s.dir / "b64.txt").string()) + " > " + q((s.dir / "b64.png").string())).c_str()), 0);
+    EXPECT_EQ(ddo::test::read_png(s.dir / "b64.png").pixels, reference.pixels);
+
+    EXPECT_EQ(s.stop(), 0);
+    const json summary = json::parse(slurp(s.dir / "state" / "serve_summary.json"));
+    EXPECT_EQ(summary.at("jobs"), 2);
+    EXPECT_EQ(summary.at("by_status").at("completed"), 2);
+    EXPECT_NE(slurp(s.dir / "state" / "serve.log").find("POST /v1/jobs 202"), std::string::npos);
+}
+
+TEST(Serve, BadRequestsGetTheirStatusAndAnErrorNamingTheField) {
+    REQUIRE_READY();
+    Server s("bad", "--max-body 4096");
+    ASSERT_GT(s.port, 0) << slurp(s.dir / "stderr");
+    struct Case {
+        std::string method, path, body;
+        int status;
+        std::string param;  // "" : null
+    };
+    const std::string big(5000, 'a');
+    const std::vector<Case> cases = {
+        {"POST", "/v1/jobs", "{\"prompt\": ", 400, "body"},
+        {"POST", "/v1/jobs", "[1, 2]", 400, "body"},
+        {"POST", "/v1/jobs", std::string(40, '[') + std::string(40, ']'), 400, ""},
+        {"POST", "/v1/jobs", R"({"prompt": 3})", 400, "prompt"},
+        {"POST", "/v1/jobs", R"({"prompt": "x", "steps": "four"})", 400, "steps"},
+        {"POST", "/v1/jobs", R"({"prompt": "x", "steps": 2.5})", 400, "steps"},
+        {"POST", "/v1/jobs", R"({"prompt": "x", "output": "/tmp/x.png"})", 400, "output"},
+        {"POST", "/v1/jobs", R"({"prompt": "x", "width": 100000})", 400, "width"},
+        {"POST", "/v1/jobs", R"({"negative_prompt": "x"})", 400, "prompt"},
+        {"POST", "/v1/jobs", R"({"prompt": "x", "set": {"workload.images": "/etc/passwd"}})", 400, "set"},
+        {"POST", "/v1/jobs", R"({"prompt": "x", "set": {"lora.adapters": "a.safetensors"}})", 400, "set"},
+        {"POST", "/v1/jobs", R"({"prompt": "x", "set": {"capacities.no_such_key": 1}})", 400, "set"},
+        {"POST", "/v1/jobs", "{\"prompt\": \"" + big + "\"}", 413, "body"},
+        {"POST", "/v1/images/generations", R"({"prompt": "x", "size": "100000x64"})", 400, "size"},
+        {"POST", "/v1/images/generations", R"({"prompt": "x", "response_format": "url"})", 400, "response_format"},
+        {"POST", "/v1/images/generations", R"({"prompt": "x", "quality": "hd"})", 400, "quality"},
+        {"POST", "/v1/images/generations", R"({"prompt": "x", "ddo": {"workload.prompt": "y"}})", 400, "ddo"},
+        {"GET", "/v1/jobs/..%2F..%2Fetc", "", 400, "id"},
+        {"GET", "/v1/jobs/job-000000000000", "", 404, "id"},
+        {"GET", "/v1/jobs/job-000000000000/outputs/..", "", 404, "id"},
+        {"GET", "/v1/nothing", "", 404, ""},
+        {"PUT", "/v1/jobs", "", 405, ""},
+    };
+    for (const auto & c : cases) {
+        auto r = curl(s, c.method, c.path, c.body);
+        EXPECT_EQ(r.status, c.status) << c.method << " " << c.path << " " << c.body.substr(0, 80) << ": " << r.body;
+        ASSERT_TRUE(r.j.is_object() && r.j.contains("error")) << c.path << ": " << r.body.substr(0, 200);
+        EXPECT_FALSE(r.j["error"].at("message").get<std::string>().empty());
+        EXPECT_EQ(r.j["error"].at("code"), c.status);
+        if (c.param.empty()) EXPECT_TRUE(r.j["error"].at("param").is_null() || c.status == 400) << r.body;
+        else EXPECT_EQ(r.j["error"].at("param"), c.param) << c.body.substr(0, 80) << ": " << r.body;
+    }
+    // A completed job's outputs: a name that is not a file of the job is refused, no file is opened by it.
+    auto post = curl(s, "POST", "/v1/jobs", R"({"prompt": "x", "width": 64, "height": 64, "steps": 2})");
+    ASSERT_EQ(post.status, 202) << post.body;
+    const std::string id = post.j.at("id");
+    ASSERT_EQ(wait_status(s, id, "finished").value("status", ""), "completed");
+    for (const std::string name : {"..", "%2e%2e%2f%2e%2e%2fetc%2fpasswd", "job.json.", "nothing.png"}) {
+        auto r = curl(s, "GET", "/v1/jobs/" + id + "/outputs/" + name);
+        EXPECT_TRUE(r.status == 400 || r.status == 404) << name << ": " << r.status;
+        EXPECT_TRUE(r.j.is_object() && r.j.contains("error")) << name;
+    }
+    EXPECT_EQ(curl(s, "GET", "/v1/health").status, 200) << "the server survived";
+    EXPECT_EQ(s.stop(), 0);
+}
+
+TEST(Serve, BearerTokenAndJobTtl) {
+    REQUIRE_READY();
+    const fs::path token = fs::temp_directory_path() / ("ddo_serve_token_" + std::to_string(::getpid()));
+    std::ofstream(token) << "s3cret-token-0123456789\n";
+    Server s("auth", "--token-file " + q(token.string()) + " --job-ttl 1");
+    ASSERT_GT(s.port, 0) << slurp(s.dir / "stderr");
+    auto none = curl(s, "GET", "/v1/health");
+    EXPECT_EQ(none.status, 401);
+    EXPECT_NE(none.headers.find("WWW-Authenticate: Bearer"), std::string::npos);
+    EXPECT_EQ(none.j["error"]["type"], "authentication_error");
+    EXPECT_EQ(curl(s, "GET", "/v1/health", "", "-H 'Authorization: Bearer wrong-token-0123456789'").status, 401);
+    const std::string auth = "-H 'Authorization: Bearer s3cret-token-0123456789'";
+    EXPECT_EQ(curl(s, "GET", "/v1/health", "", auth).status, 200);
+    auto post = curl(s, "POST", "/v1/jobs", R"({"prompt": "x", "width": 64, "height": 64, "steps": 2})", auth);
+    ASSERT_EQ(post.status, 202) << post.body;
+    const std::string id = post.j.at("id");
+    json j;
+    for (int i = 0; i < 600; ++i) {
+        auto r = curl(s, "GET", "/v1/jobs/" + id, "", auth);
+        if (r.status == 410) {
+            j = r.j;
+            break;
+        }
+        std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    }
+    ASSERT_TRUE(j.is_object()) << "no 410 after the job's TTL";
+    EXPECT_EQ(j["error"]["code"], 410);
+    EXPECT_FALSE(fs::exists(s.dir / "state" / "jobs" / id)) << "an expired job's directory is removed";
+    EXPECT_EQ(s.stop(), 0);
+    fs::remove(token);
+}
+
+TEST(Serve, CancelQueueFullAndSigtermDrain) {
+    REQUIRE_READY();
+    Server s("drain", "--queue 2");
+    ASSERT_GT(s.port, 0) << slurp(s.dir / "stderr");
+    // Long enough to be caught running: 512x512, 200 steps (about 0.2 s a step on the CPU).
+    const std::string slow = R"({"prompt": "x", "width": 512, "height": 512, "steps": 200})";
+    auto a = curl(s, "POST", "/v1/jobs", slow);
+    ASSERT_EQ(a.status, 202);
+    const std::string ida = a.j.at("id");
+    ASSERT_EQ(wait_status(s, ida, "running").value("status", ""), "running");
+    auto b = curl(s, "POST", "/v1/jobs", slow), c = curl(s, "POST", "/v1/jobs", slow);
+    ASSERT_EQ(b.status, 202);
+    ASSERT_EQ(c.status, 202);
+    EXPECT_EQ(b.j.at("position"), 1);
+    EXPECT_EQ(c.j.at("position"), 2);
+    auto full = curl(s, "POST", "/v1/jobs", slow);
+    EXPECT_EQ(full.status, 429) << full.body;
+    EXPECT_NE(full.headers.find("Retry-After: "), std::string::npos);
+    EXPECT_EQ(full.j["error"]["type"], "rate_limit_error");
+
+    auto del = curl(s, "DELETE", "/v1/jobs/" + ida);
+    EXPECT_EQ(del.status, 202) << del.body;
+    const json ja = wait_status(s, ida, "finished");
+    EXPECT_EQ(ja.value("status", ""), "interrupted");
+    EXPECT_EQ(ja.value("exit_code", 0), 130);
+    EXPECT_EQ(ja["report"].value("status", ""), "interrupted");
+    EXPECT_NE(ja.value("error", "").find("DELETE"), std::string::npos);
+    EXPECT_EQ(curl(s, "DELETE", "/v1/jobs/" + ida).status, 409) << "a finished job cannot be cancelled";
+    const std::string idb = b.j.at("id"), idc = c.j.at("id");
+    EXPECT_EQ(wait_status(s, idb, "running").value("status", ""), "running") << "the next queued job starts";
+
+    EXPECT_EQ(s.stop(), 0) << "SIGTERM drains and exits 0";
+    const json summary = json::parse(slurp(s.dir / "state" / "serve_summary.json"));
+    std::map<std::string, std::string> status;
+    for (const auto & r : summary.at("served")) status[r.at("id")] = r.at("status");
+    EXPECT_EQ(status[ida], "interrupted");
+    EXPECT_EQ(status[idb], "interrupted");
+    EXPECT_EQ(status[idc], "cancelled");
+    const json rb = json::parse(slurp(s.dir / "state" / "jobs" / idb / "ddo_report.json"));
+    EXPECT_EQ(rb.at("status"), "interrupted");
+    EXPECT_NE(rb.at("error").dump().find("SIGTERM"), std::string::npos);
+    EXPECT_TRUE(fs::exists(s.dir / "state" / "jobs" / idc / "job.json")) << "a job cancelled before it ran has its record";
+}
+
+}  // namespace
