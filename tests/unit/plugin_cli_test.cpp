@@ -59,7 +59,7 @@ TEST(PluginCli, PluginsOfTheBuiltTreeExitZeroAndShowWhatEachModelTakes) {
     const Result r = run_host("plugins");
     ASSERT_EQ(r.exit_code, 0) << r.output;
     EXPECT_NE(r.output.find("Qwen-Image 2.1"), std::string::npos) << r.output;
-    EXPECT_NE(r.output.find("    components: text_encoder, transformer, vae"), std::string::npos) << r.output;
+    EXPECT_NE(r.output.find("    components: text_encoder, vision_tower, transformer, vae"), std::string::npos) << r.output;
     EXPECT_NE(r.output.find("    options: plugin.qwen_image_21.use_kv_cache"), std::string::npos) << r.output;
 }
 
