@@ -25,7 +25,8 @@ namespace {
 const fs::path kDir = QI21_REF_FIXTURE_DIR;
 
 struct RefRun : ddo::test::HostRun {
-    ddo::test::Png image;
+    std::vector<ddo::test::Png> images;  // image.png, or image_0.png, image_1.png, ... with --num-images
+    ddo::test::Png image;                // the first
 };
 
 std::string q(const std::string & s) { return "'" + s + "'"; }
@@ -35,7 +36,10 @@ RefRun run(const std::string & tag, const std::string & args, const std::string 
     static_cast<ddo::test::HostRun &>(r) = ddo::test::run_ddo_host(
         "ref_" + tag, "--plugin qwen_image --model " + q((kDir / checkpoint).string()) + " " + args,
         [&](const fs::path & dir) {
-            if (fs::exists(dir / "image.png")) r.image = ddo::test::read_png(dir / "image.png");
+            if (fs::exists(dir / "image.png")) r.images.push_back(ddo::test::read_png(dir / "image.png"));
+            for (int i = 0; fs::exists(dir / ("image_" + std::to_string(i) + ".png")); ++i)
+                r.images.push_back(ddo::test::read_png(dir / ("image_" + std::to_string(i) + ".png")));
+            if (!r.images.empty()) r.image = r.images.front();
         });
     return r;
 }
@@ -62,18 +66,25 @@ std::string args_of(const nlohmann::json & r) {
     if (r.contains("width")) a += " --width " + std::to_string(r.at("width").get<int>());
     if (r.contains("height")) a += " --height " + std::to_string(r.at("height").get<int>());
     if (!r.at("use_kv_cache").get<bool>()) a += " --set plugin.qwen_image_21.use_kv_cache=false";
+    if (r.contains("num_images")) a += " --num-images " + std::to_string(r.at("num_images").get<int>());
     return a;
 }
 
+// The largest difference over every image of the run against the pipeline's images (num_images_per_prompt).
 int max_diff(const RefRun & r, const std::string & name) {
     const auto want = ddo::qwen_image_21::TensorFile::open_file(kDir / "pipeline_refs.safetensors").read(name + ".pixels");
-    EXPECT_EQ(int64_t(r.image.height), want.size(1)) << name;
-    EXPECT_EQ(int64_t(r.image.width), want.size(2)) << name;
-    if (int64_t(r.image.pixels.size()) != want[0].numel()) return 256;
-    const auto w = want[0].contiguous();
-    const uint8_t * p = w.data_ptr<uint8_t>();
+    EXPECT_EQ(int64_t(r.images.size()), want.size(0)) << name << ": images written";
+    if (int64_t(r.images.size()) != want.size(0)) return 256;
     int d = 0;
-    for (size_t i = 0; i < r.image.pixels.size(); ++i) d = std::max(d, std::abs(int(r.image.pixels[i]) - int(p[i])));
+    for (int64_t k = 0; k < want.size(0); ++k) {
+        const auto & img = r.images[size_t(k)];
+        EXPECT_EQ(int64_t(img.height), want.size(1)) << name;
+        EXPECT_EQ(int64_t(img.width), want.size(2)) << name;
+        if (int64_t(img.pixels.size()) != want[k].numel()) return 256;
+        const auto w = want[k].contiguous();
+        const uint8_t * p = w.data_ptr<uint8_t>();
+        for (size_t i = 0; i < img.pixels.size(); ++i) d = std::max(d, std::abs(int(img.pixels[i]) - int(p[i])));
+    }
     return d;
 }
 

@@ -143,6 +143,8 @@ RUNS = {
                       steps=2, images=["wide_rgb", "small_rgba", "square_rgb"], use_kv_cache=True),
     "three_no_cache": dict(prompt="combine them into one scene", negative_prompt=None, true_cfg_scale=1.0, steps=2,
                            images=["tall_rgba", "wide_rgb", "square_rgb"], use_kv_cache=False),
+    "two_per_prompt": dict(prompt="two variations", negative_prompt="blurry", true_cfg_scale=2.0, steps=2,
+                           images=["tall_rgba", "square_rgb"], use_kv_cache=True, num_images=2),
     "sized": dict(prompt="the same, wider", negative_prompt=None, true_cfg_scale=1.0, steps=2, images=["square_rgb"],
                   use_kv_cache=True, width=128, height=64),
 }
@@ -200,6 +202,8 @@ def main():
             kwargs["negative_prompt"] = r["negative_prompt"]
         if "width" in r:
             kwargs["width"], kwargs["height"] = r["width"], r["height"]
+        if "num_images" in r:
+            kwargs["num_images_per_prompt"] = r["num_images"]
         with torch.no_grad():
             result = pipe(**kwargs, generator=torch.Generator().manual_seed(SEED), output_type="np",
                           return_dict=False)[0]
