@@ -15,7 +15,6 @@
 #include "checkpoint.hpp"
 #include "cpu_plan.hpp"
 #include "ddo/media/image_reader.hpp"
-#include "ddo/store/weight_store.hpp"
 #include "parity/parity_support.hpp"
 #include "pipeline.hpp"
 #include "prompt_encoder.hpp"
@@ -64,26 +63,18 @@ protected:
 TEST_F(Qi21RefParity, PromptEmbeddingsAndSlotMaskWithReferencesMatchEncodePrompt) {
     auto enc = qi::PromptEncoder::open(kDir / "checkpoint");
     auto vision_config = ddo::text::Qwen3VisionConfig::from_file(enc.weights_dir() / "config.json");
-    std::vector<std::string> names;
-    {
-        auto store = ddo::store::WeightStore::open(enc.weights());
-        for (const auto * t : store.tensors()) names.push_back(t->name);
-    }
-    auto vision = ddo::model::ComponentWeights::open(enc.weights_dir(), ddo::text::qwen3_vision_groups(vision_config, names),
+    auto vision = ddo::model::ComponentWeights::open(enc.weights_dir(), enc.vision_groups(vision_config),
                                                      plan("vision_tower"), at::kFloat);
     auto text = ddo::model::ComponentWeights::open(enc.weights_dir(), enc.groups(), plan("text_encoder"), at::kFloat);
     auto f = qi::TensorFile::open_file(kDir / "pipeline_refs.safetensors");
     for (const auto & [name, run] : reference().at("runs").items()) {
         const auto refs = references_of(run.at("images"));
+        const auto batch = qi::vision_batch(refs);
         qi::PromptImages images;
-        std::vector<at::Tensor> patches;
-        for (const auto & r : refs) {
-            patches.push_back(r.vision.pixel_values);
-            images.grid_thw.push_back(r.vision.grid_thw);
-            images.tokens.push_back(r.vision_tokens);
-        }
+        images.grid_thw = batch.grid_thw;
+        images.tokens = batch.tokens;
         images.spatial_merge_size = vision_config.spatial_merge_size;
-        images.features = ddo::text::qwen3_vision_forward(*vision, vision_config, at::cat(patches, 0), images.grid_thw,
+        images.features = ddo::text::qwen3_vision_forward(*vision, vision_config, batch.pixel_values, images.grid_thw,
                                                           at::kFloat, at::kCPU);
         const auto e = enc.encode(*text, {run.at("prompt").get<std::string>()}, at::kFloat, at::kCPU, {}, &images);
         const auto want = f.read(name + ".prompt_embeds");

@@ -95,11 +95,17 @@ std::vector<std::int64_t> PromptEncoder::template_ids(const std::string & prompt
     return out;
 }
 
-std::vector<model::GroupSpec> PromptEncoder::groups() {
+std::vector<std::string> PromptEncoder::tensor_names() const {
     auto store = store::WeightStore::open(weights());
     std::vector<std::string> names;
     for (const auto * t : store.tensors()) names.push_back(t->name);
-    return text::qwen3_text_groups(config_, names);
+    return names;
+}
+
+std::vector<model::GroupSpec> PromptEncoder::groups() { return text::qwen3_text_groups(config_, tensor_names()); }
+
+std::vector<model::GroupSpec> PromptEncoder::vision_groups(text::Qwen3VisionConfig & c) const {
+    return text::qwen3_vision_groups(c, tensor_names());
 }
 
 EncodedPrompts PromptEncoder::encode(model::ComponentWeights & weights, const std::vector<std::string> & prompts,

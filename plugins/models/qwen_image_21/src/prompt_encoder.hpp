@@ -61,6 +61,8 @@ public:
                                            const std::vector<std::int64_t> & image_tokens = {}) const;
     // The tower's execution groups (component text_encoder), from the checkpoint's tensor names.
     std::vector<model::GroupSpec> groups();
+    // The vision tower's execution groups (component vision_tower) in the same files; sets c.weight_prefix.
+    std::vector<model::GroupSpec> vision_groups(text::Qwen3VisionConfig & c) const;
 
     // images: the references' vision features (null: text to image).
     EncodedPrompts encode(model::ComponentWeights & weights, const std::vector<std::string> & prompts,
@@ -70,6 +72,7 @@ public:
 private:
     PromptEncoder(std::filesystem::path model_dir, text::Qwen3TextConfig c, std::filesystem::path tokenizer_file,
                   text::BpeTokenizer tokenizer);
+    std::vector<std::string> tensor_names() const;  // of the text encoder's files, from their headers
     std::filesystem::path model_dir_;
     std::filesystem::path weights_file_;
     text::Qwen3TextConfig config_;

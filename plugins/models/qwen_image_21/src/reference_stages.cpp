@@ -2,8 +2,9 @@
 
 #include <ATen/ATen.h>
 
+#include <optional>
+
 #include "ddo/error.hpp"
-#include "ddo/store/weight_store.hpp"
 #include "vae_choice.hpp"
 #include "vae_encoder.hpp"
 
@@ -64,27 +65,19 @@ PromptImages encode_vision(model::ModelRun & run, const model::ComponentPlan & p
                            const References & refs, at::ScalarType dtype, at::Device device) {
     run.begin_phase("encode_vision");
     auto config = text::Qwen3VisionConfig::from_file(encoder.weights_dir() / "config.json");
-    std::vector<std::string> names;
-    {
-        auto store = store::WeightStore::open(encoder.weights());
-        for (const auto * t : store.tensors()) names.push_back(t->name);
-    }
-    auto groups = text::qwen3_vision_groups(config, names);
+    auto groups = encoder.vision_groups(config);
     // Every tensor of the tower checked from the header before any is read (exit 4 naming tensor and file).
     text::qwen3_vision_check_weights(model::TensorFile::open_component(encoder.weights()), config);
     auto weights = run.open_weights(plan, encoder.weights(), std::move(groups), dtype);
+    auto batch = vision_batch(refs.items);
     PromptImages out;
     out.spatial_merge_size = config.spatial_merge_size;
-    std::vector<at::Tensor> patches;
-    for (const auto & r : refs.items) {
-        patches.push_back(r.vision.pixel_values);
-        out.grid_thw.push_back(r.vision.grid_thw);
-        out.tokens.push_back(r.vision_tokens);
-    }
+    out.grid_thw = batch.grid_thw;
+    out.tokens = batch.tokens;
     text::VisionTowerCallbacks cb;
     cb.check_interrupted = [&](int block) { run.check_interrupted("at vision block " + std::to_string(block)); };
     cb.on_block = [&](int block, int total) { run.step(block, total); };
-    if (!run.dry_run()) out.features = text::qwen3_vision_forward(*weights, config, at::cat(patches, 0), out.grid_thw,
+    if (!run.dry_run()) out.features = text::qwen3_vision_forward(*weights, config, batch.pixel_values, out.grid_thw,
                                                                   dtype, device, cb);
     run.unload(std::move(weights));
     return out;
@@ -97,11 +90,20 @@ ReferenceLatents encode_reference_latents(model::ModelRun & run, const ModelFile
     std::vector<at::Tensor> packed;
     nlohmann::json executed = nlohmann::json::array();
     uint64_t weight_bytes = 0, uploads = 0;
+    // One encoder (its weights read once) serves every reference its size gives the same strategy (the tiling comes
+    // from the plan); a reference that needs another strategy gets its own.
+    std::optional<VaeEncoder> encoder_holder;
+    std::optional<VaeStrategy> built_for;
     for (std::size_t i = 0; i < refs.items.size(); ++i) {
         const auto & r = refs.items[i];
         run.check_interrupted("before encoding reference " + std::to_string(i));
         const auto choice = choose_vae_strategy(vae, m.vae, m.vae_config, 1, r.width, r.height, dtype);
-        VaeEncoder encoder(m.vae, m.vae_config, dtype, device, choice.strategy, choice.tiling);
+        if (built_for != choice.strategy) {
+            if (encoder_holder) uploads += encoder_holder->uploads();
+            encoder_holder.emplace(m.vae, m.vae_config, dtype, device, choice.strategy, choice.tiling);
+            built_for = choice.strategy;
+        }
+        auto & encoder = *encoder_holder;
         // _encode_vae_image: the posterior's mode, (z - latents_mean) / latents_std; _pack_latents: [1, h*w, C].
         const auto z = encoder.encode_normalized(r.vae_pixels.to(device, dtype));
         const int64_t C = z.size(1), h = z.size(3), w = z.size(4);
@@ -113,9 +115,9 @@ ReferenceLatents encode_reference_latents(model::ModelRun & run, const ModelFile
                                                                     : vae_strategy_name(choice.strategy);
         executed.push_back({{"image", i}, {"strategy", ran}, {"requested", choice.requested}, {"reason", choice.reason}});
         weight_bytes = encoder.weight_bytes();
-        uploads += encoder.uploads();
         run.step(int(i + 1), int(refs.items.size()));
     }
+    if (encoder_holder) uploads += encoder_holder->uploads();
     out.packed = at::cat(packed, 1);
     run.record_counters("vae_encoder", {{"images", executed}, {"weight_bytes", weight_bytes}, {"leaf_uploads", uploads},
                                         {"latent_tokens", out.packed.size(1)}});

@@ -73,6 +73,18 @@ std::vector<Reference> prepare_references(const std::vector<model::ConditionImag
     return refs;
 }
 
+VisionBatch vision_batch(const std::vector<Reference> & refs) {
+    VisionBatch b;
+    std::vector<at::Tensor> patches;
+    for (const auto & r : refs) {
+        patches.push_back(r.vision.pixel_values);
+        b.grid_thw.push_back(r.vision.grid_thw);
+        b.tokens.push_back(r.vision_tokens);
+    }
+    b.pixel_values = at::cat(patches, 0);
+    return b;
+}
+
 nlohmann::json preprocess_record(const Reference & r, std::int64_t output_resolution) {
     return {{"resize", "calculate_dimensions(output_resolution^2, the image's ratio), multiples of 32"},
             {"filter", "PIL lanczos on RGBA (premultiplied alpha)"},

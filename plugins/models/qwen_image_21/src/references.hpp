@@ -7,6 +7,7 @@
 #pragma once
 
 #include <cstdint>
+#include <array>
 #include <filesystem>
 #include <string>
 #include <utility>
@@ -43,6 +44,15 @@ std::vector<Reference> prepare_references(const std::vector<model::ConditionImag
                                           std::int64_t output_resolution,
                                           const text::Qwen2VlImageProcessorConfig & processor,
                                           const std::filesystem::path & processor_file);
+
+// The references as one call of the vision tower: their patches concatenated in order, with each one's grid and
+// the <|image_pad|> tokens it takes in the prompt.
+struct VisionBatch {
+    at::Tensor pixel_values;
+    std::vector<std::array<std::int64_t, 3>> grid_thw;
+    std::vector<std::int64_t> tokens;
+};
+VisionBatch vision_batch(const std::vector<Reference> & refs);
 
 // What the report records of one reference's preprocessing (inputs.image_<i>.preprocess).
 nlohmann::json preprocess_record(const Reference & r, std::int64_t output_resolution);
