@@ -77,6 +77,39 @@ at::Tensor run_transformer(const Transformer & tr, BlockSource & blocks, const T
     return tr.finish(st);
 }
 
+// prepare_latents: one randn((B, 1, C, h, w)) from a CPU generator seeded like torch.Generator().manual_seed, packed;
+// or the caller's latents as given.
+at::Tensor initial_latents(const PipelineOptions & o, int64_t B, int64_t C, int64_t h, int64_t w) {
+    if (o.latents) {
+        if (o.latents->sizes() != at::IntArrayRef({B, h * w, C}))
+            throw UsageError("qwen_image_21: the initial latents have shape " + shape_str(o.latents->sizes()) + ", expected [" +
+                             std::to_string(B) + ", " + std::to_string(h * w) + ", " + std::to_string(C) + "]");
+        return o.latents->to(o.device, o.dtype);
+    }
+    auto gen = at::make_generator<at::CPUGeneratorImpl>(o.seed);
+    auto noise = at::randn({B, 1, C, h, w}, gen, at::TensorOptions().dtype(o.dtype));
+    return noise.view({B, C, h * w}).transpose(1, 2).to(o.device);
+}
+
+// One side of the guidance as the transformer reads it: the embeddings, the img_mask (the VLM's image slots, i.e. the
+// references' <|image_pad|> positions, then one slot per 2x2 target latents) and the padding mask.
+struct PromptInputs {
+    at::Tensor embeds, img_mask;
+    std::optional<at::Tensor> mask;
+};
+
+PromptInputs prompt_inputs(const at::Tensor & embeds, const std::optional<at::Tensor> & pads,
+                           const std::optional<at::Tensor> & mask, const at::Tensor & target_slots,
+                           const PipelineOptions & o) {
+    PromptInputs p;
+    p.embeds = embeds.to(o.device, o.dtype);
+    auto vlm = pads ? pads->to(o.device, at::kBool)
+                    : at::zeros({embeds.size(0), embeds.size(1)}, target_slots.options());
+    p.img_mask = at::cat({vlm, target_slots}, 1);
+    if (mask) p.mask = mask->to(o.device);  // assigned, not a conditional expression: GCC 12 -Wmaybe-uninitialized
+    return p;
+}
+
 }  // namespace
 
 PromptEmbeds load_prompt_embeds(const std::filesystem::path & path, int64_t context_in_dim) {
@@ -188,19 +221,7 @@ at::Tensor denoise(const ModelFiles & m, const Transformer & transformer, BlockS
     const int64_t B = e.embeds.size(0), C = tc.in_channels;
     const bool cfg = o.true_cfg_scale > 1.0 && e.neg_embeds.has_value();
 
-    // prepare_latents: one randn((B, 1, C, h, w)) from a CPU generator seeded like torch.Generator().manual_seed,
-    // packed; or the caller's latents as given.
-    at::Tensor latents;
-    if (o.latents) {
-        if (o.latents->sizes() != at::IntArrayRef({B, h * w, C}))
-            throw UsageError("qwen_image_21: the initial latents have shape " + shape_str(o.latents->sizes()) + ", expected [" +
-                             std::to_string(B) + ", " + std::to_string(h * w) + ", " + std::to_string(C) + "]");
-        latents = o.latents->to(o.device, o.dtype);
-    } else {
-        auto gen = at::make_generator<at::CPUGeneratorImpl>(o.seed);
-        auto noise = at::randn({B, 1, C, h, w}, gen, at::TensorOptions().dtype(o.dtype));
-        latents = noise.view({B, C, h * w}).transpose(1, 2).to(o.device);
-    }
+    at::Tensor latents = initial_latents(o, B, C, h, w);
 
     const double mu = calculate_shift(double(h * w), m.scheduler_config);
     const auto sched = o.sigmas.empty() ? make_schedule(m.scheduler_config, o.steps, mu)
@@ -213,23 +234,10 @@ at::Tensor denoise(const ModelFiles & m, const Transformer & transformer, BlockS
     const int steps = int(sched.timesteps.size());
 
     auto opts = at::TensorOptions().device(o.device);
-    auto pos = e.embeds.to(opts.dtype(o.dtype));
-    // img_mask: the VLM's image slots (the references' <|image_pad|> positions) + one slot per 2x2 target latents.
-    auto target_slots = at::ones({B, h * w / 4}, opts.dtype(at::kBool));
-    auto slots_of = [&](const std::optional<at::Tensor> & pads, const at::Tensor & embeds) {
-        auto vlm = pads ? pads->to(o.device, at::kBool) : at::zeros({B, embeds.size(1)}, opts.dtype(at::kBool));
-        return at::cat({vlm, target_slots}, 1);
-    };
-    auto pos_img_mask = slots_of(e.image_pad_mask, pos);
-    std::optional<at::Tensor> pos_mask;  // assigned, not a conditional expression: GCC 12 -Wmaybe-uninitialized
-    if (e.mask) pos_mask = e.mask->to(o.device);
-    at::Tensor neg, neg_img_mask;
-    std::optional<at::Tensor> neg_mask;
-    if (cfg) {
-        neg = e.neg_embeds->to(opts.dtype(o.dtype));
-        neg_img_mask = slots_of(e.neg_image_pad_mask, neg);
-        if (e.neg_mask) neg_mask = e.neg_mask->to(o.device);
-    }
+    const auto target_slots = at::ones({B, h * w / 4}, opts.dtype(at::kBool));
+    const auto pos = prompt_inputs(e.embeds, e.image_pad_mask, e.mask, target_slots, o);
+    PromptInputs neg;
+    if (cfg) neg = prompt_inputs(*e.neg_embeds, e.neg_image_pad_mask, e.neg_mask, target_slots, o);
     const bool cache_on = o.use_kv_cache && tc.causal_condition;
     std::vector<KvLayerCache> pos_cache(size_t(tc.num_layers)), neg_cache(size_t(tc.num_layers));
     // The joint sequence's images: the references first, the target last (img_shapes).
@@ -247,12 +255,12 @@ at::Tensor denoise(const ModelFiles & m, const Transformer & transformer, BlockS
         if (cb.check_interrupted) cb.check_interrupted(i);
         const KvMode mode = cache_on ? (i == 0 ? KvMode::extract : KvMode::cached) : KvMode::off;
         auto timestep = (at::full({B}, double(sched.timesteps[size_t(i)]), opts.dtype(at::kFloat)).to(o.dtype)) / 1000;
-        TransformerInputs in{model_input(latents), pos, timestep, shapes, pos_img_mask, pos_mask};
+        TransformerInputs in{model_input(latents), pos.embeds, timestep, shapes, pos.img_mask, pos.mask};
         auto noise_pred = run_transformer(transformer, blocks, in, mode, cache_on ? &pos_cache : nullptr, o, stats);
         if (i == 0 && cache_on) stats.prefix_tokens = pos_cache.front().k.size(1);
         noise_pred = noise_pred.slice(1, noise_pred.size(1) - latents.size(1));
         if (cfg) {
-            TransformerInputs nin{model_input(latents), neg, timestep, shapes, neg_img_mask, neg_mask};
+            TransformerInputs nin{model_input(latents), neg.embeds, timestep, shapes, neg.img_mask, neg.mask};
             auto neg_pred = run_transformer(transformer, blocks, nin, mode, cache_on ? &neg_cache : nullptr, o, stats);
             neg_pred = neg_pred.slice(1, neg_pred.size(1) - latents.size(1));
             noise_pred = neg_pred + o.true_cfg_scale * (noise_pred - neg_pred);
