@@ -12,6 +12,7 @@
 #include <boost/beast/http.hpp>
 
 #include <chrono>
+#include <functional>
 #include <fstream>
 #include <set>
 #include <thread>
@@ -124,6 +125,12 @@ public:
     std::set<int> sockets;  // native handles of open connections (shut down when the server stops)
 
 private:
+    using Send = std::function<void(const Reply &, unsigned version, bool keep_alive)>;
+    // One request read into `req`; false when the connection ends here (after the error reply one is owed).
+    bool read_request(tcp::socket & sock, beast::flat_buffer & buffer, Request & req, const Send & send);
+    // The reply to one request: the token check, then route(); or the event stream, which then owns the connection
+    // (`streamed`).
+    Reply handle(tcp::socket & sock, const Request & req, const std::vector<std::string> & parts, bool & streamed);
     Reply route(const Request & req, const std::vector<std::string> & p);
     Reply post_job(const Request & req, bool openai);
     Reply outputs(const std::shared_ptr<Job> & job, const std::string & name);
@@ -262,6 +269,65 @@ void Server::sse(tcp::socket & sock, const std::shared_ptr<Job> & job) {
     }
 }
 
+bool Server::read_request(tcp::socket & sock, beast::flat_buffer & buffer, Request & req, const Send & send) {
+    beast::error_code ec;
+    http::request_parser<http::string_body> parser;
+    parser.header_limit(16 * 1024);
+    parser.body_limit(jobs_.config().limits.max_body_bytes);
+    // The header first: a client that sent "Expect: 100-continue" (curl does for bodies over 1 KiB) is told to go
+    // on at once rather than after its own timeout.
+    http::read_header(sock, buffer, parser, ec);
+    if (!ec && beast::iequals(parser.get()[http::field::expect], "100-continue")) {
+        http::response<http::empty_body> go_on{http::status::continue_, 11};
+        http::write(sock, go_on, ec);
+    }
+    if (!ec) http::read(sock, buffer, parser, ec);
+    if (ec == http::error::end_of_stream || ec == asio::error::eof || ec == asio::error::connection_reset) return false;
+    if (ec == http::error::body_limit) {
+        send(error_reply(413, "the body is over " + std::to_string(jobs_.config().limits.max_body_bytes) + " bytes", "body"), 11, false);
+        return false;
+    }
+    if (ec == http::error::header_limit) {
+        send(error_reply(431, "the request header is over 16 KiB"), 11, false);
+        return false;
+    }
+    if (ec) {
+        if (ec.category() == http::make_error_code(http::error::bad_target).category())
+            send(error_reply(400, std::string("malformed HTTP request: ") + ec.message()), 11, false);
+        return false;
+    }
+    req = parser.release();
+    return true;
+}
+
+Reply Server::handle(tcp::socket & sock, const Request & req, const std::vector<std::string> & parts, bool & streamed) {
+    try {
+        const auto auth = req[http::field::authorization];
+        if (!options_.token.empty() &&
+            !(auth.starts_with("Bearer ") && same_token(std::string(auth.substr(7)), options_.token))) {
+            Reply reply = error_reply(401, "this server needs Authorization: Bearer <token> (--token-file)");
+            reply.headers.emplace_back("WWW-Authenticate", "Bearer");
+            return reply;
+        }
+        if (parts.size() == 4 && parts[0] == "v1" && parts[1] == "jobs" && parts[3] == "events") {
+            Reply err;
+            auto job = req.method() == http::verb::get ? lookup(parts[2], err) : nullptr;
+            if (req.method() != http::verb::get) err = error_reply(405, "GET /v1/jobs/{id}/events only");
+            if (!job) return err;
+            sse(sock, job);
+            streamed = true;
+            return {};
+        }
+        return route(req, parts);
+    } catch (const RequestError & e) {
+        Reply reply = error_reply(e.status(), e.what(), e.field());
+        if (e.status() == 429 || e.status() == 503) reply.headers.emplace_back("Retry-After", std::to_string(jobs_.retry_after_s()));
+        return reply;
+    } catch (const std::exception & e) {
+        return error_reply(500, std::string("internal error: ") + e.what());
+    }
+}
+
 void Server::session(tcp::socket sock) {
     const int fd = sock.native_handle();
     {
@@ -274,7 +340,7 @@ void Server::session(tcp::socket sock) {
     ::setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
     beast::flat_buffer buffer;
     beast::error_code ec;
-    const auto send = [&](const Reply & r, unsigned version, bool keep_alive) {
+    const Send send = [&](const Reply & r, unsigned version, bool keep_alive) {
         Response res{static_cast<http::status>(r.status), version};
         res.set(http::field::server, "ddo-host serve");
         res.set(http::field::content_type, r.content_type);
@@ -285,58 +351,12 @@ void Server::session(tcp::socket sock) {
         http::write(sock, res, ec);
     };
     for (;;) {
-        http::request_parser<http::string_body> parser;
-        parser.header_limit(16 * 1024);
-        parser.body_limit(jobs_.config().limits.max_body_bytes);
-        // The header first: a client that sent "Expect: 100-continue" (curl does for bodies over 1 KiB) is told to go
-        // on at once rather than after its own timeout.
-        http::read_header(sock, buffer, parser, ec);
-        if (!ec && beast::iequals(parser.get()[http::field::expect], "100-continue")) {
-            http::response<http::empty_body> go_on{http::status::continue_, 11};
-            http::write(sock, go_on, ec);
-        }
-        if (!ec) http::read(sock, buffer, parser, ec);
-        if (ec == http::error::end_of_stream || ec == asio::error::eof || ec == asio::error::connection_reset) break;
-        if (ec == http::error::body_limit) {
-            send(error_reply(413, "the body is over " + std::to_string(jobs_.config().limits.max_body_bytes) + " bytes", "body"), 11, false);
-            break;
-        }
-        if (ec == http::error::header_limit) {
-            send(error_reply(431, "the request header is over 16 KiB"), 11, false);
-            break;
-        }
-        if (ec) {
-            if (ec.category() == http::make_error_code(http::error::bad_target).category())
-                send(error_reply(400, std::string("malformed HTTP request: ") + ec.message()), 11, false);
-            break;
-        }
-        Request req = parser.release();
+        Request req;
+        if (!read_request(sock, buffer, req, send)) break;
         const auto t0 = std::chrono::steady_clock::now();
         const std::string target(req.target());
-        const auto parts = split_path(target);
-        Reply reply;
         bool streamed = false;
-        try {
-            const auto auth = req[http::field::authorization];
-            if (!options_.token.empty() &&
-                !(auth.starts_with("Bearer ") && same_token(std::string(auth.substr(7)), options_.token))) {
-                reply = error_reply(401, "this server needs Authorization: Bearer <token> (--token-file)");
-                reply.headers.emplace_back("WWW-Authenticate", "Bearer");
-            } else if (parts.size() == 4 && parts[0] == "v1" && parts[1] == "jobs" && parts[3] == "events") {
-                Reply err;
-                auto job = req.method() == http::verb::get ? lookup(parts[2], err) : nullptr;
-                if (req.method() != http::verb::get) err = error_reply(405, "GET /v1/jobs/{id}/events only");
-                if (job) {
-                    sse(sock, job);
-                    streamed = true;
-                } else reply = err;
-            } else reply = route(req, parts);
-        } catch (const RequestError & e) {
-            reply = error_reply(e.status(), e.what(), e.field());
-            if (e.status() == 429 || e.status() == 503) reply.headers.emplace_back("Retry-After", std::to_string(jobs_.retry_after_s()));
-        } catch (const std::exception & e) {
-            reply = error_reply(500, std::string("internal error: ") + e.what());
-        }
+        const Reply reply = handle(sock, req, split_path(target), streamed);
         const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
         jobs_.log(std::string(req.method_string()) + " " + target.substr(0, 200) + " " + (streamed ? "200 (events)" : std::to_string(reply.status)) +
                   " " + std::to_string(int(ms)) + " ms");
