@@ -326,6 +326,7 @@ void fill_run_context(RunContext & ctx, const RunArgs & a, const ResolvedSetting
     ctx.dry_run = a.dry_run;
     ctx.report_path = report_path;
     ctx.hash_weights = a.hash_weights;
+    ctx.session = hooks.session;
     // Progress events of the kit (phase begun, step done): the console display of a run (run_console.hpp).
     // A caller's hook (ddo-host serve: the job's events) sees them too.
     ctx.progress = [&console, &hooks](const ProgressEvent & e) {

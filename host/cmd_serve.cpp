@@ -1,5 +1,5 @@
 // `ddo-host serve --plugin P --model DIR [--preset …] [--set k=v]… [--listen 127.0.0.1:8188] [--queue 16]
-// [--token-file F] [--state-dir DIR] [--job-ttl S]`: one process serving generations over HTTP (host/serve/): the
+// [--token-file F] [--state-dir DIR] [--job-ttl S] [--keep-weights all|none|C,...] [--embeddings-cache-mb N]`: one process serving generations over HTTP (host/serve/): the
 // native job API, the OpenAI-compatible images API, progress as Server-Sent Events, a page at "/". Each job is a run
 // as `ddo-host --plugin …` makes it (run_once), into its own directory under the state directory. SIGTERM, SIGINT
 // or SIGHUP drains (the running job interrupted with its report, queued jobs cancelled) and exits 0.
@@ -28,7 +28,27 @@ struct ServeArgs {
     std::size_t queue = 16;
     long long job_ttl_s = 3600;
     std::size_t max_body = 1 << 20;
+    std::string keep_weights = "all";
+    double embeddings_cache_mb = 256;
 };
+
+// --keep-weights: "all", "none", or a comma-separated list of component names.
+std::vector<std::string> keep_list(const std::string & flag) {
+    if (flag == "none") return {};
+    std::vector<std::string> out;
+    std::size_t at = 0;
+    while (at <= flag.size()) {
+        const auto comma = flag.find(',', at);
+        std::string c = flag.substr(at, comma == std::string::npos ? std::string::npos : comma - at);
+        if (c.empty() || c == "none" || (c == "all" && flag != "all"))
+            throw UsageError("--keep-weights " + flag + ": give all, none, or component names separated by commas "
+                             "(e.g. transformer,text_encoder; ddo-host plugins lists a plugin's components)");
+        out.push_back(c);
+        if (comma == std::string::npos) break;
+        at = comma + 1;
+    }
+    return out;
+}
 
 std::string read_token(const std::string & file) {
     std::ifstream in(file);
@@ -75,10 +95,15 @@ int serve(const ServeArgs & s, const HostOptions & options) {
     config.queue_capacity = s.queue;
     config.job_ttl = std::chrono::seconds(s.job_ttl_s);
     config.limits.max_body_bytes = s.max_body;
+    config.keep_weights = keep_list(s.keep_weights);
+    if (!(s.embeddings_cache_mb >= 0) || s.embeddings_cache_mb > 1 << 20)
+        throw UsageError("--embeddings-cache-mb " + std::to_string(s.embeddings_cache_mb) + ": give MiB in [0, 1048576] (0: no cache)");
+    config.embeddings_cache_bytes = static_cast<std::uint64_t>(s.embeddings_cache_mb * 1048576.0);
 
     serve::JobServer jobs(config, options);
     jobs.log("ddo-host serve: plugin " + config.plugin + ", model " + config.model + ", preset " + config.preset +
-             ", queue " + std::to_string(config.queue_capacity) + ", state " + config.state_dir.string());
+             ", queue " + std::to_string(config.queue_capacity) + ", state " + config.state_dir.string() +
+             ", keep weights " + s.keep_weights + ", embeddings cache " + std::to_string(config.embeddings_cache_bytes) + " bytes");
     // Everything a job would refuse for the server's own settings is refused now, before listening.
     if (const int code = jobs.startup_check(); code != 0) {
         spdlog::error("the startup dry run failed (exit {}); its report: {}", code, (config.state_dir / "startup" / "ddo_report.json").string());
@@ -106,6 +131,12 @@ void install(CLI::App & app, HostOptions & options) {
     cmd->add_option("--state-dir", s->state_dir, "where jobs/<id>/ (outputs, report), serve.log and serve_summary.json go")
         ->capture_default_str();
     cmd->add_option("--job-ttl", s->job_ttl_s, "seconds a finished job and its outputs are kept; later: 410")->capture_default_str();
+    cmd->add_option("--keep-weights", s->keep_weights, "components whose weights stay loaded between jobs: all, none, "
+                                                       "or names separated by commas (Note [Serving])")
+        ->capture_default_str();
+    cmd->add_option("--embeddings-cache-mb", s->embeddings_cache_mb, "MiB of prompt embeddings kept between jobs (least "
+                                                                     "recently used first out; 0: none)")
+        ->capture_default_str();
     cmd->add_option("--max-body", s->max_body, "largest request body in bytes; larger: 413")->capture_default_str();
     cmd->callback([s, &options] { options.exit_code = serve(*s, options); });
 }

@@ -13,6 +13,7 @@
 
 namespace ddo {
 class PluginRegistry;  // ddo/plugin/plugin_registry.hpp
+struct SessionSlot;    // ddo/run_session.hpp
 }
 
 namespace ddo::host {
@@ -48,6 +49,9 @@ struct RunHooks {
     // Borrowed: the plugins found and loaded once for many runs (a plugin verified and loaded stays loaded for the
     // process: Note [Plugin unloading]). Null: the run discovers its own, as the CLI does.
     PluginRegistry * registry = nullptr;
+    // Borrowed: what the server keeps between its runs (weights, prompt embeddings; ddo/run_session.hpp). Null: the
+    // run keeps nothing, as the CLI's.
+    SessionSlot * session = nullptr;
 };
 
 // One run: resolve, verify and load the plugin, run it (or dry), write the report. Returns the exit code.

@@ -215,6 +215,7 @@ Reply Server::route(const Request & req, const std::vector<std::string> & p) {
             }
             ddo["routes"] = r.value("routes", json(nullptr));
         }
+        ddo["session"] = jobs_.session_json();
         return json_reply(200, {{"object", "list"},
                                 {"data", json::array({{{"id", jobs_.config().plugin}, {"object", "model"}, {"owned_by", "ddo"}, {"ddo", ddo}}})}});
     }

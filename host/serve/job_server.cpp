@@ -68,6 +68,8 @@ JobServer::JobServer(ServeConfig config, const HostOptions & options) : config_(
     log_.open(config_.state_dir / "serve.log", std::ios::app);
     if (!log_) throw UsageError("--state-dir " + config_.state_dir.string() + ": cannot write serve.log there; choose another directory");
     registry_.emplace(PluginRegistry::discover(plugin_search_dirs(options.builtin_plugin_dir, options.plugin_dirs)));
+    session_.keep_weights = config_.keep_weights;
+    session_.embeddings_cache_bytes = config_.embeddings_cache_bytes;
     worker_ = std::thread([this] { work(); });
 }
 
@@ -289,6 +291,7 @@ void JobServer::run_job(const std::shared_ptr<Job> & job) {
     hooks.console = false;
     hooks.registry = &*registry_;
     hooks.interrupted = &job->cancel;
+    hooks.session = &session_;
     hooks.interruption = [this, job] {  // DELETE and the drain write the reason under the lock
         std::lock_guard lk(mu_);
         return std::pair{job->cancel_reason, job->cancel_code};
@@ -324,6 +327,11 @@ void JobServer::run_job(const std::shared_ptr<Job> & job) {
         code = int(ExitCode::runtime);
         finish(job, "failed", code, std::string("internal error: ") + e.what());
         return;
+    }
+    if (session_.state) {
+        json snapshot = session_.state->to_json();
+        std::lock_guard lk(mu_);
+        session_snapshot_ = std::move(snapshot);
     }
     const json report = read_json_file(a.report);
     std::string status = report.is_object() ? report.value("status", std::string("failed")) : std::string("failed");
@@ -385,17 +393,16 @@ void JobServer::expire_old() {
         const auto now = std::chrono::steady_clock::now();
         for (auto it = jobs_.begin(); it != jobs_.end();) {
             if (it->second->finished && now - it->second->finished_at >= config_.job_ttl) {
+                // Removed before the job reads as expired: a client that got 410 finds no file of it left.
+                std::error_code ec;
+                fs::remove_all(it->second->dir, ec);
                 gone.push_back(it->second);
                 expired_.insert(it->first);
                 it = jobs_.erase(it);
             } else ++it;
         }
     }
-    for (const auto & j : gone) {
-        std::error_code ec;
-        fs::remove_all(j->dir, ec);
-        log("job " + j->id + " expired (--job-ttl); its directory removed");
-    }
+    for (const auto & j : gone) log("job " + j->id + " expired (--job-ttl); its directory removed");
 }
 
 void JobServer::write_summary() {
@@ -418,6 +425,7 @@ void JobServer::write_summary() {
              {"by_status", counts},
              {"run_s_p50", pct(0.5)},
              {"run_s_p95", pct(0.95)},
+             {"session", session_snapshot_},
              {"served", served_}};
     }
     try {
@@ -425,6 +433,11 @@ void JobServer::write_summary() {
     } catch (const std::exception & e) {
         spdlog::warn("serve: {}", e.what());
     }
+}
+
+json JobServer::session_json() {
+    std::lock_guard lk(mu_);
+    return session_snapshot_;
 }
 
 void JobServer::drain(const std::string & reason, int code) {

@@ -23,6 +23,7 @@
 #include <nlohmann/json.hpp>
 
 #include "ddo/plugin/plugin_registry.hpp"
+#include "ddo/run_session.hpp"
 #include "run_command.hpp"
 #include "serve/job_request.hpp"
 
@@ -36,6 +37,9 @@ struct ServeConfig {
     std::size_t queue_capacity = 16;  // queued jobs, the running one not counted
     std::chrono::seconds job_ttl{3600};
     RequestLimits limits;
+    // What the jobs leave loaded for the next (ddo/run_session.hpp): --keep-weights, --embeddings-cache-mb.
+    std::vector<std::string> keep_weights{"all"};
+    std::uint64_t embeddings_cache_bytes = 256ull << 20;
 };
 
 struct Job {
@@ -98,6 +102,9 @@ public:
     // Seconds a client should wait before retrying a full queue (Retry-After).
     int retry_after_s();
 
+    // What the session keeps and reused so far (GET /v1/models, the summary); null before the first job.
+    nlohmann::json session_json();
+
     // SIGTERM: refuse new jobs, cancel the queued ones, interrupt the running one, wait for it, write the summary.
     void drain(const std::string & reason, int code);
 
@@ -118,6 +125,9 @@ private:
     // One registry for every job: each plugin verified, sealed and loaded once (a registry per job would load a new
     // sealed copy of the plugin per job, and loaded plugins are never unloaded: RSS grew about 1 MB a job).
     std::optional<PluginRegistry> registry_;
+    // The weights and prompt embeddings the jobs keep for the next (Note [Serving], "Weight reuse"); the worker's.
+    SessionSlot session_;
+    nlohmann::json session_snapshot_;  // session_.state->to_json() after the last job (guarded by mu_)
     nlohmann::json startup_report_;
     std::mutex mu_;
     std::condition_variable cv_;         // queue changes, job events, finished jobs

@@ -4,7 +4,9 @@
 // the OpenAI-compatible POST /v1/images/generations (b64_json); bad requests (malformed JSON, wrong types, unknown
 // fields, oversize body, width 100000, a file-naming --set key, path-traversal names) each with its status and error
 // JSON naming the field; the Bearer token; the job TTL (410); DELETE of a running job (its report interrupted, the
-// next job starts), a full queue (429 + Retry-After) and SIGTERM with jobs queued (each reported, exit 0).
+// next job starts), a full queue (429 + Retry-After) and SIGTERM with jobs queued (each reported, exit 0); the weights
+// and prompt embeddings kept between jobs (--keep-weights, --embeddings-cache-mb): what each job's report says it
+// reused, read and skipped, and images still equal to the CLI's.
 #include <gtest/gtest.h>
 
 #include <signal.h>
@@ -148,6 +150,50 @@ ddo::test::Png cli_image() {
                                      [&](const fs::path & dir) { png = ddo::test::read_png(dir / "image.png"); });
     EXPECT_EQ(r.exit_code, 0) << r.log;
     return png;
+}
+
+// The CLI's PNG for `args` (after the plugin, preset and model).
+ddo::test::Png cli_png(const std::string & tag, const std::string & args) {
+    ddo::test::Png png;
+    auto r = ddo::test::run_ddo_host(tag, "--plugin qwen_image --preset low_ram_safe.toml --model " + q(kModel.string()) + " " + args,
+                                     [&](const fs::path & dir) { png = ddo::test::read_png(dir / "image.png"); });
+    EXPECT_EQ(r.exit_code, 0) << r.log;
+    return png;
+}
+
+// A job run to its end: its report, and its image (empty pixels when it wrote none).
+struct Done {
+    json report;
+    ddo::test::Png image;
+};
+
+Done run_job(const Server & s, const json & req) {
+    Done d;
+    auto post = curl(s, "POST", "/v1/jobs", req.dump());
+    EXPECT_EQ(post.status, 202) << post.body;
+    if (post.status != 202) return d;
+    const std::string id = post.j.at("id");
+    const json j = wait_status(s, id, "finished");
+    EXPECT_EQ(j.value("status", ""), "completed") << j.dump().substr(0, 600);
+    d.report = j.value("report", json::object());
+    auto img = curl(s, "GET", "/v1/jobs/" + id + "/outputs/image.png");
+    if (img.status == 200) {
+        const fs::path f = s.dir / (id + ".png");
+        std::ofstream(f, std::ios::binary) << img.body;
+        d.image = ddo::test::read_png(f);
+    }
+    return d;
+}
+
+json session_of(const json & report, const std::string & component) {
+    return report.value("counters", json::object()).value(component, json::object()).value("session", json(nullptr));
+}
+
+// The notes of the report's phase `name` (null when the run had no such phase).
+json phase_notes(const json & report, const std::string & name) {
+    for (const auto & p : report.value("phases", json::array()))
+        if (p.value("name", "") == name) return p.value("notes", json::object());
+    return nullptr;
 }
 
 TEST(Serve, HealthModelsJobEventsOutputsAndOpenAiEqualTheCli) {
@@ -346,6 +392,105 @@ TEST(Serve, CancelQueueFullAndSigtermDrain) {
     EXPECT_EQ(rb.at("status"), "interrupted");
     EXPECT_NE(rb.at("error").dump().find("SIGTERM"), std::string::npos);
     EXPECT_TRUE(fs::exists(s.dir / "state" / "jobs" / idc / "job.json")) << "a job cancelled before it ran has its record";
+}
+
+// --keep-weights all (the default): the weights a job unloads stay loaded for the next, and a repeated prompt's
+// embeddings come from the cache. The transformer runs group_block, so its blocks stream from host copies: a rebuilt
+// engine reads them from the file again, a reused one reads nothing. (The fixture's two blocks are both resident on
+// the dynamic route whatever the resident budget: the planner streams nothing with fewer groups than slots.)
+TEST(Serve, WeightsAndPromptEmbeddingsAreKeptBetweenJobs) {
+    REQUIRE_READY();
+    const std::string cap = "components.transformer.route=group_block";
+    Server s("keep", "--set " + cap);
+    ASSERT_GT(s.port, 0) << slurp(s.dir / "stderr");
+    const json base = {{"prompt", kPrompt}, {"negative_prompt", kNegative}, {"width", 64}, {"height", 64},
+                       {"steps", 3},        {"guidance_scale", 4}};
+    json req = base;
+    req["seed"] = 7;
+    const Done first = run_job(s, req);
+    const json t1 = session_of(first.report, "transformer");
+    ASSERT_TRUE(t1.is_object()) << first.report.value("counters", json::object()).dump().substr(0, 800);
+    EXPECT_EQ(t1.value("weights", ""), "built");
+    EXPECT_GT(t1.value("file_bytes_read", 0), 0) << t1.dump();
+    EXPECT_TRUE(t1.value("kept_for_next_run", false)) << t1.dump();
+    EXPECT_EQ(session_of(first.report, "text_encoder").value("weights", ""), "built");
+    EXPECT_EQ(phase_notes(first.report, "encode").value("embeddings_cache", ""), "miss");
+
+    // The same prompt, another seed: the transformer resumed, nothing read from its files, the text encoder not
+    // opened; the image is the CLI's for that seed.
+    req["seed"] = 8;
+    const Done second = run_job(s, req);
+    const json t2 = session_of(second.report, "transformer");
+    EXPECT_EQ(t2.value("weights", ""), "reused") << t2.dump();
+    EXPECT_EQ(t2.value("file_bytes_read", -1), 0) << t2.dump();
+    EXPECT_EQ(t2.value("runs_of_entry", 0), 2);
+    const json k2 = second.report["counters"]["transformer"]["engine"]["counters"];
+    EXPECT_EQ(k2["host_copy_fill_bytes"], 0);
+    EXPECT_EQ(k2["bytes_moved"]["file"], 0);
+    EXPECT_EQ(k2["bytes_moved"]["resident"], 0);
+    // The fixture's two blocks fit the two slots, so the kept slots still hold them: acquired, nothing copied.
+    EXPECT_GT(k2["hits"].get<double>(), 0) << k2.dump();
+    EXPECT_EQ(k2["bytes_moved"]["pageable"], 0) << k2.dump();
+    EXPECT_GT(t2["held_at_open"].value("host_copy_bytes", 0), 0) << t2.dump();
+    EXPECT_EQ(phase_notes(second.report, "encode").value("embeddings_cache", ""), "hit");
+    EXPECT_FALSE(second.report["counters"].contains("text_encoder")) << "a cache hit opens no text encoder";
+    const std::string flags = " -n " + q(kNegative) + " --width 64 --height 64 --steps 3 --cfg-scale 4 --set " + cap;
+    EXPECT_EQ(second.image.pixels, cli_png("keep_cli8", "-p " + q(kPrompt) + flags + " --seed 8").pixels)
+        << "a job on kept weights and cached embeddings differs from the CLI's image";
+
+    // Another prompt: encoded on the kept text encoder (a cache miss), the image is the CLI's.
+    req["prompt"] = "a red fox in fresh snow";
+    req["seed"] = 7;
+    const Done third = run_job(s, req);
+    EXPECT_EQ(session_of(third.report, "text_encoder").value("weights", ""), "reused");
+    EXPECT_EQ(session_of(third.report, "transformer").value("weights", ""), "reused");
+    EXPECT_EQ(session_of(third.report, "transformer").value("runs_of_entry", 0), 3);
+    EXPECT_EQ(phase_notes(third.report, "encode").value("embeddings_cache", ""), "miss");
+    EXPECT_EQ(third.image.pixels, cli_png("keep_cli_fox", "-p 'a red fox in fresh snow'" + flags + " --seed 7").pixels);
+
+    // Another route: the kept transformer was loaded for other settings, so it is freed and built again (the
+    // prompt is the third job's: a second embeddings hit).
+    req["set"] = {{"components.transformer.route", "disk"}};
+    const Done fourth = run_job(s, req);
+    const json t4 = session_of(fourth.report, "transformer");
+    EXPECT_EQ(t4.value("weights", ""), "built");
+    EXPECT_NE(t4.value("reason", "").find("other settings"), std::string::npos) << t4.dump();
+
+    const json session = curl(s, "GET", "/v1/models").j["data"][0]["ddo"]["session"];
+    EXPECT_EQ(session["weights"]["transformer"].value("reused", 0), 2) << session.dump();
+    EXPECT_EQ(session["weights"]["transformer"].value("built", 0), 2) << session.dump();
+    EXPECT_EQ(session["embeddings"].value("hits", 0), 2) << session.dump();
+    EXPECT_EQ(session["embeddings"].value("misses", 0), 2) << session.dump();
+    EXPECT_EQ(session["embeddings"].value("entries", 0), 2) << session.dump();
+    EXPECT_EQ(s.stop(), 0);
+    const json summary = json::parse(slurp(s.dir / "state" / "serve_summary.json"));
+    EXPECT_EQ(summary["session"]["weights"]["transformer"].value("reused", 0), 2) << summary["session"].dump();
+}
+
+// --keep-weights none --embeddings-cache-mb 0: every job loads what it needs and encodes its prompt, as a CLI run.
+TEST(Serve, KeepWeightsNoneLoadsEveryJob) {
+    REQUIRE_READY();
+    Server s("nokeep", "--keep-weights none --embeddings-cache-mb 0");
+    ASSERT_GT(s.port, 0) << slurp(s.dir / "stderr");
+    const json req = {{"prompt", kPrompt}, {"width", 64}, {"height", 64}, {"steps", 2}, {"seed", 3}};
+    run_job(s, req);
+    const Done second = run_job(s, req);
+    const json t = session_of(second.report, "transformer");
+    EXPECT_EQ(t.value("weights", ""), "built") << t.dump();
+    EXPECT_NE(t.value("reason", "").find("--keep-weights"), std::string::npos) << t.dump();
+    EXPECT_FALSE(t.value("kept_for_next_run", true));
+    EXPECT_TRUE(second.report["counters"]["transformer"].value("unloaded", false));
+    EXPECT_EQ(session_of(second.report, "text_encoder").value("weights", ""), "built");
+    EXPECT_FALSE(phase_notes(second.report, "encode").contains("embeddings_cache"));
+    EXPECT_EQ(s.stop(), 0);
+
+    // A malformed list is refused before the server starts (exit 2, naming the flag).
+    const std::string bad = "'" + std::string(DDO_HOST_BIN) + "' serve --plugin qwen_image --model " + q(kModel.string()) +
+                            " --keep-weights all,transformer --listen 127.0.0.1:0 --state-dir " + q((s.dir / "bad").string()) +
+                            " > " + q((s.dir / "bad.out").string()) + " 2>&1";
+    const int st = std::system(bad.c_str());
+    EXPECT_EQ(WIFEXITED(st) ? WEXITSTATUS(st) : -1, 2);
+    EXPECT_NE(slurp(s.dir / "bad.out").find("--keep-weights"), std::string::npos) << slurp(s.dir / "bad.out");
 }
 
 }  // namespace

@@ -5,9 +5,13 @@ N requests (default 50) from C concurrent clients (default 4) to POST /v1/images
 demo's work (256x256, 4 steps, guidance 4 with a negative prompt, seeds 0..N-1); then the same N runs as N CLI
 processes one after another. Prints and writes (JSON) per-request latency p50/p95 for both, the serve speedup, the
 server's RSS after the 2nd and the last request, whether every request was served and run in queue order, and what
-each job's report says about weight bytes read from the checkpoint (counters.<c>.engine.counters.bytes_moved.file).
+each job's report says it reused and read from the checkpoint (counters.<c>.session: weights built or reused,
+file_bytes_read; the encode phase's embeddings_cache). --keep-weights and --embeddings-cache-mb go to the server
+(default: its defaults, every component kept); `--keep-weights none --embeddings-cache-mb 0` measures a server that
+loads every job as the CLI does.
 
 Usage: python3 tools/bench/serve_load.py BUILD_DIR CHECKPOINT_DIR [--requests N] [--clients C] [--out FILE]
+       [--keep-weights all|none|C,...] [--embeddings-cache-mb N]
 """
 import argparse, json, os, queue, statistics, subprocess, sys, tempfile, threading, time, urllib.request
 
@@ -28,12 +32,15 @@ def pct(xs, p):
     return s[min(len(s) - 1, int(p * len(s)))]
 
 
-def file_bytes(report):
+def reuse(report):
+    """Per component: built or reused, the bytes this job read from its files; the encode phase's cache note."""
     out = {}
     for c, v in (report.get("counters") or {}).items():
-        moved = (((v or {}).get("engine") or {}).get("counters") or {}).get("bytes_moved") or {}
-        if "file" in moved:
-            out[c] = {"file": moved.get("file"), "resident": moved.get("resident")}
+        session = (v or {}).get("session")
+        if isinstance(session, dict):
+            out[c] = {"weights": session.get("weights"), "file_bytes_read": session.get("file_bytes_read")}
+    notes = [p.get("notes") or {} for p in report.get("phases") or [] if p.get("name") == "encode"]
+    out["embeddings_cache"] = notes[0].get("embeddings_cache") if notes else None
     return out
 
 
@@ -44,12 +51,16 @@ def main():
     ap.add_argument("--requests", type=int, default=50)
     ap.add_argument("--clients", type=int, default=4)
     ap.add_argument("--out", default=None)
+    ap.add_argument("--keep-weights", default=None)
+    ap.add_argument("--embeddings-cache-mb", default=None)
     a = ap.parse_args()
+    extra = (["--keep-weights", a.keep_weights] if a.keep_weights else []) + \
+            (["--embeddings-cache-mb", a.embeddings_cache_mb] if a.embeddings_cache_mb else [])
     host = os.path.join(a.build, "bin", "ddo-host")
     work = tempfile.mkdtemp(prefix="ddo_serve_load_")
     srv = subprocess.Popen([host, "serve", "--plugin", "qwen_image", "--model", a.checkpoint, "--listen", "127.0.0.1:0",
                             "--queue", str(a.requests), "--state-dir", os.path.join(work, "state")] + COMMON[:2] +
-                           ["--set", COMMON[3]], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+                           ["--set", COMMON[3]] + extra, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
     url = None
     for line in srv.stdout:
         if line.startswith("ddo-host serve: listening on "):
@@ -108,7 +119,7 @@ def main():
     for jid in finished:
         p = os.path.join(state, "jobs", jid, "ddo_report.json")
         if os.path.exists(p):
-            reports.append(file_bytes(json.load(open(p))))
+            reports.append(reuse(json.load(open(p))))
 
     cli = []
     for i in range(a.requests):
@@ -134,8 +145,15 @@ def main():
         "speedup_total_wall": sum(cli) / serve_wall,
         "rss_kb_after": {str(k): v for k, v in rss.items()},
         "rss_growth_2_to_last": (rss.get(a.requests, 0) - rss.get(2, 0)) / rss.get(2, 1),
-        "file_bytes_request_2": reports[1] if len(reports) > 1 else None,
-        "file_bytes_last": reports[-1] if reports else None,
+        "server_flags": extra,
+        "reuse_request_1": reports[0] if reports else None,
+        "reuse_request_2": reports[1] if len(reports) > 1 else None,
+        "reuse_last": reports[-1] if reports else None,
+        # Requests 2..N: the jobs whose transformer was reused and read 0 bytes from its files.
+        "transformer_reused_0_bytes_2_to_last": sum(1 for r in reports[1:] if (r.get("transformer") or {}).get("weights") == "reused"
+                                                    and (r.get("transformer") or {}).get("file_bytes_read") == 0),
+        "embeddings_cache_hits": sum(1 for r in reports if r.get("embeddings_cache") == "hit"),
+        "session": summary.get("session"),
     }
     print(json.dumps(res, indent=2))
     if a.out:

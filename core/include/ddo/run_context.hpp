@@ -15,6 +15,7 @@ namespace ddo {
 
 class ResolvedSettings;  // ddo/preset/resolved_settings.hpp
 class RunTracker;        // ddo/report/run_tracker.hpp
+struct SessionSlot;      // ddo/run_session.hpp
 
 // One progress event of a run (ddo/model/model_run.hpp sends them): the host turns them into its display.
 struct ProgressEvent {
@@ -53,6 +54,9 @@ struct RunContext {
     // --transformer FILE, --text-encoder FILE: component name -> a single file that replaces the folder's weights
     // (Note [Component files]). A plugin whose run does not read that component refuses it (exit 2).
     std::map<std::string, std::filesystem::path> component_files;
+    // `ddo-host serve`: what the server keeps between its runs (weights, prompt embeddings; ddo/run_session.hpp).
+    // Borrowed; null for a CLI run, which keeps nothing.
+    SessionSlot * session = nullptr;
 
     static RunContext & from_c(ddo_run_context * c) { return *reinterpret_cast<RunContext *>(c); }
     ddo_run_context * to_c() { return reinterpret_cast<ddo_run_context *>(this); }

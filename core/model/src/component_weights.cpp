@@ -76,6 +76,7 @@ struct ComponentWeights::Impl {
     std::string convert_once_reason;  // why not, when a group's dtype differs and convert_once is false
     std::map<std::size_t, std::map<std::string, at::Tensor>> converted;  // engine group -> its tensors, converted
     std::uint64_t converted_bytes = 0, released_file_bytes = 0;
+    std::uint64_t converted_held = 0;  // converted_bytes of the runs before resume(): kept in `converted`
     bool begun = false, ended = false;
     std::function<void(const ComponentWeights &)> on_destroy;
     std::shared_ptr<ComponentLora> lora;  // Note [Applying LoRA]: the factors, on the device for the weights' life
@@ -559,6 +560,49 @@ std::uint64_t ComponentWeights::finish() {
     if (!m.begun || m.ended) return 0;
     m.ended = true;
     return m.engine->end_phase();
+}
+
+std::uint64_t ComponentWeights::park() {
+    auto & m = *impl_;
+    if (m.engine->plan().route == Route::component) return finish();  // its residents go at the phase end
+    m.tensors.clear();
+    m.scratch_of.clear();
+    m.leases.clear();
+    m.held_by.clear();
+    m.users.clear();
+    if (!m.begun || m.ended) return 0;
+    m.ended = true;
+    return m.engine->end_phase();
+}
+
+void ComponentWeights::resume() {
+    auto & m = *impl_;
+    m.engine->restart_counters();
+    m.begun = m.ended = false;
+    m.dequant_s = 0;
+    m.dequant_count = 0;
+    m.converted_held += m.converted_bytes;
+    m.converted_bytes = 0;
+    m.released_file_bytes = 0;
+}
+
+nlohmann::json ComponentWeights::held() const {
+    const auto & m = *impl_;
+    const auto & plan = m.engine->plan();
+    const auto k = m.engine->counters();
+    std::uint64_t groups = 0, bytes = 0;
+    if (plan.route != Route::component)
+        for (std::size_t g = 0; g < plan.groups.size(); ++g)
+            if (plan.groups[g].residency == en::Residency::resident) {
+                ++groups;
+                bytes += m.layout->group(g).bytes;
+            }
+    return {{"resident_groups", groups},
+            {"resident_bytes", bytes},
+            {"mapped_bytes", k.mapped_bytes},
+            {"host_copy_bytes", k.pinned_bytes + k.pageable_bytes},
+            {"converted_groups", m.converted.size()},
+            {"converted_bytes", m.converted.empty() ? 0 : m.converted_held + m.converted_bytes}};
 }
 
 nlohmann::json ComponentWeights::conversion_json() const {

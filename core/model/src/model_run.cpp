@@ -16,9 +16,11 @@
 
 #include "ddo/error.hpp"
 #include "ddo/model/image_output.hpp"
+#include "ddo/model/model_session.hpp"
 #include "ddo/model/tensor_output.hpp"
 #include "ddo/preset/resolved_settings.hpp"
 #include "ddo/report/run_tracker.hpp"
+#include "ddo/run_session.hpp"
 #include "ddo/store/checkpoint_identity.hpp"
 #include "ddo/store/weight_encoding.hpp"
 #include "ddo/store/weight_store.hpp"
@@ -42,6 +44,7 @@ struct ModelRun::PhaseState {
 ModelRun::ModelRun(RunContext & ctx, std::string plugin_name, LogFn log)
     : ctx_(ctx), plugin_(std::move(plugin_name)), log_(std::move(log)) {
     if (!ctx_.settings) throw UsageError(plugin_ + ": run without resolved settings (the host passes them)");
+    if (ctx_.session) session_ = &ModelSession::of(*ctx_.session);
 }
 
 ModelRun::~ModelRun() {
@@ -174,21 +177,105 @@ store::ComponentSource ModelRun::component(const std::string & name) const {
                                             : store::ComponentSource(ctx_.model_dir / name, it->second);
 }
 
+namespace {
+
+// The weight files a source reads, with their size and modification time: a file replaced in place between two runs
+// of a server changes the key even when its header (checkpoint identity) stays the same.
+nlohmann::json source_files(const store::ComponentSource & source) {
+    nlohmann::json files = nlohmann::json::array();
+    auto add = [&](const fs::path & f) {
+        std::error_code ec;
+        const auto size = fs::file_size(f, ec);
+        const auto mtime = fs::last_write_time(f, ec);
+        files.push_back({f.string(), ec ? 0 : size, ec ? 0 : mtime.time_since_epoch().count()});
+    };
+    if (source.replaced()) add(source.file);
+    std::error_code ec;
+    for (const auto & e : fs::directory_iterator(source.dir, ec)) {
+        const auto ext = e.path().extension();
+        if (ext == ".safetensors" || ext == ".gguf" || ext == ".json") add(e.path());
+    }
+    std::sort(files.begin(), files.end());
+    return files;
+}
+
+std::string digest_of(const nlohmann::json & key) {
+    const std::string text = key.dump();
+    return xxh3_128_hex(text.data(), text.size());
+}
+
+}  // namespace
+
+std::string ModelRun::weights_key(const ComponentPlan & plan, const store::ComponentSource & source,
+                                  const std::vector<GroupSpec> & groups, at::ScalarType dtype) const {
+    const auto & k = plan.capacities;
+    nlohmann::json g = nlohmann::json::array();
+    for (const auto & spec : groups) g.push_back({spec.name, spec.tensors});
+    const nlohmann::json key = {
+        {"plugin", plugin_},
+        {"component", plan.component},
+        {"files", source_files(source)},
+        {"renames", source.renames},
+        {"dropped", source.dropped},
+        {"identity", component_identity(plan.component)},
+        {"groups", digest_of(g)},
+        {"route", to_string(plan.route)},
+        {"capacities", {k.device_budget_gb, k.resident_budget_gb, k.pinned_host_budget_gb, k.pin_host_memory,
+                        k.ram_headroom_gb, k.staging_slots, k.prefetch_depth, int(k.host_registration),
+                        k.host_registration_ceiling_gb, k.allocator, int(k.allocator_backend), int(k.selection)}},
+        {"use_stream", plan.use_stream},
+        {"blocks_per_group", plan.blocks_per_group},
+        {"device", plan.placement.device().str()},
+        {"allocator", plan.allocator_name},
+        {"allocator_options", plan.allocator_options},
+        {"dtype", std::string(c10::toString(dtype))},
+        {"loras", checkpoint_.value("loras", nlohmann::json(nullptr))},
+        {"lora_apply", ctx_.settings->get_optional<std::string>("lora.apply").value_or("runtime")}};
+    return digest_of(key);
+}
+
 std::unique_ptr<ComponentWeights> ModelRun::open_weights(const ComponentPlan & plan, const store::ComponentSource & source,
                                                          std::vector<GroupSpec> groups, at::ScalarType compute_dtype) {
-    auto w = ComponentWeights::open(source, std::move(groups), plan, compute_dtype, lora(plan.component, compute_dtype));
+    std::unique_ptr<ComponentWeights> w;
+    std::string key, why;
+    const bool in_session = session_ && !ctx_.dry_run;
+    if (in_session) {
+        key = weights_key(plan, source, groups, compute_dtype);
+        if (session_->keeps(plan.component)) w = session_->take(plan.component, key, why);
+        else why = "the server does not keep " + plan.component + " between runs (--keep-weights)";
+    }
+    const bool reused = w != nullptr;
+    if (reused) w->resume();
+    else w = ComponentWeights::open(source, std::move(groups), plan, compute_dtype, lora(plan.component, compute_dtype));
+    if (in_session) {
+        if (session_->keeps(plan.component)) session_->count_run(plan.component, reused);
+        session_keys_[w.get()] = key;
+        auto & note = session_notes_[plan.component];
+        note = {{"weights", reused ? "reused" : "built"},
+                {"reason", reused ? nlohmann::json("loaded by an earlier run of this server under the same key: nothing read, "
+                                                   "uploaded or converted again for what it holds")
+                                  : nlohmann::json(why)},
+                {"key", key.substr(0, 16)},
+                {"runs_of_entry", session_->keeps(plan.component) ? session_->runs(plan.component) : 1}};
+        if (reused) note["held_at_open"] = w->held();
+    }
     if (auto * tr = ctx_.tracker) {
         tr->set_route_intended(plan.component, to_string(plan.route), plan.route_source);
         tr->set_route_executed(plan.component, w->route());
-        tr->set_counters(plan.component, w->report());  // the plan; replaced by the counters at unload
+        auto j = w->report();  // the plan; replaced by the counters at unload
+        if (in_session) j["session"] = session_notes_[plan.component];
+        tr->set_counters(plan.component, std::move(j));
     }
     open_.push_back(w.get());
     w->set_on_destroy([this](const ComponentWeights & cw) {
         open_.erase(std::remove(open_.begin(), open_.end(), &cw), open_.end());
+        session_keys_.erase(&cw);
         if (auto * tr = ctx_.tracker) {
             auto j = cw.report();
             j["unloaded"] = false;
             j["unloaded_reason"] = "the run ended in phase '" + phase_name_ + "' before the component was unloaded";
+            if (const auto n = session_notes_.find(cw.component()); n != session_notes_.end())
+                j["session"] = n->second;
             tr->set_counters(cw.component(), std::move(j));
         }
     });
@@ -199,17 +286,66 @@ void ModelRun::unload(std::unique_ptr<ComponentWeights> w) {
     if (!w) return;
     w->set_on_destroy({});
     open_.erase(std::remove(open_.begin(), open_.end(), w.get()), open_.end());
-    const std::uint64_t outstanding = w->finish();
-    auto j = w->report();
-    j["unloaded"] = true;
-    j["unloaded_in_phase"] = phase_name_;
-    j["outstanding_owners_at_unload"] = outstanding;
+    const auto k = session_keys_.find(w.get());
+    const std::string key = k == session_keys_.end() ? std::string() : k->second;
+    if (k != session_keys_.end()) session_keys_.erase(k);
     const std::string component = w->component();
+    const bool keep = !key.empty() && session_->keeps(component);
+    const std::uint64_t outstanding = keep ? w->park() : w->finish();
+    auto j = w->report();
+    j["unloaded"] = !keep;
+    j[keep ? "kept_in_phase" : "unloaded_in_phase"] = phase_name_;
+    j["outstanding_owners_at_unload"] = outstanding;
+    if (!key.empty()) {
+        auto & note = session_notes_[component];
+        // What this run read from the weight files through the engine: resident uploads, streamed file reads, host
+        // copies filled (mapped residents are read in place, from the page cache, and counted in mapped_bytes).
+        const auto & kc = j["engine"]["counters"];
+        note["file_bytes_read"] = kc["bytes_moved"]["resident"].get<std::uint64_t>() +
+                                  kc["bytes_moved"]["file"].get<std::uint64_t>() + kc["host_copy_fill_bytes"].get<std::uint64_t>();
+        note["kept_for_next_run"] = keep && outstanding == 0;
+        if (keep) note["held"] = w->held();
+        j["session"] = note;
+    }
     if (auto * tr = ctx_.tracker) tr->set_counters(component, std::move(j));
+    if (keep && outstanding == 0) session_->keep(component, key, std::move(w));
     w.reset();
     if (outstanding != 0)
         throw RuntimeError(plugin_ + ": the offload engine unloaded '" + component + "' in phase '" + phase_name_ +
                            "' with " + std::to_string(outstanding) + " outstanding lease(s) or upload(s)");
+}
+
+std::string ModelRun::embeddings_key(const std::string & encoder, const nlohmann::json & key) const {
+    nlohmann::json loras = nlohmann::json::array();
+    if (const auto l = checkpoint_.find("loras"); l != checkpoint_.end()) loras = *l;
+    return digest_of(nlohmann::json{{"plugin", plugin_},
+                      {"encoder", encoder},
+                      {"identity", component_identity(encoder)},
+                      {"files", source_files(component(encoder))},
+                      {"loras", loras},
+                      {"key", key}});
+}
+
+std::optional<NamedTensors> ModelRun::kept_embeddings(const std::string & encoder, const nlohmann::json & key,
+                                                      const std::string & phase) {
+    if (!session_ || ctx_.dry_run || ctx_.session->embeddings_cache_bytes == 0) return std::nullopt;
+    auto t = session_->find_embeddings(embeddings_key(encoder, key));
+    if (t) {
+        begin_phase(phase);
+        note_phase("embeddings_cache", "hit");
+        log(2, "prompt embeddings kept by the server (embeddings cache hit): the " + encoder + " is not loaded");
+    }
+    return t;
+}
+
+void ModelRun::keep_embeddings(const std::string & encoder, const nlohmann::json & key, const NamedTensors & tensors) {
+    if (!session_ || ctx_.dry_run || ctx_.session->embeddings_cache_bytes == 0) return;
+    session_->keep_embeddings(embeddings_key(encoder, key), tensors);
+    note_phase("embeddings_cache", "miss");
+}
+
+void ModelRun::note_phase(const std::string & key, nlohmann::json value) {
+    if (phase_ && phase_->phase) phase_->phase->note(key, std::move(value));
 }
 
 int ModelRun::generations() const {

@@ -63,6 +63,8 @@ struct Engine::Impl {
     bool prepared = false, closed = false;
     std::string phase;
     EngineCounters c;
+    TransportStats base;  // the transport's totals when the counters last restarted (restart_counters)
+    std::uint64_t base_direct_fallbacks = 0;  // and the source's direct-read fallbacks
     double stall = 0;
     std::uint64_t live_leases = 0, tick = 0;
     std::vector<std::size_t> log;
@@ -239,11 +241,13 @@ struct Engine::Impl {
                 HostCopy & h = host[g];
                 h.buf = pinned_or_fallback(b, &h.locked);
                 fill_group(g, h.buf.data());
+                c.host_copy_fill_bytes += b;
                 (h.locked ? c.pinned_bytes : c.pageable_bytes) += b;
             } else if (r == Residency::pageable) {
                 HostCopy & h = host[g];
                 h.buf = tr.allocate_host(b, false);
                 fill_group(g, h.buf.data());
+                c.host_copy_fill_bytes += b;
                 c.pageable_bytes += b;
                 // Registration mode off: not attempted at all. bounded: HostStaging refuses past the ceiling.
                 if (opt.staging && opt.staging->limits().registration != platform::RegistrationMode::off) {
@@ -503,6 +507,36 @@ std::uint64_t Engine::end_phase() {
     return owners;
 }
 
+void Engine::restart_counters() {
+    Impl & m = *impl_;
+    m.refresh_flags();
+    if (m.live_leases > 0 || m.pending_uploads() > 0)
+        throw UsageError("engine: restart_counters with " + std::to_string(m.live_leases + m.pending_uploads()) +
+                         " lease(s) or upload(s) outstanding; end the phase first");
+    EngineCounters held;
+    held.transport = m.c.transport;
+    held.mapped_bytes = m.c.mapped_bytes;
+    held.mapped_groups = m.c.mapped_groups;
+    held.pinned_bytes = m.c.pinned_bytes;
+    held.pageable_bytes = m.c.pageable_bytes;
+    held.registered_bytes = m.c.registered_bytes;
+    held.staging_bytes = m.c.staging_bytes;
+    held.staging_pinned_bytes = m.c.staging_pinned_bytes;
+    held.pinned_fallbacks = m.c.pinned_fallbacks;
+    held.pinned_fallback_bytes = m.c.pinned_fallback_bytes;
+    held.pinned_fallback_reasons = m.c.pinned_fallback_reasons;
+    held.device_bytes = m.c.device_bytes;
+    held.quarantines = m.c.quarantines;
+    held.link = m.c.link;
+    held.link_reason = m.c.link_reason;
+    m.c = std::move(held);
+    m.base = m.tr.stats();
+    std::string why;
+    m.base_direct_fallbacks = m.layout.source().direct_fallbacks(&why);
+    m.stall = 0;
+    m.log.clear();
+}
+
 ddo_status Engine::close() noexcept {
     Impl & m = *impl_;
     if (m.closed) return DDO_STATUS_OK;
@@ -555,11 +589,11 @@ EngineCounters Engine::counters() const {
     const Impl & m = *impl_;
     EngineCounters c = m.c;
     const TransportStats ts = m.tr.stats();
-    c.upload_copy_s = ts.copy_s;
-    c.upload_event_s = ts.event_s;
+    c.upload_copy_s = ts.copy_s - m.base.copy_s;
+    c.upload_event_s = ts.event_s ? std::optional<double>(*ts.event_s - m.base.event_s.value_or(0)) : std::nullopt;
     c.upload_event_reason = ts.event_reason;
-    c.failures += ts.failures;
-    c.direct_fallbacks = m.layout.source().direct_fallbacks(&c.direct_fallback_reason);
+    c.failures += ts.failures - m.base.failures;
+    c.direct_fallbacks = m.layout.source().direct_fallbacks(&c.direct_fallback_reason) - m.base_direct_fallbacks;
     if (m.tr.device_is_host() && m.c.hits + m.c.misses == 0) c.stall_reason = "no group was acquired yet: nothing ran";
     else if (m.tr.device_is_host()) c.stall_s = m.stall;
     else c.stall_reason = "compute waits on upload events on the device and the host never blocks; see upload_event_s";

@@ -31,6 +31,7 @@ nlohmann::json EngineCounters::to_json() const {
     // read_mode = direct as it ran: reads that fell back to buffered pread, and why (the plan records what was asked).
     j["direct_fallbacks"] = direct_fallbacks;
     j["direct_fallback_reason"] = direct_fallbacks ? nlohmann::json(direct_fallback_reason) : nlohmann::json(nullptr);
+    j["host_copy_fill_bytes"] = host_copy_fill_bytes;
     j["mapped_bytes"] = mapped_bytes;
     j["mapped_groups"] = mapped_groups;
     j["staging_released_bytes"] = staging_released_bytes;

@@ -148,6 +148,11 @@ public:
     std::uint64_t end_phase();
     // OK, or DDO_STATUS_BUSY while a lease or upload is pending (counted as a close refusal).
     ddo_status close() noexcept;
+    // A new run on this engine, kept loaded since the last one (`ddo-host serve`, Note [Serving]): the counters of
+    // what moved and waited (bytes moved, uploads and their times, hits, misses, stalls, failures, phase ends) start
+    // again from 0, so the run's report shows its own; what the engine holds (device, host-copy, staging and mapped
+    // bytes, the link measurement) stays. Between phases only: UsageError while a lease or upload is outstanding.
+    void restart_counters();
 
     const Plan & plan() const noexcept;
     const ModelLayout & layout() const noexcept;

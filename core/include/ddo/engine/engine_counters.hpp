@@ -23,6 +23,7 @@ struct EngineCounters {
     std::uint64_t bytes_from_pinned = 0;       // streamed into slots, per source
     std::uint64_t bytes_from_pageable = 0;
     std::uint64_t bytes_from_file = 0;
+    std::uint64_t host_copy_fill_bytes = 0;    // read from the weight files into host copies (pinned/pageable) at prepare
     std::uint64_t direct_fallbacks = 0;        // read_mode direct reads that went through buffered pread
     std::string direct_fallback_reason;        // why (the O_DIRECT open's or read's errno)
     std::uint64_t uploads = 0;                 // copy jobs submitted (resident + streamed)

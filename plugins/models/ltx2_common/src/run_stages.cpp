@@ -72,8 +72,44 @@ Ltx2PromptEncoder open_prompt_encoder(model::ModelRun & run, const ConnectorsCon
     return encoder;
 }
 
+namespace {
+
+// What the embeddings depend on besides Gemma-3's weights (the kit adds those): the server's embeddings cache key.
+nlohmann::json embeddings_key(const TextRequest & r) {
+    return {{"prompt", r.prompt},
+            {"negative_prompt", r.guidance ? nlohmann::json(r.negative.value_or("")) : nlohmann::json(nullptr)},
+            {"max_sequence_length", r.max_sequence_length},
+            {"dtype", c10::toString(r.dtype)},
+            {"device", r.device.str()}};
+}
+
+model::NamedTensors embeddings_tensors(const PromptEmbeds & e) {
+    model::NamedTensors t{{"embeds", e.embeds}, {"mask", e.mask}};
+    if (e.neg_embeds) t.emplace_back("neg_embeds", *e.neg_embeds);
+    if (e.neg_mask) t.emplace_back("neg_mask", *e.neg_mask);
+    return t;
+}
+
+PromptEmbeds embeddings_from(const model::NamedTensors & tensors, const at::Device & device) {
+    PromptEmbeds e;
+    for (const auto & [name, kept] : tensors) {
+        auto t = kept.to(device);
+        if (name == "embeds") e.embeds = t;
+        else if (name == "mask") e.mask = t;
+        else if (name == "neg_embeds") e.neg_embeds = t;
+        else if (name == "neg_mask") e.neg_mask = t;
+    }
+    return e;
+}
+
+}  // namespace
+
 std::optional<PromptEmbeds> run_text_stage(model::ModelRun & run, const Ltx2PromptEncoder & encoder,
                                            const TextRequest & r) {
+    // Under a server, a prompt encoded before comes from its cache: phase "encode" with no step, Gemma-3 not opened.
+    const bool cacheable = !run.dry_run() && !r.encode_only;
+    if (cacheable)
+        if (auto kept = run.kept_embeddings("text_encoder", embeddings_key(r), "encode")) return embeddings_from(*kept, r.device);
     auto te = run.open_weights(run.plan("text_encoder"), encoder.text_encoder(), encoder.groups(), r.dtype);
     if (run.dry_run()) {
         (void)encoder.tokenizer().encode(strip_prompt(r.prompt));  // the prompt tokenizes
@@ -104,6 +140,7 @@ std::optional<PromptEmbeds> run_text_stage(model::ModelRun & run, const Ltx2Prom
         e.neg_embeds = enc.negative->embeds;
         e.neg_mask = enc.negative->mask;
     }
+    if (cacheable) run.keep_embeddings("text_encoder", embeddings_key(r), embeddings_tensors(e));
     if (!r.encode_only) return e;
     run.begin_phase("write_output");
     model::NamedTensors t{{"prompt_embeds", e.embeds}, {"prompt_attention_mask", e.mask}};

@@ -253,10 +253,51 @@ void write_embeddings(model::ModelRun & run, const Request & r, const PromptEmbe
                           {"negative_prompt", r.w.negative_prompt.value_or("")}});
 }
 
+// What the prompt embeddings of a run without references depend on besides the text encoder's weights (the kit adds
+// those): the server's embeddings cache key (ModelRun::kept_embeddings). nullopt: not cached (references: the vision
+// tower's tokens are part of the prompt; `ddo-host encode` writes a file and ends).
+std::optional<nlohmann::json> embeddings_key(const Request & r, bool guide) {
+    if (r.refs.any() || r.prompt.encode_only) return std::nullopt;
+    return nlohmann::json{{"prompt", *r.w.prompt},
+                          {"negative_prompt", guide ? nlohmann::json(r.w.negative_prompt.value_or("")) : nlohmann::json(nullptr)},
+                          {"template", "prompt_template_t2i"},
+                          {"dtype", c10::toString(r.o.dtype)},
+                          {"device", r.o.device.str()}};
+}
+
+model::NamedTensors embeddings_tensors(const PromptEmbeds & e) {
+    model::NamedTensors t{{"embeds", e.embeds}};
+    if (e.mask) t.emplace_back("mask", *e.mask);
+    if (e.neg_embeds) t.emplace_back("neg_embeds", *e.neg_embeds);
+    if (e.neg_mask) t.emplace_back("neg_mask", *e.neg_mask);
+    return t;
+}
+
+PromptEmbeds embeddings_from(const model::NamedTensors & tensors, const c10::Device & device) {
+    PromptEmbeds e;
+    for (const auto & [name, kept] : tensors) {
+        auto t = kept.to(device);
+        if (name == "embeds") e.embeds = t;
+        else if (name == "mask") e.mask = t;
+        else if (name == "neg_embeds") e.neg_embeds = t;
+        else if (name == "neg_mask") e.neg_mask = t;
+    }
+    return e;
+}
+
 // The text stage (with -p): the encoder on run.plan("text_encoder"), unloaded (owners checked zero) before the
-// transformer phase. False when the run ends here: `ddo-host encode` (written, or validated in a dry run).
+// transformer phase. False when the run ends here: `ddo-host encode` (written, or validated in a dry run). Under a
+// server the embeddings of a prompt it encoded before are taken from its cache: phase "encode" with no step, the
+// text encoder not opened.
 bool encode_prompt(model::ModelRun & run, const Request & r, const ModelFiles & m, const RunPlan & p, Conditioning & c) {
     if (!r.prompt.from_text) return true;
+    const auto key = run.dry_run() ? std::nullopt : embeddings_key(r, c.guide);
+    if (key)
+        if (auto kept = run.kept_embeddings("text_encoder", *key, "encode")) {
+            c.embeds = embeddings_from(*kept, r.o.device);
+            record_workload(run, r, m, p, c.guide, "not loaded: the server kept these prompt embeddings (embeddings cache hit)");
+            return true;
+        }
     auto encoder = open_prompt_encoder(run, m);
     // The references through the vision tower first (its own phase and plan, unloaded before the text tower).
     std::optional<PromptImages> images;
@@ -272,6 +313,7 @@ bool encode_prompt(model::ModelRun & run, const Request & r, const ModelFiles & 
         return !r.prompt.encode_only;
     }
     c.embeds = encode_text(run, r, encoder, *te, c.guide, images ? &*images : nullptr);
+    if (key) run.keep_embeddings("text_encoder", *key, embeddings_tensors(c.embeds));
     run.unload(std::move(te));
     record_workload(run, r, m, p, c.guide, "unloaded after encode, before denoise");
     if (!r.prompt.encode_only) return true;

@@ -100,6 +100,17 @@ public:
     Progress progress() const;
     // Ends the engine phase; returns the outstanding owners (must be 0). Idempotent.
     std::uint64_t finish();
+    // Ends a run that leaves these weights loaded for the next one (model_session.hpp): as finish(), but the residents
+    // converted or decoded once and the LoRA-merged weights stay (route `component` frees its residents at each
+    // phase end, so there they go too). Returns the outstanding owners (must be 0).
+    std::uint64_t park();
+    // The next run takes these parked weights: the engine's counters of what moved (Engine::restart_counters) and the
+    // conversion and decode counters start again from 0; its first phase begins without uploading, copying or
+    // converting again what was kept.
+    void resume();
+    // What the weights hold for a next run: {"resident_groups", "resident_bytes" (planned resident, route component:
+    // 0), "mapped_bytes", "host_copy_bytes" (pinned + pageable), "converted_groups", "converted_bytes"}.
+    nlohmann::json held() const;
     // {"route", "bytes_streamed", "execution_groups", "placement", "conversion", "quantization" (formats and counts
     // of the declared tensors, stored and dense bytes, dequant_s and its clock), "lora" (ComponentLora::to_json, null
     // without one), "engine": Engine::to_json()}

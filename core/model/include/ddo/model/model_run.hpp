@@ -38,6 +38,7 @@
 #include "ddo/model/condition_image.hpp"
 #include "ddo/model/device_placement.hpp"
 #include "ddo/model/lora_adapters.hpp"
+#include "ddo/model/tensor_output.hpp"
 #include "ddo/run_context.hpp"
 #include "ddo/store/component_source.hpp"
 #include "ddo/util/path_lock.hpp"
@@ -47,6 +48,8 @@ class RunTracker;
 }
 
 namespace ddo::model {
+
+class ModelSession;  // model_session.hpp
 
 using LogFn = std::function<void(int level, const std::string & message)>;  // level: spdlog's (2 = info)
 
@@ -148,9 +151,28 @@ public:
     // the plan's counters in the report under the component's name.
     std::unique_ptr<ComponentWeights> open_weights(const ComponentPlan & plan, const store::ComponentSource & source,
                                                    std::vector<GroupSpec> groups, at::ScalarType compute_dtype);
+    // Under `ddo-host serve` (RunContext::session) open_weights first asks the server's session for the weights a
+    // previous run left loaded under the same key (the component, its files and their identity, the groups, route,
+    // capacities, allocator, dtype and LoRA set); a hit resumes them: nothing is read, uploaded or converted again.
+    // The report's counters.<component>.session says which, and why not (Note [Serving], "Weight reuse").
     // End of a component's phase: finishes the engine phase, records the counters and the phase it was unloaded
-    // in, frees the weights. RuntimeError when owners are still outstanding (a lease or upload never returned).
+    // in, frees the weights (under serve: parks them in the session for the next run when the server keeps that
+    // component). RuntimeError when owners are still outstanding (a lease or upload never returned).
     void unload(std::unique_ptr<ComponentWeights> weights);
+
+    // Prompt embeddings kept between the runs of a server (Note [Serving]): what a text encoder (`encoder`, the
+    // component) produced for `key` (everything the plugin's encoding reads besides the encoder's weights: the
+    // prompts after the template, lengths, dtype, condition images), or nullopt (a miss; always outside serve, and
+    // with the server's cache off). The kit adds the encoder's identity, files and LoRA set to the key. A hit begins
+    // phase `phase` (the plugin's encode phase) noted embeddings_cache = "hit", which then has no step: the encoder
+    // is not opened. The tensors are host copies, the plugin's to move to its device.
+    std::optional<NamedTensors> kept_embeddings(const std::string & encoder, const nlohmann::json & key,
+                                                const std::string & phase);
+    // After a miss, in the phase that encoded them: keeps host copies of `tensors` under the same key (bounded) and
+    // notes embeddings_cache = "miss" on the phase.
+    void keep_embeddings(const std::string & encoder, const nlohmann::json & key, const NamedTensors & tensors);
+    // A note on the open phase (the report's phases[].notes.<key>).
+    void note_phase(const std::string & key, nlohmann::json value);
 
     // runtime.generation_repeats: generations per run on weights loaded once (warm comparisons).
     int generations() const;
@@ -288,6 +310,13 @@ private:
     std::map<std::string, std::vector<std::pair<std::string, std::string>>> original_names_;
     std::map<std::string, std::shared_ptr<ComponentLora>> lora_loaded_;  // component -> factors (null: none)
     void open_loras(const std::vector<std::string> & components);
+    // Serve's session (null in a CLI run), the key of each component's weights opened under it, their report block.
+    ModelSession * session_ = nullptr;
+    std::map<const ComponentWeights *, std::string> session_keys_;
+    std::map<std::string, nlohmann::json> session_notes_;
+    std::string weights_key(const ComponentPlan & plan, const store::ComponentSource & source,
+                            const std::vector<GroupSpec> & groups, at::ScalarType dtype) const;
+    std::string embeddings_key(const std::string & encoder, const nlohmann::json & key) const;
 };
 
 }  // namespace ddo::model
