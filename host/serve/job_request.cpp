@@ -5,6 +5,9 @@
 #include <array>
 #include <cmath>
 #include <limits>
+#include <optional>
+
+#include <openssl/evp.h>
 
 namespace ddo::host::serve {
 
@@ -133,6 +136,54 @@ void parse_sets(const json & v, const std::string & field, const RequestLimits &
     }
 }
 
+// Standard base64 (RFC 4648, padded, no line breaks) through OpenSSL's decoder; nullopt for anything else.
+std::optional<std::string> base64_decode(std::string_view text) {
+    if (text.empty() || text.size() % 4 != 0) return std::nullopt;
+    std::string out(text.size() / 4 * 3, '\0');
+    const int n = EVP_DecodeBlock(reinterpret_cast<unsigned char *>(out.data()),
+                                  reinterpret_cast<const unsigned char *>(text.data()), int(text.size()));
+    if (n < 0) return std::nullopt;
+    std::size_t size = std::size_t(n);
+    for (std::size_t i = text.size(); i > 0 && text[i - 1] == '=' && size > 0; --i) --size;  // padding decodes to zeros
+    out.resize(size);
+    return out;
+}
+
+// "images": up to max_condition_images entries, each a base64 string (a data URL's prefix allowed) or
+// {"b64_json": base64, "frame": pixel frame}. Each recorded as its byte count.
+void parse_images(json & v, const std::string & field, const RequestLimits & limits, JobSpec & spec) {
+    if (!v.is_array()) bad(field, "'" + field + "' must be an array of base64 images, not " + type_of(v));
+    if (v.size() > limits.max_condition_images)
+        bad(field, "'" + field + "' has " + std::to_string(v.size()) + " entries; at most " +
+                       std::to_string(limits.max_condition_images));
+    for (std::size_t i = 0; i < v.size(); ++i) {
+        const std::string name = field + "[" + std::to_string(i) + "]";
+        json & e = v[i];
+        const json * data = &e;
+        JobImage image;
+        if (e.is_object()) {
+            for (const auto & [k, x] : e.items())
+                if (k == "frame") image.frame = int_field(x, name + ".frame", 0, limits.max_frames - 1);
+                else if (k != "b64_json") bad(name, "unknown field '" + k + "' in '" + name + "' (it takes b64_json, frame)");
+            if (!e.contains("b64_json")) bad(name, "'" + name + "' needs 'b64_json'");
+            data = &e["b64_json"];
+        }
+        if (!data->is_string()) bad(name, "'" + name + "' must be a base64 string, not " + type_of(*data));
+        std::string_view text = data->get_ref<const std::string &>();
+        if (text.starts_with("data:")) {
+            const auto comma = text.find(',');
+            if (comma == std::string_view::npos || text.substr(0, comma).find(";base64") == std::string_view::npos)
+                bad(name, "'" + name + "' is a data URL without ';base64,'");
+            text.remove_prefix(comma + 1);
+        }
+        auto bytes = base64_decode(text);
+        if (!bytes || bytes->empty()) bad(name, "'" + name + "' is not standard base64 (RFC 4648, padded, no line breaks)");
+        image.bytes = std::move(*bytes);
+        e = json{{"bytes", image.bytes.size()}, {"frame", image.frame ? json(*image.frame) : json(nullptr)}};
+        spec.images.push_back(std::move(image));
+    }
+}
+
 // The size checks common to both APIs, after the fields are read; `pixels_field` is what a too-large area names
 // ("width" in the job API, "size" in OpenAI's).
 void check_size(const JobSpec & spec, const RequestLimits & limits, const std::string & pixels_field) {
@@ -148,7 +199,7 @@ void check_size(const JobSpec & spec, const RequestLimits & limits, const std::s
 JobSpec parse_job_request(std::string_view body, const RequestLimits & limits) {
     json j = parse_object(body, limits);
     JobSpec spec;
-    for (const auto & [k, v] : j.items()) {
+    for (auto & [k, v] : j.items()) {
         if (v.is_null() && k != "prompt") continue;  // null: not given
         if (k == "prompt") spec.prompt = text_field(v, k, limits.max_prompt_bytes);
         else if (k == "negative_prompt") spec.negative_prompt = text_field(v, k, limits.max_prompt_bytes);
@@ -162,8 +213,9 @@ JobSpec parse_job_request(std::string_view body, const RequestLimits & limits) {
         else if (k == "fps") spec.fps = number_field(v, k, 1, 240);
         else if (k == "strength") spec.strength = number_field(v, k, 0, 1);
         else if (k == "set") parse_sets(v, k, limits, spec);
+        else if (k == "images") parse_images(v, k, limits, spec);
         else bad(k, "unknown field '" + k + "' (POST /v1/jobs takes prompt, negative_prompt, width, height, steps, seed, "
-                    "guidance_scale, num_images, frames, fps, strength, set)");
+                    "guidance_scale, num_images, frames, fps, strength, images, set)");
     }
     if (!spec.prompt) bad("prompt", "'prompt' is required");
     check_size(spec, limits, "width");

@@ -41,6 +41,15 @@ struct RequestLimits {
     long long max_steps = 1000;
     long long max_images = 8;              // n, num_images
     std::size_t max_sets = 64;             // entries of `set` / `ddo`
+    std::size_t max_condition_images = 16; // `images` (a plugin refuses more than its model takes, naming its limit)
+};
+
+// A condition image sent with a job (`images`): the file's bytes (base64 in the request) and, for the video plugins'
+// keyframes, the pixel frame it conditions (--image FILE@FRAME). The server writes it into the job's directory under a
+// name it makes; the run decodes and checks it as it does a --image file.
+struct JobImage {
+    std::string bytes;
+    std::optional<long long> frame;
 };
 
 // One generation, as the job runner turns it into a run (host/serve/job_runner.cpp): the CLI's shorthands and
@@ -50,12 +59,14 @@ struct JobSpec {
     std::optional<long long> width, height, steps, seed, num_images, frames;
     std::optional<double> guidance_scale, fps, strength;
     std::vector<std::pair<std::string, std::string>> sets;
+    std::vector<JobImage> images;  // POST /v1/jobs "images", in order (workload.images)
     bool openai = false;  // from /v1/images/generations: the response is the OpenAI images object
     nlohmann::json request = nlohmann::json::object();  // the body as given (recorded in the job)
 };
 
 // POST /v1/jobs: {"prompt", "negative_prompt", "width", "height", "steps", "seed", "guidance_scale", "num_images",
-// "frames", "fps", "strength", "set": {"key": value}}.
+// "frames", "fps", "strength", "images": ["<base64>" | "data:image/…;base64,<base64>" | {"b64_json", "frame"}],
+// "set": {"key": value}}. The recorded request keeps each image's size, not its bytes.
 JobSpec parse_job_request(std::string_view body, const RequestLimits & limits);
 
 // POST /v1/images/generations: {"prompt", "model", "n", "size": "WxH", "response_format": "b64_json", "user",

@@ -49,6 +49,11 @@ json read_json_file(const fs::path & p) {
 }
 
 // The files a run wrote into its directory (the report and its journal not counted).
+// Where the server writes a job's condition image `i` (inside the job's directory, a name of its own making).
+fs::path input_image_path(const fs::path & job_dir, std::size_t i) {
+    return job_dir / "inputs" / ("image_" + std::to_string(i));
+}
+
 std::vector<std::string> outputs_in(const fs::path & dir) {
     std::vector<std::string> names;
     std::error_code ec;
@@ -108,6 +113,11 @@ RunArgs JobServer::run_args(const Job & job) const {
     a.fps = s.fps;
     a.cfg_scale = s.guidance_scale;
     a.strength = s.strength;
+    // The condition images the request sent, as the server wrote them (write_inputs): FILE or FILE@FRAME.
+    for (std::size_t i = 0; i < s.images.size(); ++i) {
+        const auto f = input_image_path(job.dir, i).string();
+        a.images.push_back(s.images[i].frame ? f + "@" + std::to_string(*s.images[i].frame) : f);
+    }
     a.output = job.dir.string();
     a.report = (job.dir / "ddo_report.json").string();
     return a;
@@ -284,7 +294,14 @@ void JobServer::run_job(const std::shared_ptr<Job> & job) {
     log("job " + job->id + " running");
     std::error_code ec;
     fs::create_directories(job->dir, ec);
+    // The request's condition images, written where run_args names them (the job's inputs/, not an output).
+    for (std::size_t i = 0; i < job->spec.images.size(); ++i) {
+        const fs::path f = input_image_path(job->dir, i);
+        fs::create_directories(f.parent_path(), ec);
+        std::ofstream(f, std::ios::binary) << job->spec.images[i].bytes;
+    }
     const RunArgs a = run_args(*job);
+    job->spec.images.clear();  // the bytes are on disk now; the job keeps no copy for its TTL
     const fs::path journal = RunJournal::path_for(a.report);
     std::streamoff journal_offset = 0;
     RunHooks hooks;

@@ -6,8 +6,12 @@ if(TARGET qwen_image_21 AND TARGET ddo-host AND TARGET qwen_image_21_text_fixtur
     SOURCES ${CMAKE_CURRENT_LIST_DIR}/serve_test.cpp
     LIBS nlohmann_json::nlohmann_json PNG::PNG)
   target_compile_definitions(serve_test PRIVATE
-    QI21_TEXT_FIXTURE_DIR="${CMAKE_BINARY_DIR}/fixtures/qwen_image_21_text" DDO_HOST_BIN="$<TARGET_FILE:ddo-host>")
+    QI21_TEXT_FIXTURE_DIR="${CMAKE_BINARY_DIR}/fixtures/qwen_image_21_text"
+    QI21_REF_FIXTURE_DIR="${CMAKE_BINARY_DIR}/fixtures/qwen_image_21_reference" DDO_HOST_BIN="$<TARGET_FILE:ddo-host>")
   add_dependencies(serve_test ddo-host qwen_image_21 linear ddo_manifest_main qwen_image_21_text_fixtures)
+  if(TARGET qwen_image_21_reference_fixtures)  # ConditionImagesFromTheRequest (skipped without them)
+    add_dependencies(serve_test qwen_image_21_reference_fixtures)
+  endif()
 endif()
 
 # The page at / in headless Chromium over the DevTools pipe (skipped, exit 77, without it): submit, the progress bar

@@ -46,12 +46,12 @@ struct Server {
     fs::path dir;
     int exit_code = -1;
 
-    Server(const std::string & tag, const std::string & args) {
+    Server(const std::string & tag, const std::string & args, const fs::path & model = kModel) {
         dir = fs::temp_directory_path() / ("ddo_serve_" + std::to_string(::getpid()) + "_" + tag);
         fs::remove_all(dir);
         fs::create_directories(dir);
         const std::string cmd = "exec '" + std::string(DDO_HOST_BIN) + "' serve --plugin qwen_image --preset low_ram_safe.toml --model " +
-                                q(kModel.string()) + " --listen 127.0.0.1:0 --state-dir " + q((dir / "state").string()) + " " +
+                                q(model.string()) + " --listen 127.0.0.1:0 --state-dir " + q((dir / "state").string()) + " " +
                                 args + " > " + q((dir / "stdout").string()) + " 2> " + q((dir / "stderr").string());
         pid = ::fork();
         if (pid == 0) {
@@ -153,9 +153,9 @@ ddo::test::Png cli_image() {
 }
 
 // The CLI's PNG for `args` (after the plugin, preset and model).
-ddo::test::Png cli_png(const std::string & tag, const std::string & args) {
+ddo::test::Png cli_png(const std::string & tag, const std::string & args, const fs::path & model = kModel) {
     ddo::test::Png png;
-    auto r = ddo::test::run_ddo_host(tag, "--plugin qwen_image --preset low_ram_safe.toml --model " + q(kModel.string()) + " " + args,
+    auto r = ddo::test::run_ddo_host(tag, "--plugin qwen_image --preset low_ram_safe.toml --model " + q(model.string()) + " " + args,
                                      [&](const fs::path & dir) { png = ddo::test::read_png(dir / "image.png"); });
     EXPECT_EQ(r.exit_code, 0) << r.log;
     return png;
@@ -163,6 +163,7 @@ ddo::test::Png cli_png(const std::string & tag, const std::string & args) {
 
 // A job run to its end: its report, and its image (empty pixels when it wrote none).
 struct Done {
+    json job;  // GET /v1/jobs/{id} once finished
     json report;
     ddo::test::Png image;
 };
@@ -175,6 +176,7 @@ Done run_job(const Server & s, const json & req) {
     const std::string id = post.j.at("id");
     const json j = wait_status(s, id, "finished");
     EXPECT_EQ(j.value("status", ""), "completed") << j.dump().substr(0, 600);
+    d.job = j;
     d.report = j.value("report", json::object());
     auto img = curl(s, "GET", "/v1/jobs/" + id + "/outputs/image.png");
     if (img.status == 200) {
@@ -352,7 +354,7 @@ TEST(Serve, BearerTokenAndJobTtl) {
 
 TEST(Serve, CancelQueueFullAndSigtermDrain) {
     REQUIRE_READY();
-    Server s("drain", "--queue 2");
+    Server s("drain", "--queue 3");
     ASSERT_GT(s.port, 0) << slurp(s.dir / "stderr");
     // Long enough to be caught running: 512x512, 200 steps (about 0.2 s a step on the CPU).
     const std::string slow = R"({"prompt": "x", "width": 512, "height": 512, "steps": 200})";
@@ -360,11 +362,13 @@ TEST(Serve, CancelQueueFullAndSigtermDrain) {
     ASSERT_EQ(a.status, 202);
     const std::string ida = a.j.at("id");
     ASSERT_EQ(wait_status(s, ida, "running").value("status", ""), "running");
-    auto b = curl(s, "POST", "/v1/jobs", slow), c = curl(s, "POST", "/v1/jobs", slow);
+    auto b = curl(s, "POST", "/v1/jobs", slow), c = curl(s, "POST", "/v1/jobs", slow), d = curl(s, "POST", "/v1/jobs", slow);
     ASSERT_EQ(b.status, 202);
     ASSERT_EQ(c.status, 202);
+    ASSERT_EQ(d.status, 202);
     EXPECT_EQ(b.j.at("position"), 1);
     EXPECT_EQ(c.j.at("position"), 2);
+    EXPECT_EQ(d.j.at("position"), 3);
     auto full = curl(s, "POST", "/v1/jobs", slow);
     EXPECT_EQ(full.status, 429) << full.body;
     EXPECT_NE(full.headers.find("Retry-After: "), std::string::npos);
@@ -378,9 +382,10 @@ TEST(Serve, CancelQueueFullAndSigtermDrain) {
     EXPECT_EQ(ja["report"].value("status", ""), "interrupted");
     EXPECT_NE(ja.value("error", "").find("DELETE"), std::string::npos);
     EXPECT_EQ(curl(s, "DELETE", "/v1/jobs/" + ida).status, 409) << "a finished job cannot be cancelled";
-    const std::string idb = b.j.at("id"), idc = c.j.at("id");
+    const std::string idb = b.j.at("id"), idc = c.j.at("id"), idd = d.j.at("id");
     EXPECT_EQ(wait_status(s, idb, "running").value("status", ""), "running") << "the next queued job starts";
 
+    // SIGTERM with three jobs behind A: B running, C and D queued; all three reported.
     EXPECT_EQ(s.stop(), 0) << "SIGTERM drains and exits 0";
     const json summary = json::parse(slurp(s.dir / "state" / "serve_summary.json"));
     std::map<std::string, std::string> status;
@@ -388,10 +393,12 @@ TEST(Serve, CancelQueueFullAndSigtermDrain) {
     EXPECT_EQ(status[ida], "interrupted");
     EXPECT_EQ(status[idb], "interrupted");
     EXPECT_EQ(status[idc], "cancelled");
+    EXPECT_EQ(status[idd], "cancelled");
     const json rb = json::parse(slurp(s.dir / "state" / "jobs" / idb / "ddo_report.json"));
     EXPECT_EQ(rb.at("status"), "interrupted");
     EXPECT_NE(rb.at("error").dump().find("SIGTERM"), std::string::npos);
     EXPECT_TRUE(fs::exists(s.dir / "state" / "jobs" / idc / "job.json")) << "a job cancelled before it ran has its record";
+    EXPECT_TRUE(fs::exists(s.dir / "state" / "jobs" / idd / "job.json"));
 }
 
 // --keep-weights all (the default): the weights a job unloads stay loaded for the next, and a repeated prompt's
@@ -491,6 +498,56 @@ TEST(Serve, KeepWeightsNoneLoadsEveryJob) {
     const int st = std::system(bad.c_str());
     EXPECT_EQ(WIFEXITED(st) ? WEXITSTATUS(st) : -1, 2);
     EXPECT_NE(slurp(s.dir / "bad.out").find("--keep-weights"), std::string::npos) << slurp(s.dir / "bad.out");
+}
+
+// POST /v1/jobs "images": condition images in the request (base64, a data URL, or {"b64_json", "frame"}), written by
+// the server into the job's inputs/ and read as --image files: a Qwen-Image 2.1 edit on the reference fixtures'
+// checkpoint (a vision tower and processor sized for references) equal to the CLI's with --image.
+TEST(Serve, ConditionImagesFromTheRequest) {
+    REQUIRE_READY();
+    const fs::path model = fs::path(QI21_REF_FIXTURE_DIR) / "checkpoint", png = fs::path(QI21_REF_FIXTURE_DIR) / "refs" / "wide_rgb.png";
+    if (!fs::exists(png)) GTEST_SKIP() << "the reference fixtures are missing (build qwen_image_21_reference_fixtures)";
+    Server s("images", "", model);
+    ASSERT_GT(s.port, 0) << slurp(s.dir / "stderr");
+    const std::string b64 = "base64 -w0 " + q(png.string()) + " > " + q((s.dir / "ref.b64").string());
+    ASSERT_EQ(std::system(b64.c_str()), 0);
+    const std::string data = "data:image/png;base64," + slurp(s.dir / "ref.b64");
+    // The settings of the fixture's one_rgb run (output size from the reference at 96²).
+    const json req = {{"prompt", "make the cat blue"}, {"steps", 2}, {"seed", 0}, {"images", {data}},
+                      {"set", {{"plugin.qwen_image_21.output_resolution", 96}}}};
+    const Done edit = run_job(s, req);
+    EXPECT_TRUE(edit.report["workload"]["references"].is_array()) << edit.report["workload"].dump().substr(0, 600);
+    EXPECT_NE(edit.report["identity"]["checkpoint"]["inputs"].dump().find("image_0"), std::string::npos);
+    const auto cli = cli_png("images_cli", "-p 'make the cat blue' --steps 2 --seed 0 --image " + q(png.string()) +
+                                               " --set plugin.qwen_image_21.output_resolution=96", model);
+    EXPECT_GT(cli.width, 0u);
+    EXPECT_EQ(edit.image.width, cli.width);
+    EXPECT_EQ(edit.image.pixels, cli.pixels) << "a served edit differs from the CLI's with --image";
+    // The job's record keeps the image's size, not its bytes; its inputs are not outputs.
+    EXPECT_EQ(edit.job["request"]["images"][0].value("bytes", 0u), fs::file_size(png)) << edit.job["request"].dump();
+    ASSERT_EQ(edit.job["outputs"].size(), 1u) << edit.job["outputs"].dump();
+    EXPECT_EQ(edit.job["outputs"][0]["name"], "image.png");
+
+    // Refusals name the entry: not base64, a data URL without base64, too many, an unknown field.
+    const auto bad = [&](const json & images, const std::string & param) {
+        auto r = curl(s, "POST", "/v1/jobs", json{{"prompt", "x"}, {"images", images}}.dump());
+        EXPECT_EQ(r.status, 400) << r.body;
+        EXPECT_EQ(r.j["error"]["param"], param) << r.body;
+    };
+    bad({"not base64!"}, "images[0]");
+    bad({data, "data:image/png,abc"}, "images[1]");
+    bad(json::array({json{{"b64_json", "iVBORw0KGgo="}, {"path", "/etc/passwd"}}}), "images[0]");
+    bad(json::array({json{{"b64_json", "iVBORw0KGgo="}, {"frame", -1}}}), "images[0].frame");
+    json many = json::array();
+    for (int i = 0; i < 17; ++i) many.push_back("iVBORw0KGgo=");
+    bad(many, "images");
+    // A valid base64 that is no image: accepted, then the run refuses it (exit 2) naming the server's file.
+    auto post = curl(s, "POST", "/v1/jobs", json{{"prompt", "x"}, {"width", 64}, {"height", 64}, {"images", {"aGVsbG8="}}}.dump());
+    ASSERT_EQ(post.status, 202) << post.body;
+    const json j = wait_status(s, post.j.at("id"), "finished");
+    EXPECT_EQ(j.value("exit_code", 0), 2) << j.dump().substr(0, 600);
+    EXPECT_NE(j.value("error", "").find("image_0"), std::string::npos) << j.value("error", "");
+    EXPECT_EQ(s.stop(), 0);
 }
 
 }  // namespace

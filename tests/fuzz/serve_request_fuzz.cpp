@@ -24,7 +24,13 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t * data, std::size_t siz
             DDO_FUZZ_CHECK(k != "workload.images" && !k.starts_with("lora.adapters") && !k.ends_with(".upsampler"));
             DDO_FUZZ_CHECK(v.find('\n') == std::string::npos);
         }
+        DDO_FUZZ_CHECK(s.images.size() <= limits.max_condition_images);
+        for (const auto & im : s.images) {
+            DDO_FUZZ_CHECK(!im.bytes.empty());
+            DDO_FUZZ_CHECK(!im.frame || (*im.frame >= 0 && *im.frame < limits.max_frames));
+        }
         DDO_FUZZ_CHECK(s.request.is_object());
+        DDO_FUZZ_CHECK(!s.request.contains("images") || s.request["images"].dump().size() < 64 * (s.images.size() + 1));
     } catch (const RequestError & e) {
         DDO_FUZZ_CHECK(e.status() == 400 || e.status() == 413);
         if (ddo::fuzz::verbose()) std::fprintf(stderr, "ddo fuzz: refused (%d %s): %s\n", e.status(), e.field().c_str(), e.what());

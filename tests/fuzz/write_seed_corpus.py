@@ -319,7 +319,10 @@ def write_serve_requests():
             {"prompt": "waves", "negative_prompt": "blurry", "frames": 9, "fps": 24, "num_images": 1, "strength": 0.5,
              "set": {"components.transformer.resident_budget_gb": 0.0001, "workload.sigmas": [1.0, 0.5],
                      "plugin.ltx2_video.stg_blocks": [28], "vae.strategy": "tiled"}},
-            {"prompt": "x", "seed": -1, "width": None}]
+            {"prompt": "x", "seed": -1, "width": None},
+            # Condition images: a plain base64 PNG signature, a data URL, a keyframe object.
+            {"prompt": "edit", "images": ["iVBORw0KGgo=", "data:image/png;base64,iVBORw0KGgoAAAANSUhEUg==",
+                                          {"b64_json": "/9j/4AAQSkZJRg==", "frame": 8}]}]
     for i, j in enumerate(jobs):
         put("serve_request", f"job_{i}.bin", b"\x00" + json.dumps(j).encode())
     oai = [{"model": "qwen_image", "prompt": "a lighthouse", "n": 1, "size": "256x256", "response_format": "b64_json",
