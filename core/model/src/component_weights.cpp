@@ -251,7 +251,13 @@ static at::Tensor decoded(ComponentWeights::Impl & m, const store::EncodedTensor
     const auto t0 = std::chrono::steady_clock::now();
     at::Tensor r;
     if (!m.cuda && (copy || ddo::torch::quant::decodes_into(e, t.scalar_type(), m.dtype))) {
-        r = m.scratch.take(dense ? t.sizes() : at::IntArrayRef(e.shape), m.dtype, t.device());
+        // A dense copy out of a leaf slot keeps the tensor's file alignment (mod 64), as every other route presents
+        // it (Note [Mapped residents]): kernels' results can depend on it (a 64-aligned copy of an SDNQ uint4 + SVD
+        // DiT's dense tensors moved LTX-2's latents by 3e-6 on an AVX-512 machine).
+        const std::size_t offset = dense && !needs_conversion(t.scalar_type(), m.dtype)
+                                       ? std::size_t(reinterpret_cast<std::uintptr_t>(t.data_ptr()) % 64)
+                                       : 0;
+        r = m.scratch.take(dense ? t.sizes() : at::IntArrayRef(e.shape), m.dtype, t.device(), offset);
         ddo::torch::quant::decode_into(e, parts, r);
         taken.push_back(r);
     } else if (dense) {

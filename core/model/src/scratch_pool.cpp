@@ -6,26 +6,33 @@
 
 namespace ddo::model {
 
-at::Tensor ScratchPool::take(at::IntArrayRef shape, at::ScalarType dtype, c10::Device device) {
-    const auto bytes = std::uint64_t(c10::multiply_integers(shape)) * at::elementSize(dtype);
+at::Tensor ScratchPool::take(at::IntArrayRef shape, at::ScalarType dtype, c10::Device device, std::size_t offset) {
+    const auto elem = at::elementSize(dtype);
+    if (offset % elem != 0 || offset >= 64) offset = 0;  // not representable: the allocator's own alignment
+    const auto bytes = std::uint64_t(c10::multiply_integers(shape)) * elem + offset;  // the buffer's
     group_bytes_ += bytes;
     in_use_ += bytes;
     peak_bytes_ = std::max(peak_bytes_, in_use_ + free_bytes_);
+    const auto at_offset = [&](c10::Storage storage) {
+        // A plain tensor on the storage (set_, not a view: a view would keep a base alive and the buffer look held).
+        return at::empty({0}, at::TensorOptions().dtype(dtype).device(device))
+            .set_(std::move(storage), std::int64_t(offset / elem), shape);
+    };
     for (auto it = free_.rbegin(); it != free_.rend(); ++it) {
         if (it->nbytes() != bytes || it->device() != device) continue;
         auto storage = std::move(*it);
         free_.erase(std::next(it).base());
         free_bytes_ -= bytes;
         ++reused_;
-        // A plain tensor on the storage (set_, not a view: a view would keep a base alive and the buffer look held).
-        return at::empty({0}, at::TensorOptions().dtype(dtype).device(device)).set_(std::move(storage), 0, shape);
+        return at_offset(std::move(storage));
     }
     ++allocated_;
-    return at::empty(shape, at::TensorOptions().dtype(dtype).device(device));
+    if (offset == 0) return at::empty(shape, at::TensorOptions().dtype(dtype).device(device));
+    return at_offset(at::empty({std::int64_t(bytes / elem)}, at::TensorOptions().dtype(dtype).device(device)).storage());
 }
 
 void ScratchPool::give(at::Tensor t) {
-    const auto bytes = t.nbytes();
+    const auto bytes = t.storage().nbytes();  // the buffer's (with take's offset)
     in_use_ -= std::min<std::uint64_t>(in_use_, bytes);
     // Held elsewhere (a view or a copy kept by the caller past its release): never written again.
     if (t.use_count() != 1 || t.storage().use_count() != 1) {

@@ -16,7 +16,9 @@ namespace ddo::model {
 class ScratchPool {
 public:
     // A contiguous tensor of `shape` in `dtype` on `device`: a free buffer of exactly that many bytes, else new memory.
-    at::Tensor take(at::IntArrayRef shape, at::ScalarType dtype, c10::Device device);
+    // `offset` (bytes, a multiple of the element size, < 64): the tensor starts that far past a 64-byte boundary, so
+    // that a copy keeps its source's alignment (Note [Mapped residents]).
+    at::Tensor take(at::IntArrayRef shape, at::ScalarType dtype, c10::Device device, std::size_t offset = 0);
     // Hands `t` (from take) back. Kept for reuse only when nothing else holds it (no view or copy of the tensor
     // outlives its group), and only while the free buffers stay within the largest set one group has in use (the
     // oldest are dropped first).
