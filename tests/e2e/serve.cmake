@@ -12,6 +12,10 @@ if(TARGET qwen_image_21 AND TARGET ddo-host AND TARGET qwen_image_21_text_fixtur
   if(TARGET qwen_image_21_reference_fixtures)  # ConditionImagesFromTheRequest (skipped without them)
     add_dependencies(serve_test qwen_image_21_reference_fixtures)
   endif()
+  target_compile_definitions(serve_test PRIVATE LTX2_IMAGE_FIXTURE_DIR="${CMAKE_BINARY_DIR}/fixtures/ltx2_image")
+  if(TARGET ltx2_image AND TARGET ltx2_image_fixtures)  # Ltx2ImageKeepsGemmaEmbeddingsAndTheDit (skipped without)
+    add_dependencies(serve_test ltx2_image ltx2_image_fixtures)
+  endif()
 endif()
 
 # The page at / in headless Chromium over the DevTools pipe (skipped, exit 77, without it): submit, the progress bar

@@ -46,11 +46,12 @@ struct Server {
     fs::path dir;
     int exit_code = -1;
 
-    Server(const std::string & tag, const std::string & args, const fs::path & model = kModel) {
+    Server(const std::string & tag, const std::string & args, const fs::path & model = kModel,
+           const std::string & plugin = "qwen_image") {
         dir = fs::temp_directory_path() / ("ddo_serve_" + std::to_string(::getpid()) + "_" + tag);
         fs::remove_all(dir);
         fs::create_directories(dir);
-        const std::string cmd = "exec '" + std::string(DDO_HOST_BIN) + "' serve --plugin qwen_image --preset low_ram_safe.toml --model " +
+        const std::string cmd = "exec '" + std::string(DDO_HOST_BIN) + "' serve --plugin " + plugin + " --preset low_ram_safe.toml --model " +
                                 q(model.string()) + " --listen 127.0.0.1:0 --state-dir " + q((dir / "state").string()) + " " +
                                 args + " > " + q((dir / "stdout").string()) + " 2> " + q((dir / "stderr").string());
         pid = ::fork();
@@ -547,6 +548,46 @@ TEST(Serve, ConditionImagesFromTheRequest) {
     const json j = wait_status(s, post.j.at("id"), "finished");
     EXPECT_EQ(j.value("exit_code", 0), 2) << j.dump().substr(0, 600);
     EXPECT_NE(j.value("error", "").find("image_0"), std::string::npos) << j.value("error", "");
+    EXPECT_EQ(s.stop(), 0);
+}
+
+// The LTX-2 plugins' text stage (ltx2_common run_text_stage) under a server: ltx2_image on its text fixtures' checkpoint
+// (Gemma-3 and the connectors), the same prompt twice with other seeds: the second job's embeddings come from the
+// cache (Gemma-3 not opened), its DiT is resumed, and its PNG equals the CLI's for that seed.
+TEST(Serve, Ltx2ImageKeepsGemmaEmbeddingsAndTheDit) {
+    REQUIRE_READY();
+    const fs::path dir = LTX2_IMAGE_FIXTURE_DIR, model = dir / "checkpoint_text";
+    if (!fs::exists(model / "model_index.json")) GTEST_SKIP() << "the ltx2_image fixtures are missing (build ltx2_image_fixtures)";
+    const json ref = json::parse(std::ifstream(dir / "reference.json"));
+    const auto & k = ref.at("cases").at("text");
+    const auto & st = k.at("settings");
+    Server s("ltx2", "", model, "ltx2_image");
+    ASSERT_GT(s.port, 0) << slurp(s.dir / "stderr");
+    const json sets = {{"plugin.ltx2_image.guidance_rescale", st.at("guidance_rescale")},
+                       {"plugin.ltx2_image.pag_scale", st.at("pag_scale")},
+                       {"plugin.ltx2_image.max_sequence_length", st.at("max_sequence_length")}};
+    json req = {{"prompt", st.at("prompt")}, {"width", k.at("width")}, {"height", k.at("height")}, {"steps", st.at("steps")},
+                {"guidance_scale", st.at("guidance_scale")}, {"seed", 1}, {"set", sets}};
+    const Done first = run_job(s, req);
+    EXPECT_EQ(phase_notes(first.report, "encode").value("embeddings_cache", ""), "miss") << first.report["phases"].dump().substr(0, 600);
+    EXPECT_EQ(session_of(first.report, "text_encoder").value("weights", ""), "built");
+    req["seed"] = 2;
+    const Done second = run_job(s, req);
+    EXPECT_EQ(phase_notes(second.report, "encode").value("embeddings_cache", ""), "hit");
+    EXPECT_FALSE(second.report["counters"].contains("text_encoder")) << "a cache hit opens no Gemma-3";
+    EXPECT_EQ(session_of(second.report, "transformer").value("weights", ""), "reused");
+    EXPECT_EQ(session_of(second.report, "transformer").value("file_bytes_read", -1), 0);
+    std::string flags = "-p '" + st.at("prompt").get<std::string>() + "' --width " + std::to_string(k.at("width").get<int>()) +
+                        " --height " + std::to_string(k.at("height").get<int>()) + " --steps " +
+                        std::to_string(st.at("steps").get<int>()) + " --cfg-scale " + st.at("guidance_scale").dump() + " --seed 2";
+    for (const auto & [key, v] : sets.items()) flags += " --set " + key + "=" + v.dump();
+    ddo::test::Png cli;
+    auto r = ddo::test::run_ddo_host("serve_ltx2_cli", "--plugin ltx2_image --preset low_ram_safe.toml --model " +
+                                                           q(model.string()) + " " + flags,
+                                     [&](const fs::path & d) { cli = ddo::test::read_png(d / "image.png"); });
+    ASSERT_EQ(r.exit_code, 0) << r.log;
+    EXPECT_GT(second.image.width, 0u);
+    EXPECT_EQ(second.image.pixels, cli.pixels) << "a served LTX-2 image on cached embeddings differs from the CLI's";
     EXPECT_EQ(s.stop(), 0);
 }
 
