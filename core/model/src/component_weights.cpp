@@ -553,13 +553,11 @@ ComponentWeights::Progress ComponentWeights::progress() const {
     return {k.bytes_moved_total(), k.stall_s, k.stall_s ? std::string() : k.stall_reason};
 }
 
-std::uint64_t ComponentWeights::finish() {
-    auto & m = *impl_;
+// The end of a run on these weights, shared by finish and park: the handed-out tensors and every lease returned, the
+// engine phase ended (its outstanding owners returned). What was converted, decoded or merged once is the caller's.
+static std::uint64_t end_run(ComponentWeights::Impl & m) {
     m.tensors.clear();
     m.scratch_of.clear();
-    m.scratch.clear();
-    m.converted.clear();
-    m.lora_merged.clear();
     m.leases.clear();
     m.held_by.clear();
     m.users.clear();
@@ -568,17 +566,20 @@ std::uint64_t ComponentWeights::finish() {
     return m.engine->end_phase();
 }
 
+std::uint64_t ComponentWeights::finish() {
+    auto & m = *impl_;
+    m.tensors.clear();  // before the buffers they may view
+    m.scratch_of.clear();
+    m.scratch.clear();
+    m.converted.clear();
+    m.lora_merged.clear();
+    return end_run(m);
+}
+
 std::uint64_t ComponentWeights::park() {
     auto & m = *impl_;
     if (m.engine->plan().route == Route::component) return finish();  // its residents go at the phase end
-    m.tensors.clear();
-    m.scratch_of.clear();
-    m.leases.clear();
-    m.held_by.clear();
-    m.users.clear();
-    if (!m.begun || m.ended) return 0;
-    m.ended = true;
-    return m.engine->end_phase();
+    return end_run(m);
 }
 
 void ComponentWeights::resume() {
