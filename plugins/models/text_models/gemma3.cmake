@@ -15,6 +15,6 @@ set_target_properties(ddo_sentencepiece PROPERTIES
 add_library(ddo_gemma3 STATIC ${CMAKE_CURRENT_LIST_DIR}/src/gemma3_text_model.cpp)
 target_include_directories(ddo_gemma3 PUBLIC ${CMAKE_CURRENT_LIST_DIR}/src)
 target_link_libraries(ddo_gemma3 PUBLIC ddo_model PRIVATE ddo_compile_options nlohmann_json::nlohmann_json)
-target_precompile_headers(ddo_gemma3 PRIVATE <ATen/ATen.h>)
+target_precompile_headers(ddo_gemma3 REUSE_FROM ddo_model_pch)  # core/model/CMakeLists.txt
 set_target_properties(ddo_gemma3 PROPERTIES
   CXX_VISIBILITY_PRESET hidden VISIBILITY_INLINES_HIDDEN ON POSITION_INDEPENDENT_CODE ON)
