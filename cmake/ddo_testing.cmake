@@ -48,6 +48,29 @@ function(ddo_add_gtest name)
                ENVIRONMENT "${T_ENVIRONMENT}")
 endfunction()
 
+# ddo_test_uses_aten(<name>): the test's translation units begin with one precompiled header shared by every test
+# that uses LibTorch (<ATen/ATen.h> + test_paths.hpp, built once by ddo_test_pch_donor) instead of a PCH per test.
+# test_paths.hpp moves into the PCH: a header force-included before the PCH makes GCC ignore the PCH, silently (no
+# -Winvalid-pch), and parse <ATen/ATen.h> again in every file, which is what each test's own PCH came to until
+# 2026-12-04. GCC uses a PCH only when the user's flags match its maker's (-fPIE here, as the executables) and every
+# macro its maker defined is defined the same way: the donor links only ddo_torch, whose definitions every LibTorch
+# test has.
+function(ddo_test_uses_aten name)
+  if(NOT TARGET ddo_test_pch_donor)
+    add_library(ddo_test_pch_donor OBJECT ${CMAKE_SOURCE_DIR}/tests/test_pch.cpp)
+    target_link_libraries(ddo_test_pch_donor PRIVATE ddo_torch ddo_compile_options)
+    # <test_paths.hpp>, not its path: the generated cmake_pch.hxx names no folder of the clone (ccache, Note [Test paths]).
+    target_include_directories(ddo_test_pch_donor PRIVATE ${CMAKE_SOURCE_DIR}/tests)
+    target_precompile_headers(ddo_test_pch_donor PRIVATE <ATen/ATen.h> <test_paths.hpp>)
+    set_target_properties(ddo_test_pch_donor PROPERTIES POSITION_INDEPENDENT_CODE OFF)
+    target_compile_options(ddo_test_pch_donor PRIVATE -fPIE)
+  endif()
+  get_target_property(opts ${name} COMPILE_OPTIONS)
+  list(REMOVE_ITEM opts "$<$<COMPILE_LANGUAGE:CXX>:-include test_paths.hpp>")
+  set_target_properties(${name} PROPERTIES COMPILE_OPTIONS "${opts}")
+  target_precompile_headers(${name} REUSE_FROM ddo_test_pch_donor)
+endfunction()
+
 # ddo_relocate_test_paths(): called once after every test is defined (tests/CMakeLists.txt). Each gtest target's
 # compile definition whose value is a path under the build or the source tree (`NAME="/abs/build/fixtures/x"`, or
 # `$<TARGET_FILE:ddo-host>`) becomes `NAME=::ddo::test::build_path("fixtures/x")` (source_path for the source tree):

@@ -7,6 +7,6 @@ if(TARGET ddo_ltx2_dit)
     SOURCES ${CMAKE_CURRENT_LIST_DIR}/ltx2_structure_test.cpp
     LIBS ddo_ltx2_dit)
   target_compile_definitions(ltx2_structure_test PRIVATE LTX2_PLUGIN_DIR="${CMAKE_BINARY_DIR}/lib/ddo/plugins")
-  target_precompile_headers(ltx2_structure_test PRIVATE <ATen/ATen.h>)
+  ddo_test_uses_aten(ltx2_structure_test)
   add_dependencies(ltx2_structure_test linear)
 endif()

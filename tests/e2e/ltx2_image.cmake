@@ -10,7 +10,7 @@ if(TARGET ltx2_image AND TARGET ddo-host AND TARGET ddo_ltx2_image AND DDO_PYTHO
   target_compile_definitions(ltx2_image_test PRIVATE
     LTX2_IMAGE_FIXTURE_DIR="${CMAKE_BINARY_DIR}/fixtures/ltx2_image"
     LTX2_PIPELINE_FIXTURE_DIR="${CMAKE_BINARY_DIR}/fixtures/ltx2_pipeline" DDO_HOST_BIN="$<TARGET_FILE:ddo-host>")
-  target_precompile_headers(ltx2_image_test PRIVATE <ATen/ATen.h>)
+  ddo_test_uses_aten(ltx2_image_test)
   add_dependencies(ltx2_image_test ddo-host ltx2_image linear vmm ddo_manifest_main ltx2_image_fixtures
     ltx2_pipeline_fixtures)
 endif()
@@ -19,7 +19,7 @@ if(TARGET ddo_ltx2_image)
     SOURCES ${CMAKE_CURRENT_LIST_DIR}/ltx2_image_structure_test.cpp
     LIBS ddo_ltx2_image)
   target_compile_definitions(ltx2_image_structure_test PRIVATE LTX2_PLUGIN_DIR="${CMAKE_BINARY_DIR}/lib/ddo/plugins")
-  target_precompile_headers(ltx2_image_structure_test PRIVATE <ATen/ATen.h>)
+  ddo_test_uses_aten(ltx2_image_structure_test)
   add_dependencies(ltx2_image_structure_test linear)
 endif()
 # img2img (--image FILE --strength S) against tools/reference/ltx2_image_img2img_fixtures.py: the PNG at strengths
@@ -30,6 +30,6 @@ if(TARGET ltx2_image AND TARGET ddo-host AND TARGET ddo_ltx2_image AND DDO_PYTHO
     LIBS ddo_model PNG::PNG)
   target_compile_definitions(ltx2_image_img2img_test PRIVATE
     LTX2_IMAGE_IMG2IMG_FIXTURE_DIR="${CMAKE_BINARY_DIR}/fixtures/ltx2_image_img2img" DDO_HOST_BIN="$<TARGET_FILE:ddo-host>")
-  target_precompile_headers(ltx2_image_img2img_test PRIVATE <ATen/ATen.h>)
+  ddo_test_uses_aten(ltx2_image_img2img_test)
   add_dependencies(ltx2_image_img2img_test ddo-host ltx2_image linear vmm ddo_manifest_main ltx2_image_img2img_fixtures)
 endif()

@@ -8,7 +8,7 @@ if(TARGET ltx2_video AND TARGET ddo-host AND TARGET ddo_media AND DDO_PYTHON)
   target_compile_definitions(ltx2_video_test PRIVATE
     LTX2_PIPELINE_FIXTURE_DIR="${CMAKE_BINARY_DIR}/fixtures/ltx2_pipeline"
     LTX2_TEXT_FIXTURE_DIR="${CMAKE_BINARY_DIR}/fixtures/ltx2_text" DDO_HOST_BIN="$<TARGET_FILE:ddo-host>")
-  target_precompile_headers(ltx2_video_test PRIVATE <ATen/ATen.h>)
+  ddo_test_uses_aten(ltx2_video_test)
   add_dependencies(ltx2_video_test ddo-host ltx2_video linear vmm ddo_manifest_main ltx2_pipeline_fixtures ltx2_text_fixtures)
 endif()
 
@@ -36,7 +36,7 @@ if(TARGET ltx2_video AND TARGET ddo-host AND TARGET ddo_media AND DDO_PYTHON)
   target_compile_definitions(ltx2_conditioning_test PRIVATE
     LTX2_CONDITIONING_FIXTURE_DIR="${CMAKE_BINARY_DIR}/fixtures/ltx2_conditioning"
     LTX2_TWO_STAGE_FIXTURE_DIR="${CMAKE_BINARY_DIR}/fixtures/ltx2_two_stage" DDO_HOST_BIN="$<TARGET_FILE:ddo-host>")
-  target_precompile_headers(ltx2_conditioning_test PRIVATE <ATen/ATen.h>)
+  ddo_test_uses_aten(ltx2_conditioning_test)
   add_dependencies(ltx2_conditioning_test ddo-host ltx2_video linear vmm ddo_manifest_main ltx2_conditioning_fixtures
     ltx2_two_stage_fixtures)
 endif()

@@ -81,7 +81,7 @@ if(TARGET qwen_image_21 AND TARGET ltx2_video AND TARGET ltx2_image AND TARGET d
     QI21_LORA_FIXTURE_DIR="${CMAKE_BINARY_DIR}/fixtures/qwen_image_21_lora"
     QI21_TEXT_LORA_FIXTURE_DIR="${CMAKE_BINARY_DIR}/fixtures/qwen_image_21_text_lora"
     LTX2_LORA_FIXTURE_DIR="${CMAKE_BINARY_DIR}/fixtures/ltx2_lora" DDO_HOST_BIN="$<TARGET_FILE:ddo-host>")
-  target_precompile_headers(lora_test PRIVATE <ATen/ATen.h>)
+  ddo_test_uses_aten(lora_test)
   add_dependencies(lora_test ddo-host qwen_image_21 ltx2_video ltx2_image linear vmm ddo_manifest_main
     qwen_image_21_lora_fixtures qwen_image_21_text_lora_fixtures ltx2_lora_fixtures)
 endif()

@@ -18,5 +18,5 @@ if(TARGET ddo_gemma3 AND TARGET ddo_sentencepiece)
   target_compile_definitions(gemma3_parity_test PRIVATE GEMMA3_FIXTURE_DIR="${GEMMA3_FIXTURE_DIR}"
     GEMMA3_PLUGIN_DIR="${CMAKE_BINARY_DIR}/lib/ddo/plugins")
   add_dependencies(gemma3_parity_test linear)
-  target_precompile_headers(gemma3_parity_test PRIVATE <ATen/ATen.h>)
+  ddo_test_uses_aten(gemma3_parity_test)
 endif()

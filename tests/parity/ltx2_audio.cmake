@@ -10,5 +10,5 @@ if(TARGET ddo_ltx2_audio)
     SOURCES ${CMAKE_CURRENT_LIST_DIR}/ltx2_audio_parity_test.cpp
     LIBS ddo_ltx2_audio)
   target_compile_definitions(ltx2_audio_parity_test PRIVATE LTX2_AUDIO_FIXTURE_DIR="${LTX2_AUDIO_FIXTURE_DIR}")
-  target_precompile_headers(ltx2_audio_parity_test PRIVATE <ATen/ATen.h>)
+  ddo_test_uses_aten(ltx2_audio_parity_test)
 endif()

@@ -13,5 +13,5 @@ if(TARGET ddo_ltx2_pipeline)
     LTX2_CONDITIONING_FIXTURE_DIR="${LTX2_CONDITIONING_FIXTURE_DIR}"
     LTX2_CONDITIONING_PLUGIN_DIR="${CMAKE_BINARY_DIR}/lib/ddo/plugins")
   add_dependencies(ltx2_conditioning_parity_test linear)
-  target_precompile_headers(ltx2_conditioning_parity_test PRIVATE <ATen/ATen.h>)
+  ddo_test_uses_aten(ltx2_conditioning_parity_test)
 endif()

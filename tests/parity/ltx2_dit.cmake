@@ -9,5 +9,5 @@ if(TARGET ddo_ltx2_dit)
     SOURCES ${CMAKE_CURRENT_LIST_DIR}/ltx2_dit_parity_test.cpp
     LIBS ddo_ltx2_dit)
   target_compile_definitions(ltx2_dit_parity_test PRIVATE LTX2_DIT_FIXTURE_DIR="${LTX2_DIT_FIXTURE_DIR}")
-  target_precompile_headers(ltx2_dit_parity_test PRIVATE <ATen/ATen.h>)
+  ddo_test_uses_aten(ltx2_dit_parity_test)
 endif()

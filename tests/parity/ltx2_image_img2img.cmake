@@ -17,5 +17,5 @@ if(TARGET ddo_ltx2_image)
     LTX2_IMAGE_IMG2IMG_FIXTURE_DIR="${LTX2_IMAGE_IMG2IMG_FIXTURE_DIR}"
     LTX2_IMAGE_PLUGIN_DIR="${CMAKE_BINARY_DIR}/lib/ddo/plugins")
   add_dependencies(ltx2_image_img2img_parity_test linear)
-  target_precompile_headers(ltx2_image_img2img_parity_test PRIVATE <ATen/ATen.h>)
+  ddo_test_uses_aten(ltx2_image_img2img_parity_test)
 endif()

@@ -17,5 +17,5 @@ if(TARGET ddo_ltx2_pipeline)
     LTX2_QUANT_FIXTURE_DIR="${LTX2_QUANT_FIXTURE_DIR}"
     LTX2_PIPELINE_PLUGIN_DIR="${CMAKE_BINARY_DIR}/lib/ddo/plugins")
   add_dependencies(ltx2_pipeline_parity_test linear)
-  target_precompile_headers(ltx2_pipeline_parity_test PRIVATE <ATen/ATen.h>)
+  ddo_test_uses_aten(ltx2_pipeline_parity_test)
 endif()

@@ -17,5 +17,5 @@ if(TARGET ddo_ltx2_text)
   target_compile_definitions(ltx2_text_parity_test PRIVATE LTX2_TEXT_FIXTURE_DIR="${LTX2_TEXT_FIXTURE_DIR}"
     LTX2_TEXT_PLUGIN_DIR="${CMAKE_BINARY_DIR}/lib/ddo/plugins")
   add_dependencies(ltx2_text_parity_test linear)
-  target_precompile_headers(ltx2_text_parity_test PRIVATE <ATen/ATen.h>)
+  ddo_test_uses_aten(ltx2_text_parity_test)
 endif()

@@ -11,5 +11,5 @@ if(TARGET ddo_ltx2_pipeline AND TARGET ddo_ltx2_upsampler)
     LIBS ddo_ltx2_pipeline ddo_ltx2_upsampler ddo_core)
   target_compile_definitions(ltx2_two_stage_parity_test PRIVATE
     LTX2_TWO_STAGE_FIXTURE_DIR="${LTX2_TWO_STAGE_FIXTURE_DIR}")
-  target_precompile_headers(ltx2_two_stage_parity_test PRIVATE <ATen/ATen.h>)
+  ddo_test_uses_aten(ltx2_two_stage_parity_test)
 endif()

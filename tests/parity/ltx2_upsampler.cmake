@@ -14,5 +14,5 @@ if(TARGET ddo_ltx2_upsampler)
     LTX2_UPSAMPLER_FIXTURE_DIR="${LTX2_UPSAMPLER_FIXTURE_DIR}"
     LTX2_UPSAMPLER_PLUGIN_DIR="${CMAKE_BINARY_DIR}/lib/ddo/plugins")
   add_dependencies(ltx2_upsampler_parity_test linear)
-  target_precompile_headers(ltx2_upsampler_parity_test PRIVATE <ATen/ATen.h>)
+  ddo_test_uses_aten(ltx2_upsampler_parity_test)
 endif()

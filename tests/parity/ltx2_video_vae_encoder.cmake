@@ -18,5 +18,5 @@ if(TARGET ddo_ltx2_video_vae)
     # The conditioning fixtures' pipeline-encoded condition images (ltx2_conditioning.cmake), when built.
     LTX2_CONDITIONING_FIXTURE_DIR="${CMAKE_BINARY_DIR}/fixtures/ltx2_conditioning")
   add_dependencies(ltx2_video_vae_encoder_parity_test linear)
-  target_precompile_headers(ltx2_video_vae_encoder_parity_test PRIVATE <ATen/ATen.h>)
+  ddo_test_uses_aten(ltx2_video_vae_encoder_parity_test)
 endif()

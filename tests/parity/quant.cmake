@@ -8,5 +8,5 @@ if(TARGET ddo_model)
     SOURCES ${CMAKE_CURRENT_LIST_DIR}/quant_dequant_parity_test.cpp
     LIBS ddo_model ddo_bench_synthetic)
   target_compile_definitions(quant_dequant_parity_test PRIVATE QUANT_FIXTURE_DIR="${QUANT_FIXTURE_DIR}")
-  target_precompile_headers(quant_dequant_parity_test PRIVATE <ATen/ATen.h>)
+  ddo_test_uses_aten(quant_dequant_parity_test)
 endif()

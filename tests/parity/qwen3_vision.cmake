@@ -13,5 +13,5 @@ if(TARGET ddo_text_models)
   target_compile_definitions(qwen3_vision_parity_test PRIVATE QWEN3_VISION_FIXTURE_DIR="${QWEN3_VISION_FIXTURE_DIR}"
     QWEN3_VISION_PLUGIN_DIR="${CMAKE_BINARY_DIR}/lib/ddo/plugins")
   add_dependencies(qwen3_vision_parity_test linear)
-  target_precompile_headers(qwen3_vision_parity_test PRIVATE <ATen/ATen.h>)
+  ddo_test_uses_aten(qwen3_vision_parity_test)
 endif()

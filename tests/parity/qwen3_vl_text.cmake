@@ -14,5 +14,5 @@ if(TARGET ddo_text_models AND TARGET ddo_media)
   target_compile_definitions(qwen3_vl_text_parity_test PRIVATE QWEN3_VL_TEXT_FIXTURE_DIR="${QWEN3_VL_TEXT_FIXTURE_DIR}"
     QWEN3_VL_PLUGIN_DIR="${CMAKE_BINARY_DIR}/lib/ddo/plugins")
   add_dependencies(qwen3_vl_text_parity_test linear)
-  target_precompile_headers(qwen3_vl_text_parity_test PRIVATE <ATen/ATen.h>)
+  ddo_test_uses_aten(qwen3_vl_text_parity_test)
 endif()

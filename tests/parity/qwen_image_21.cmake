@@ -12,7 +12,7 @@ if(TARGET qwen_image_21_impl)
   target_compile_definitions(qwen_image_21_parity_test PRIVATE QI21_FIXTURE_DIR="${QI21_FIXTURE_DIR}"
     QI21_PLUGIN_DIR="${CMAKE_BINARY_DIR}/lib/ddo/plugins")
   add_dependencies(qwen_image_21_parity_test linear)
-  target_precompile_headers(qwen_image_21_parity_test PRIVATE <ATen/ATen.h>)
+  ddo_test_uses_aten(qwen_image_21_parity_test)
 endif()
 
 # The same pipeline on quantized transformers (issue 26): SDNQ int8, SDNQ uint4 + SVD (diffusers' SDNQ integration)
@@ -27,5 +27,5 @@ if(TARGET qwen_image_21_impl)
   target_compile_definitions(qwen_image_21_quant_parity_test PRIVATE QI21Q_FIXTURE_DIR="${QI21Q_FIXTURE_DIR}"
     QI21_PLUGIN_DIR="${CMAKE_BINARY_DIR}/lib/ddo/plugins")
   add_dependencies(qwen_image_21_quant_parity_test linear)
-  target_precompile_headers(qwen_image_21_quant_parity_test PRIVATE <ATen/ATen.h>)
+  ddo_test_uses_aten(qwen_image_21_quant_parity_test)
 endif()

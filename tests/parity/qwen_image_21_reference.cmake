@@ -19,5 +19,5 @@ if(TARGET qwen_image_21_impl AND TARGET qwen_image_21_reference_fixtures)
     QI21_REF_FIXTURE_DIR="${CMAKE_BINARY_DIR}/fixtures/qwen_image_21_reference"
     QI21_PLUGIN_DIR="${CMAKE_BINARY_DIR}/lib/ddo/plugins")
   add_dependencies(qwen_image_21_reference_parity_test linear qwen_image_21_reference_fixtures)
-  target_precompile_headers(qwen_image_21_reference_parity_test PRIVATE <ATen/ATen.h>)
+  ddo_test_uses_aten(qwen_image_21_reference_parity_test)
 endif()

@@ -13,5 +13,5 @@ if(TARGET qwen_image_21_impl)
   target_compile_definitions(qwen_image_21_text_parity_test PRIVATE QI21_TEXT_FIXTURE_DIR="${QI21_TEXT_FIXTURE_DIR}"
     QI21_PLUGIN_DIR="${CMAKE_BINARY_DIR}/lib/ddo/plugins")
   add_dependencies(qwen_image_21_text_parity_test linear)
-  target_precompile_headers(qwen_image_21_text_parity_test PRIVATE <ATen/ATen.h>)
+  ddo_test_uses_aten(qwen_image_21_text_parity_test)
 endif()

@@ -19,7 +19,7 @@ if(TARGET qwen_image_21_impl)
   target_compile_definitions(qwen_image_21_text_quant_parity_test PRIVATE
     TEXT_QUANT_FIXTURE_DIR="${TEXT_QUANT_FIXTURE_DIR}" QI21_PLUGIN_DIR="${CMAKE_BINARY_DIR}/lib/ddo/plugins")
   add_dependencies(qwen_image_21_text_quant_parity_test linear)
-  target_precompile_headers(qwen_image_21_text_quant_parity_test PRIVATE <ATen/ATen.h>)
+  ddo_test_uses_aten(qwen_image_21_text_quant_parity_test)
 endif()
 
 if(TARGET ddo_ltx2_text)
@@ -29,5 +29,5 @@ if(TARGET ddo_ltx2_text)
   target_compile_definitions(ltx2_text_quant_parity_test PRIVATE
     TEXT_QUANT_FIXTURE_DIR="${TEXT_QUANT_FIXTURE_DIR}" LTX2_TEXT_PLUGIN_DIR="${CMAKE_BINARY_DIR}/lib/ddo/plugins")
   add_dependencies(ltx2_text_quant_parity_test linear)
-  target_precompile_headers(ltx2_text_quant_parity_test PRIVATE <ATen/ATen.h>)
+  ddo_test_uses_aten(ltx2_text_quant_parity_test)
 endif()
