@@ -385,53 +385,60 @@ std::vector<std::string> identity_differences(const json & a, const json & b) {
     return diffs;
 }
 
-}  // namespace
-
-void diff_reports(const json & a, const json & b, const std::string & na, const std::string & nb) {
-    auto diffs = identity_differences(a, b);
+// The matched-comparison verdict: the workload / identity fields that differ, each side's value (LoRA files a line each).
+void print_identity_verdict(const json & a, const json & b) {
+    const auto diffs = identity_differences(a, b);
     if (diffs.empty()) {
         std::cout << "matched comparison: workload and identity fields are equal\n";
-    } else {
-        std::cout << "NOT a matched comparison: these workload/identity fields differ:\n";
-        for (const auto & d : diffs) {
-            if (d == "identity.checkpoint.loras") {  // each side's files, a line each
-                const auto la = lora_files_text(a), lb = lora_files_text(b);
-                std::cout << "  " << d << ":\n";
-                for (const auto & l : la) std::cout << "    A " << l << "\n";
-                if (la.empty()) std::cout << "    A none\n";
-                for (const auto & l : lb) std::cout << "    B " << l << "\n";
-                if (lb.empty()) std::cout << "    B none\n";
-                continue;
-            }
-            if (d == "settings.values.lora.apply") {
-                std::cout << "  " << d << ": " << json_text(lora_apply(a)) << "  vs  " << json_text(lora_apply(b)) << "\n";
-                continue;
-            }
+        return;
+    }
+    std::cout << "NOT a matched comparison: these workload/identity fields differ:\n";
+    for (const auto & d : diffs) {
+        if (d == "identity.checkpoint.loras") {  // each side's files, a line each
+            const auto la = lora_files_text(a), lb = lora_files_text(b);
+            std::cout << "  " << d << ":\n";
+            for (const auto & l : la) std::cout << "    A " << l << "\n";
+            if (la.empty()) std::cout << "    A none\n";
+            for (const auto & l : lb) std::cout << "    B " << l << "\n";
+            if (lb.empty()) std::cout << "    B none\n";
+        } else if (d == "settings.values.lora.apply") {
+            std::cout << "  " << d << ": " << json_text(lora_apply(a)) << "  vs  " << json_text(lora_apply(b)) << "\n";
+        } else {
             std::cout << "  " << d << ": " << json_text(at_path(a, d)) << "  vs  " << json_text(at_path(b, d)) << "\n";
         }
     }
-    std::cout << "\n";
-    std::printf("%-40s %-20s %-20s %-12s %s\n", "", na.substr(0, 20).c_str(), nb.substr(0, 20).c_str(), "B - A", "B / A");
-    // Numbers get their delta and ratio (B over A: < 1 is B faster or smaller); text only its two sides.
-    auto row = [](const std::string & k, const std::string & x, const std::string & y, const json & vx = nullptr,
-                  const json & vy = nullptr, double scale = 1, const char * unit = "") {
-        std::string delta = "-", ratio = "-";
-        if (vx.is_number() && vy.is_number()) {
-            const double dx = vx.get<double>(), dy = vy.get<double>();
-            char buf[64];
-            std::snprintf(buf, sizeof buf, "%+.3f%s", (dy - dx) / scale, unit);
-            delta = buf;
-            if (dx != 0) {
-                std::snprintf(buf, sizeof buf, "%.3f", dy / dx);
-                ratio = buf;
-            }
+}
+
+// One row of the side-by-side table. Numbers get their delta and ratio (B over A: < 1 is B faster or smaller); text
+// only its two sides.
+void diff_row(const std::string & k, const std::string & x, const std::string & y, const json & vx = nullptr,
+              const json & vy = nullptr, double scale = 1, const char * unit = "") {
+    std::string delta = "-", ratio = "-";
+    if (vx.is_number() && vy.is_number()) {
+        const double dx = vx.get<double>(), dy = vy.get<double>();
+        char buf[64];
+        std::snprintf(buf, sizeof buf, "%+.3f%s", (dy - dx) / scale, unit);
+        delta = buf;
+        if (dx != 0) {
+            std::snprintf(buf, sizeof buf, "%.3f", dy / dx);
+            ratio = buf;
         }
-        std::printf("%-40s %-20s %-20s %-12s %s\n", k.c_str(), x.c_str(), y.c_str(), delta.c_str(), ratio.c_str());
-    };
-    row("status", json_text(field(a, "status")), json_text(field(b, "status")));
-    row("preset (effective)", json_text(at_path(a, "identity.preset.effective")), json_text(at_path(b, "identity.preset.effective")));
-    row("tracked total (host)", secs(at_path(a, "timing.tracked_total_host_s")), secs(at_path(b, "timing.tracked_total_host_s")),
-        at_path(a, "timing.tracked_total_host_s"), at_path(b, "timing.tracked_total_host_s"), 1, " s");
+    }
+    std::printf("%-40s %-20s %-20s %-12s %s\n", k.c_str(), x.c_str(), y.c_str(), delta.c_str(), ratio.c_str());
+}
+
+// The union of the keys of `key` (an object) in both reports, sorted.
+std::set<std::string> keys_of_both(const json & a, const json & b, const char * key) {
+    std::set<std::string> keys;
+    for (const json * r : {&a, &b}) {
+        const json o = r->value(key, json::object());  // named: a temporary's items() would dangle in the loop
+        for (const auto & [k, _] : o.items()) keys.insert(k);
+    }
+    return keys;
+}
+
+// Each phase's host wall time (and CUDA-event time where either side has one), by name.
+void print_phase_rows(const json & a, const json & b) {
     auto phase_map = [](const json & r) {
         std::map<std::string, json> m;
         for (const auto & p : array_field(r, "phases")) m[json_text(field(p, "name"))] = p;
@@ -445,36 +452,50 @@ void diff_reports(const json & a, const json & b, const std::string & na, const 
     for (const auto & n : names) {
         const json & wa = pa.count(n) ? field(pa[n], "host_wall_s") : absent;
         const json & wb = pb.count(n) ? field(pb[n], "host_wall_s") : absent;
-        row("phase " + n + " host wall", pa.count(n) ? secs(wa) : "absent", pb.count(n) ? secs(wb) : "absent", wa, wb, 1, " s");
+        diff_row("phase " + n + " host wall", pa.count(n) ? secs(wa) : "absent", pb.count(n) ? secs(wb) : "absent", wa, wb, 1, " s");
         const json & ca = pa.count(n) ? field(pa[n], "cuda_event_ms") : absent;
         const json & cb = pb.count(n) ? field(pb[n], "cuda_event_ms") : absent;
         if (!ca.is_null() || !cb.is_null())
-            row("phase " + n + " cuda event ms", pa.count(n) ? json_text(ca) : "absent", pb.count(n) ? json_text(cb) : "absent", ca, cb, 1, " ms");
+            diff_row("phase " + n + " cuda event ms", pa.count(n) ? json_text(ca) : "absent", pb.count(n) ? json_text(cb) : "absent", ca, cb, 1, " ms");
     }
+}
+
+// Whole-run memory peaks, bytes streamed per component, output hashes and each component's executed route.
+void print_resource_rows(const json & a, const json & b) {
     for (const char * m : kMonitors) {
         const json & x = at_path(a, std::string("memory.") + m + ".peak_bytes");
         const json & y = at_path(b, std::string("memory.") + m + ".peak_bytes");
-        row(std::string("peak ") + m, gib(x), gib(y), x, y, 1073741824.0, " GiB");
+        diff_row(std::string("peak ") + m, gib(x), gib(y), x, y, 1073741824.0, " GiB");
     }
-    std::set<std::string> streamed;
-    const json ca = a.value("counters", json::object()), cb = b.value("counters", json::object());
-    for (const auto & [c, _] : ca.items()) streamed.insert(c);
-    for (const auto & [c, _] : cb.items()) streamed.insert(c);
-    for (const auto & c : streamed) {
+    for (const auto & c : keys_of_both(a, b, "counters")) {
         const json & x = at_path(a, "counters." + c + ".bytes_streamed");
         const json & y = at_path(b, "counters." + c + ".bytes_streamed");
-        if (!x.is_null() || !y.is_null()) row("bytes streamed " + c, json_text(x), json_text(y), x, y, 1048576.0, " MiB");
+        if (!x.is_null() || !y.is_null()) diff_row("bytes streamed " + c, json_text(x), json_text(y), x, y, 1048576.0, " MiB");
     }
     const json & oa = array_field(a, "outputs"), & ob = array_field(b, "outputs");
     for (std::size_t i = 0; i < std::max(oa.size(), ob.size()); ++i) {
         const std::string ha = i < oa.size() ? json_text(field(oa[i], "sha256")) : "absent",
                           hb = i < ob.size() ? json_text(field(ob[i], "sha256")) : "absent";
-        row("output " + std::to_string(i) + " sha256", ha.substr(0, 16), hb.substr(0, 16));
+        diff_row("output " + std::to_string(i) + " sha256", ha.substr(0, 16), hb.substr(0, 16));
         std::printf("%-40s %s\n", "", ha == hb ? "identical files" : "different files (PNG text chunks name the run: compare pixels for images)");
     }
-    std::set<std::string> comps;
-    for (const auto & c : comps)
-        row("route " + c + " executed", json_text(at_path(a, "routes." + c + ".executed")), json_text(at_path(b, "routes." + c + ".executed")));
+    for (const auto & c : keys_of_both(a, b, "routes"))
+        diff_row("route " + c + " executed", json_text(at_path(a, "routes." + c + ".executed")),
+                 json_text(at_path(b, "routes." + c + ".executed")));
+}
+
+}  // namespace
+
+void diff_reports(const json & a, const json & b, const std::string & na, const std::string & nb) {
+    print_identity_verdict(a, b);
+    std::cout << "\n";
+    std::printf("%-40s %-20s %-20s %-12s %s\n", "", na.substr(0, 20).c_str(), nb.substr(0, 20).c_str(), "B - A", "B / A");
+    diff_row("status", json_text(field(a, "status")), json_text(field(b, "status")));
+    diff_row("preset (effective)", json_text(at_path(a, "identity.preset.effective")), json_text(at_path(b, "identity.preset.effective")));
+    diff_row("tracked total (host)", secs(at_path(a, "timing.tracked_total_host_s")), secs(at_path(b, "timing.tracked_total_host_s")),
+             at_path(a, "timing.tracked_total_host_s"), at_path(b, "timing.tracked_total_host_s"), 1, " s");
+    print_phase_rows(a, b);
+    print_resource_rows(a, b);
 }
 
 }  // namespace ddo::host

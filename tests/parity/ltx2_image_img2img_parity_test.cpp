@@ -28,6 +28,7 @@
 #include "image_connectors.hpp"
 #include "image_pipeline.hpp"
 #include "image_transformer.hpp"
+#include "parity/ltx2_parity_routes.hpp"
 #include "parity/parity_support.hpp"
 #include "video_denoise.hpp"
 #include "video_vae_decoder.hpp"
@@ -220,35 +221,7 @@ TEST_F(Ltx2ImageImg2ImgParity, DitRoutesGiveBitwiseEqualLatents) {
     ASSERT_NE(linear, nullptr);
     const std::string name = "s060";
     const auto want = run_img2img(name);
-    const auto ckpt = kDir / "checkpoint" / "transformer";
-    const auto tc = lt::image_transformer_config_from_file(ckpt / "config.json");
-    const auto groups = lt::image_transformer_groups(tc);
-    const auto tf = TensorFile::open_component(ckpt);
-    uint64_t resident_bytes = 0;  // the globals and block 0: block 1 streams on the dynamic route
-    for (const auto & g : groups)
-        if (g.name != "transformer_blocks.1")
-            for (const auto & n : g.tensors) resident_bytes += tf.nbytes_of(n);
-    struct Route {
-        ddo::Route route;
-        double resident_gb;
-        const char * name;
-    };
-    for (const Route & r : {Route{ddo::Route::resident, 0, "resident"},
-                            Route{ddo::Route::dynamic, double(resident_bytes + 1024) / 1073741824.0, "dynamic"},
-                            Route{ddo::Route::disk, 0, "disk"}}) {
-        const auto plan = ddo::test::cpu_plan("transformer", r.route, linear, r.resident_gb);
-        auto cw = ddo::model::ComponentWeights::open(ckpt, groups, plan, at::kFloat);
-        lt::EngineWeights ew(*cw, groups, at::kFloat, at::kCPU);
-        const auto got = run_img2img(name, &ew);
-        EXPECT_EQ(cw->finish(), 0u) << r.name << ": outstanding owners at the end of the phase";
-        EXPECT_EQ(cw->route(), r.name);
-        EXPECT_TRUE(at::equal(got.latents, want.latents))
-            << r.name << ": latents differ by up to " << (got.latents - want.latents).abs().max().item<double>();
-        EXPECT_TRUE(at::equal(got.image, want.image)) << r.name << ": image differs";
-        if (r.route != ddo::Route::resident) {
-            EXPECT_GT(cw->bytes_streamed(), 0u) << r.name;
-        }
-        std::cout << "[ routes    ] img2img 0.6, transformer on " << r.name << ": latents and image bitwise equal, "
-                  << cw->bytes_streamed() << " bytes streamed\n";
-    }
+    ddo::test::expect_image_dit_routes_bitwise(kDir / "checkpoint" / "transformer", linear, want,
+                                               [&](lt::EngineWeights * ew) { return run_img2img(name, ew); },
+                                               "img2img 0.6, ");
 }

@@ -28,6 +28,7 @@
 #include "image_connectors.hpp"
 #include "image_pipeline.hpp"
 #include "image_transformer.hpp"
+#include "parity/ltx2_parity_routes.hpp"
 #include "parity/parity_support.hpp"
 #include "video_denoise.hpp"
 #include "video_vae_decoder.hpp"
@@ -126,37 +127,8 @@ TEST_F(Ltx2ImageParity, DitRoutesGiveBitwiseEqualLatents) {
     ASSERT_NE(linear, nullptr);
     const std::string name = "base_pag";  // CFG and PAG: every pass kind streams the blocks
     const auto want = run_image(name);
-    const auto ckpt = checkpoint_of(name) / "transformer";
-    const auto tc = lt::image_transformer_config_from_file(ckpt / "config.json");
-    const auto groups = lt::image_transformer_groups(tc);
-    const auto tf = TensorFile::open_component(ckpt);
-    uint64_t resident_bytes = 0;  // the globals and block 0: block 1 streams on the dynamic route
-    for (const auto & g : groups)
-        if (g.name != "transformer_blocks.1")
-            for (const auto & n : g.tensors) resident_bytes += tf.nbytes_of(n);
-    struct Route {
-        ddo::Route route;
-        double resident_gb;
-        const char * name;
-    };
-    for (const Route & r : {Route{ddo::Route::resident, 0, "resident"},
-                            Route{ddo::Route::dynamic, double(resident_bytes + 1024) / 1073741824.0, "dynamic"},
-                            Route{ddo::Route::disk, 0, "disk"}}) {
-        const auto plan = ddo::test::cpu_plan("transformer", r.route, linear, r.resident_gb);
-        auto cw = ddo::model::ComponentWeights::open(ckpt, groups, plan, at::kFloat);
-        lt::EngineWeights ew(*cw, groups, at::kFloat, at::kCPU);
-        const auto got = run_image(name, &ew);
-        EXPECT_EQ(cw->finish(), 0u) << r.name << ": outstanding owners at the end of the phase";
-        EXPECT_EQ(cw->route(), r.name);
-        EXPECT_TRUE(at::equal(got.latents, want.latents))
-            << r.name << ": latents differ by up to " << (got.latents - want.latents).abs().max().item<double>();
-        EXPECT_TRUE(at::equal(got.image, want.image)) << r.name << ": image differs";
-        if (r.route != ddo::Route::resident) {
-            EXPECT_GT(cw->bytes_streamed(), 0u) << r.name;
-        }
-        std::cout << "[ routes    ] transformer on " << r.name << ": latents and image bitwise equal, "
-                  << cw->bytes_streamed() << " bytes streamed\n";
-    }
+    ddo::test::expect_image_dit_routes_bitwise(checkpoint_of(name) / "transformer", linear, want,
+                                               [&](lt::EngineWeights * ew) { return run_image(name, ew); }, "");
 }
 
 TEST_F(Ltx2ImageParity, TransformerSpecsMatchTheCheckpoint) {
@@ -230,22 +202,7 @@ TEST_F(Ltx2ImageParity, QuantizedTransformersEqualTheReference) {
                 expect_close(label + ", " + r + " route: latents", got.latents, want.read("latents"), 1e-4);
                 expect_close(label + ", " + r + " route: image", got.image, want.read("image"), 1.0 / 255);
             }
-            if (route != ddo::Route::resident) {
-                EXPECT_GT(cw->bytes_streamed(), 0u) << c << " " << r;
-            }
-            if (route == ddo::Route::dynamic) dynamic_streamed = cw->bytes_streamed();
-            if (route == ddo::Route::disk) {
-                EXPECT_LT(dynamic_streamed, cw->bytes_streamed()) << c << ": the dynamic route streamed everything";
-            }
-            const auto q = cw->report().at("quantization");
-            EXPECT_EQ(q.at("method"), method) << c << " " << r << ": " << q.dump();
-            EXPECT_GT(q.at("formats").value(format, 0), 0) << c << " " << r << ": " << q.dump();
-            EXPECT_LT(q.at("stored_bytes").get<uint64_t>(), q.at("dense_bytes").get<uint64_t>()) << q.dump();
-            EXPECT_GT(q.at("dequant_count").get<uint64_t>(), 0u) << q.dump();
-            std::cout << "[ quant     ] " << c << " on " << r
-                      << (route == ddo::Route::resident ? "" : ": bitwise equal to the engine's resident route") << "; "
-                      << cw->bytes_streamed() << " bytes streamed; stored " << q.at("stored_bytes") << " of "
-                      << q.at("dense_bytes") << " dense bytes, " << q.at("formats").dump() << "\n";
+            ddo::test::expect_quantized_route(*cw, route, c, r, method, format, dynamic_streamed);
         }
     }
     EXPECT_EQ(seen.size(), expected.size()) << "a case is missing from " << (qdir / "reference.json").string();

@@ -24,6 +24,7 @@
 #include "ddo/model/component_weights.hpp"
 #include "ddo/model/tensor_file.hpp"
 #include "latents.hpp"
+#include "parity/ltx2_parity_routes.hpp"
 #include "parity/parity_support.hpp"
 #include "transformer.hpp"
 #include "video_denoise.hpp"
@@ -278,22 +279,7 @@ TEST_F(Ltx2PipelineParity, QuantizedTransformersEqualDiffusers) {
             }
             if (route == ddo::Route::resident || route == ddo::Route::disk)
                 compare("LTX-2.3 guided, " + c + " transformer, " + r + " route", got, want);
-            if (route != ddo::Route::resident) {
-                EXPECT_GT(cw->bytes_streamed(), 0u) << c << " " << r;
-            }
-            if (route == ddo::Route::dynamic) dynamic_streamed = cw->bytes_streamed();
-            if (route == ddo::Route::disk) {
-                EXPECT_LT(dynamic_streamed, cw->bytes_streamed()) << c << ": the dynamic route streamed everything";
-            }
-            const auto q = cw->report().at("quantization");
-            EXPECT_EQ(q.at("method"), method) << c << " " << r << ": " << q.dump();
-            EXPECT_GT(q.at("formats").value(format, 0), 0) << c << " " << r << ": " << q.dump();
-            EXPECT_LT(q.at("stored_bytes").get<uint64_t>(), q.at("dense_bytes").get<uint64_t>()) << q.dump();
-            EXPECT_GT(q.at("dequant_count").get<uint64_t>(), 0u) << q.dump();
-            std::cout << "[ quant     ] " << c << " on " << r
-                      << (route == ddo::Route::resident ? "" : ": bitwise equal to the engine's resident route") << "; "
-                      << cw->bytes_streamed() << " bytes streamed; stored " << q.at("stored_bytes") << " of "
-                      << q.at("dense_bytes") << " dense bytes, " << q.at("formats").dump() << "\n";
+            ddo::test::expect_quantized_route(*cw, route, c, r, method, format, dynamic_streamed);
         }
     }
     EXPECT_EQ(seen.size(), expected.size()) << "a case is missing from " << (qdir / "reference.json").string();

@@ -299,6 +299,31 @@ TEST_F(HostTest, ReportSummarizeAndDiffRefuseUnmatched) {
     EXPECT_NE(same.out.find("matched comparison: workload and identity fields are equal"), std::string::npos) << same.out;
 }
 
+// report diff puts each component's executed route side by side (a component either report names), as it does the
+// bytes streamed. (The route rows were never printed before 2026-12-04: the component set they iterated was empty.)
+TEST_F(HostTest, ReportDiffShowsEachComponentsExecutedRoute) {
+    const auto a = dir_ / "route_a.json", b = dir_ / "route_b.json";
+    const auto report = [](const char * route, bool with_vae) {
+        nlohmann::json r = {{"schema_version", 1}, {"status", "completed"}, {"exit_code", 0}, {"dry_run", false},
+                            {"phases", nlohmann::json::array()}};
+        r["routes"]["transformer"] = {{"intended", route}, {"executed", route}};
+        if (with_vae) r["routes"]["vae"] = {{"intended", "resident"}, {"executed", "resident"}};
+        r["counters"]["transformer"]["bytes_streamed"] = 1048576;
+        return r;
+    };
+    std::ofstream(a) << report("dynamic", true).dump();
+    std::ofstream(b) << report("disk", false).dump();
+    const auto d = run(kHost.string() + " report diff " + a.string() + " " + b.string());
+    EXPECT_EQ(d.code, 0) << d.out;
+    const auto at = d.out.find("route transformer executed");
+    ASSERT_NE(at, std::string::npos) << d.out;
+    const auto line = d.out.substr(at, d.out.find('\n', at) - at);
+    EXPECT_NE(line.find("dynamic"), std::string::npos) << line;
+    EXPECT_NE(line.find("disk"), std::string::npos) << line;
+    EXPECT_NE(d.out.find("route vae executed"), std::string::npos) << d.out;
+    EXPECT_NE(d.out.find("bytes streamed transformer"), std::string::npos) << d.out;
+}
+
 TEST_F(HostTest, ReportSummarizeShowsStreamingOnOneLinePerAspect) {
     // A report as the qwen plugin writes it (trimmed): counters.<component>.engine with plan, counters, staging.
     const auto path = dir_ / "streamed.json";

@@ -685,10 +685,16 @@ std::string identity_difference(const std::string & component, const nlohmann::j
     return "";
 }
 
-// --decode-latents FILE: the decode stages alone on the checkpoint's vae, audio_vae and vocoder (no text encoder,
-// no connectors, no DiT): the clip's geometry, fps and decode_timestep come from the file; flags that contradict
-// it, and a file that does not fit these decoders, are refused (exit 2) naming the file and what differs.
-void run_decode_only(model::ModelRun & run) {
+// A decode-only run's request: the file, read and checked against the flags (its geometry, fps, steps, seed and
+// decode_timestep are the run's; a flag that says otherwise is refused, exit 2, naming both values).
+struct DecodeOnlyRequest {
+    LatentsFile l;
+    model::WorkloadDefaults d;
+    model::Workload w;
+    double decode_timestep = 0;
+};
+
+DecodeOnlyRequest resolve_decode_only(model::ModelRun & run) {
     const auto & file = run.decode_latents_file();
     const std::string what = "--decode-latents " + file.string();
     run.require_model_dir();
@@ -704,43 +710,44 @@ void run_decode_only(model::ModelRun & run) {
                          " (the latents file holds the denoised clip); drop it");
     for (const char * k : {"workload.prompt", "workload.negative_prompt", "workload.sigmas", "workload.guidance_scale"})
         run.refuse_if_set(k, what + " decodes the file only (its denoising is done); drop it");
-    const auto l = read_latents_file(file);
-    const auto & lw = l.workload;
-    model::WorkloadDefaults d;
+    DecodeOnlyRequest r{read_latents_file(file), {}, {}, 0};
+    const auto & lw = r.l.workload;
+    auto & d = r.d;
     d.width = lw.at("width").get<int64_t>();
     d.height = lw.at("height").get<int64_t>();
     d.frames = lw.at("frames").get<int64_t>();
     d.fps = lw.at("fps").get<double>();
     d.steps = lw.at("steps").get<int>();
     d.seed = lw.at("seed").get<std::uint64_t>();
-    const auto w = run.workload(d);
+    r.w = run.workload(d);
     const auto conflict = [&](const std::string & key, const nlohmann::json & asked, const nlohmann::json & held) {
         if (asked != held)
             throw UsageError(key + " = " + asked.dump() + " but " + what + " holds " + held.dump() + " (" + key.substr(key.find('.') + 1) +
                              " comes from the file in a decode-only run); drop " + key + " or decode another file");
     };
-    conflict("workload.width", w.width, d.width);
-    conflict("workload.height", w.height, d.height);
-    conflict("workload.frames", w.frames, d.frames);
-    conflict("workload.fps", w.fps, d.fps);
-    conflict("workload.steps", w.steps, d.steps);
-    conflict("workload.seed", w.seed, d.seed);
-    RunPlan p;
-    p.guidance.decode_timestep = lw.at("decode_timestep").is_null() ? 0.0 : lw.at("decode_timestep").get<double>();
-    conflict("plugin.ltx2_video.decode_timestep", run.option<double>("decode_timestep", p.guidance.decode_timestep),
-             p.guidance.decode_timestep);
+    conflict("workload.width", r.w.width, d.width);
+    conflict("workload.height", r.w.height, d.height);
+    conflict("workload.frames", r.w.frames, d.frames);
+    conflict("workload.fps", r.w.fps, d.fps);
+    conflict("workload.steps", r.w.steps, d.steps);
+    conflict("workload.seed", r.w.seed, d.seed);
+    r.decode_timestep = lw.at("decode_timestep").is_null() ? 0.0 : lw.at("decode_timestep").get<double>();
+    conflict("plugin.ltx2_video.decode_timestep", run.option<double>("decode_timestep", r.decode_timestep),
+             r.decode_timestep);
+    return r;
+}
 
-    run.begin_phase("load");
-    run.record_checkpoint({"vae", "audio_vae", "vocoder"});
-    run.record_input("latents", file);
-    const VideoModel m = VideoModel::open_decoders(run.model_dir());
+// The file against this checkpoint's decoders: the identity it recorded (when it recorded one) and the tensors'
+// shapes for the clip's geometry. UsageError (exit 2) naming the file and what differs.
+void check_latents_fit(model::ModelRun & run, const DecodeOnlyRequest & r, const VideoModel & m, const LatentGeometry & geo) {
+    const std::string what = "--decode-latents " + run.decode_latents_file().string();
     for (const char * c : {"vae", "audio_vae", "vocoder"}) {
-        const auto diff = identity_difference(c, l.decoders.value(c, nlohmann::json(nullptr)), run.component_identity(c));
+        const auto diff = identity_difference(c, r.l.decoders.value(c, nlohmann::json(nullptr)), run.component_identity(c));
         if (!diff.empty())
             throw UsageError(what + " was written with other decoders than " + run.model_dir().string() + "'s: " + diff +
                              "; decode it with the checkpoint that denoised it");
     }
-    const auto geo = latent_geometry(m.ratios(), d.frames, d.height, d.width, d.fps);
+    const auto & d = r.d;
     const auto & ac = m.audio_vae_config;
     const std::vector<int64_t> want_video{1, m.vae_config.latent_channels, geo.latent_frames, geo.latent_height, geo.latent_width};
     const std::vector<int64_t> want_audio{1, ac.latent_channels, geo.audio_frames, ac.latent_mel_bins()};
@@ -752,9 +759,25 @@ void run_decode_only(model::ModelRun & run) {
                              "'s decoders takes " + model::shape_str(want) + " (latent channels, latent mel bins: the "
                              "file is from another checkpoint or geometry)");
     };
-    check_shape("video_latents", l.video, want_video);
-    check_shape("audio_latents", l.audio, want_audio);
+    check_shape("video_latents", r.l.video, want_video);
+    check_shape("audio_latents", r.l.audio, want_audio);
+}
 
+// --decode-latents FILE: the decode stages alone on the checkpoint's vae, audio_vae and vocoder (no text encoder,
+// no connectors, no DiT): resolve_decode_only -> load + check_latents_fit -> plan -> decode_and_write.
+void run_decode_only(model::ModelRun & run) {
+    const auto r = resolve_decode_only(run);
+    const auto & d = r.d;
+    const auto & w = r.w;
+    run.begin_phase("load");
+    run.record_checkpoint({"vae", "audio_vae", "vocoder"});
+    run.record_input("latents", run.decode_latents_file());
+    const VideoModel m = VideoModel::open_decoders(run.model_dir());
+    const auto geo = latent_geometry(m.ratios(), d.frames, d.height, d.width, d.fps);
+    check_latents_fit(run, r, m, geo);
+
+    RunPlan p;
+    p.guidance.decode_timestep = r.decode_timestep;
     p.clip = {d.width, d.height, d.frames, geo};
     p.outputs = run.plan_outputs({"video.mp4", "audio.wav"});
     const OutputPlan o = plan_extra_outputs(run, p);
@@ -768,16 +791,16 @@ void run_decode_only(model::ModelRun & run) {
         run.adjust("plugin.ltx2_video.decode_timestep", p.guidance.decode_timestep, nullptr,
                    "the VAE is not timestep-conditioned (vae/config.json timestep_conditioning = false): LTX2Pipeline "
                    "ignores decode_timestep");
-    run.record_workload({{"model", kPlugin}, {"mode", "decode_only"}, {"latents_file", file.string()},
+    run.record_workload({{"model", kPlugin}, {"mode", "decode_only"}, {"latents_file", run.decode_latents_file().string()},
                          {"width", d.width}, {"height", d.height}, {"frames", d.frames}, {"fps", d.fps},
-                         {"latent", lw.at("latent")}, {"steps", d.steps}, {"seed", d.seed},
+                         {"latent", r.l.workload.at("latent")}, {"steps", d.steps}, {"seed", d.seed},
                          {"decode_timestep", p.guidance.decode_timestep}, {"dtype", c10::toString(w.dtype)},
-                         {"latents_dtype", c10::toString(l.video.scalar_type())}, {"device", p.device.str()},
+                         {"latents_dtype", c10::toString(r.l.video.scalar_type())}, {"device", p.device.str()},
                          {"vae_strategy", video_vae_strategy_name(p.vae_choice.strategy)},
                          {"vae_decision", vae_decision_json(p.vae_choice)},
-                         {"audio_sample_rate", m.vocoder_sample_rate()}, {"denoised_by", lw}});
+                         {"audio_sample_rate", m.vocoder_sample_rate()}, {"denoised_by", r.l.workload}});
     if (run.dry_run()) return;
-    const DecodeInputs in{l.video.to(p.device, w.dtype), l.audio.to(p.device, w.dtype)};
+    const DecodeInputs in{r.l.video.to(p.device, w.dtype), r.l.audio.to(p.device, w.dtype)};
     decode_and_write(run, w, m, p, o, in);
 }
 

@@ -179,6 +179,74 @@ at::Tensor qwen3_last_hidden_before_norm(model::ComponentWeights & weights, cons
     return qwen3_last_hidden_before_norm(weights, c, ids_in, mask_in, nullptr, dtype, device, cb);
 }
 
+namespace {
+
+// The image side of a text-tower call, checked against the ids before any weight is read: where the <|image_pad|>
+// tokens are, their 3-D positions and the deepstack features on the device
+// (Qwen3VLModel.get_placeholder_mask counts the pad tokens of the whole batch).
+struct VisionInputs {
+    at::Tensor visual, pos3;  // [B, L] bool; [3, B, L]
+    std::vector<at::Tensor> deepstack;
+};
+
+VisionInputs vision_inputs(const Qwen3TextConfig & c, const at::Tensor & ids, const at::Tensor & mask,
+                           const VisionTokens & vision, at::ScalarType dtype, at::Device device) {
+    VisionInputs v;
+    v.visual = ids == vision.image_token_id;
+    const auto n_tokens = v.visual.sum().item<std::int64_t>();
+    const auto & e = vision.embeds;
+    if (!e.defined() || e.dim() != 2 || e.size(1) != c.hidden_size)
+        mismatch("the embeds must be [N, " + std::to_string(c.hidden_size) + "] (the text hidden size)");
+    if (n_tokens != e.size(0))
+        mismatch(std::to_string(n_tokens) + " <|image_pad|> tokens (id " + std::to_string(vision.image_token_id) +
+                 ") for " + std::to_string(e.size(0)) + " image embeddings");
+    for (const auto & d : vision.deepstack)
+        if (!d.defined() || d.sizes() != e.sizes())
+            mismatch("a deepstack feature is not shaped as the embeds [" + std::to_string(e.size(0)) + ", " +
+                     std::to_string(e.size(1)) + "]");
+    v.pos3 = qwen3_vl_position_ids(ids, mask, vision).to(device);
+    for (const auto & d : vision.deepstack) v.deepstack.push_back(d.to(device, dtype));
+    return v;
+}
+
+// RoPE cos/sin [B, 1, L, D] in the activation dtype: inv_freq in float32 as the reference, angles pos * inv_freq,
+// duplicated over the two halves. Text-only positions are 0 .. L-1 whatever the padding (Qwen3VLModel computes 3-D
+// positions only for inputs with images, and the text model falls back to arange, padding included); with images,
+// interleaved M-RoPE (recomposition_frequencies): frequency j from the t axis, except j = 1, 4, .. below
+// 3 * section[1] from h and j = 2, 5, .. below 3 * section[2] from w.
+std::pair<at::Tensor, at::Tensor> rope_tables(const Qwen3TextConfig & c, std::int64_t B, std::int64_t L,
+                                              const at::Tensor & pos3, at::ScalarType dtype, at::Device device) {
+    const std::int64_t D = c.head_dim;
+    const auto expo = at::arange(0, D, 2, at::TensorOptions().dtype(at::kFloat)) / double(D);
+    const auto inv_freq = (1.0 / at::pow(at::Scalar(c.rope_theta), expo)).to(device);  // float32, as the reference
+    at::Tensor freqs;
+    if (!pos3.defined()) {
+        const auto pos = at::arange(L, at::TensorOptions().dtype(at::kLong).device(device)).view({1, L}).expand({B, L});
+        freqs = pos.to(at::kFloat).unsqueeze(-1) * inv_freq;  // [B, L, D/2]
+    } else {
+        const auto per_axis = pos3.to(at::kFloat).unsqueeze(-1) * inv_freq;  // [3, B, L, D/2]
+        freqs = per_axis[0].clone();
+        for (std::int64_t a = 1; a <= 2; ++a)
+            for (std::int64_t j = a; j < std::min(3 * c.mrope_section[std::size_t(a)], D / 2); j += 3)
+                freqs.select(-1, j).copy_(per_axis[a].select(-1, j));
+    }
+    auto emb = at::cat({freqs, freqs}, -1);
+    return {emb.cos().to(dtype).unsqueeze(1), emb.sin().to(dtype).unsqueeze(1)};
+}
+
+// Causal and key-padding mask [B, 1, L, L], or none without padding (the attention is then plain causal). A padded
+// query row would see no key at all (left padding): it sees itself so no row is empty (its output is dropped with
+// the padding).
+std::optional<at::Tensor> attention_mask(const at::Tensor & mask, at::Device device) {
+    if ((mask != 0).all().item<bool>()) return std::nullopt;
+    const std::int64_t B = mask.size(0), L = mask.size(1);
+    const auto bools = at::TensorOptions().dtype(at::kBool).device(device);
+    auto causal = at::ones({L, L}, bools).tril().view({1, 1, L, L});
+    return at::logical_or(at::logical_and(causal, (mask != 0).view({B, 1, 1, L})), at::eye(L, bools).view({1, 1, L, L}));
+}
+
+}  // namespace
+
 at::Tensor qwen3_last_hidden_before_norm(model::ComponentWeights & weights, const Qwen3TextConfig & c,
                                          const at::Tensor & ids_in, const at::Tensor & mask_in,
                                          const VisionTokens * vision, at::ScalarType dtype, at::Device device,
@@ -191,69 +259,18 @@ at::Tensor qwen3_last_hidden_before_norm(model::ComponentWeights & weights, cons
     if (at::logical_or(ids < 0, ids >= c.vocab_size).any().item<bool>())
         throw RuntimeError("qwen3 text tower: a token id is outside the vocabulary (" + std::to_string(c.vocab_size) +
                            "): the tokenizer and the text encoder's config do not belong together");
-
-    // With images: the image positions, checked against the features before any weight is read
-    // (Qwen3VLModel.get_placeholder_mask counts the pad tokens of the whole batch).
-    at::Tensor visual, pos3;
-    std::vector<at::Tensor> deepstack;
-    if (vision) {
-        visual = ids == vision->image_token_id;  // [B, L]
-        const auto n_tokens = visual.sum().item<std::int64_t>();
-        const auto & e = vision->embeds;
-        if (!e.defined() || e.dim() != 2 || e.size(1) != c.hidden_size)
-            mismatch("the embeds must be [N, " + std::to_string(c.hidden_size) + "] (the text hidden size)");
-        if (n_tokens != e.size(0))
-            mismatch(std::to_string(n_tokens) + " <|image_pad|> tokens (id " + std::to_string(vision->image_token_id) +
-                     ") for " + std::to_string(e.size(0)) + " image embeddings");
-        for (const auto & d : vision->deepstack)
-            if (!d.defined() || d.sizes() != e.sizes())
-                mismatch("a deepstack feature is not shaped as the embeds [" + std::to_string(e.size(0)) + ", " +
-                         std::to_string(e.size(1)) + "]");
-        pos3 = qwen3_vl_position_ids(ids, mask, *vision).to(device);
-        for (const auto & d : vision->deepstack) deepstack.push_back(d.to(device, dtype));
-    }
+    const VisionInputs v = vision ? vision_inputs(c, ids, mask, *vision, dtype, device) : VisionInputs{};
 
     at::Tensor h = tower::with_group(weights, 0, [&](const model::GroupTensors & t) {
         return at::embedding(t.at(c.weight_prefix + "embed_tokens.weight"), ids).to(dtype);
     });
     if (vision)  // inputs_embeds.masked_scatter(image_mask, image_embeds): row-major over (batch, sequence)
-        h = h.masked_scatter(visual.unsqueeze(-1).expand_as(h), vision->embeds.to(device, dtype));
-
-    // RoPE: inv_freq in float32 as the reference, angles pos * inv_freq, cos/sin duplicated over the two halves,
-    // cast to the activation dtype.
-    // Text-only positions are 0 .. L-1 whatever the padding: Qwen3VLModel computes 3-D positions only for inputs
-    // with images, and the text model falls back to arange (padding included).
-    const auto expo = at::arange(0, D, 2, at::TensorOptions().dtype(at::kFloat)) / double(D);
-    const auto inv_freq = (1.0 / at::pow(at::Scalar(c.rope_theta), expo)).to(device);  // float32, as the reference
-    at::Tensor freqs;
-    if (!vision) {
-        const auto pos = at::arange(L, at::TensorOptions().dtype(at::kLong).device(device)).view({1, L}).expand({B, L});
-        freqs = pos.to(at::kFloat).unsqueeze(-1) * inv_freq;  // [B, L, D/2]
-    } else {
-        // Interleaved M-RoPE (recomposition_frequencies): frequency j from the t axis, except j = 1, 4, .. below
-        // 3 * section[1] from h and j = 2, 5, .. below 3 * section[2] from w.
-        const auto per_axis = pos3.to(at::kFloat).unsqueeze(-1) * inv_freq;  // [3, B, L, D/2]
-        freqs = per_axis[0].clone();
-        for (std::int64_t a = 1; a <= 2; ++a)
-            for (std::int64_t j = a; j < std::min(3 * c.mrope_section[std::size_t(a)], D / 2); j += 3)
-                freqs.select(-1, j).copy_(per_axis[a].select(-1, j));
-    }
-    auto emb = at::cat({freqs, freqs}, -1);
-    const auto cos = emb.cos().to(dtype).unsqueeze(1), sin = emb.sin().to(dtype).unsqueeze(1);  // [B, 1, L, D]
-
-    // Causal and key-padding mask [B, 1, L, L]. A padded query row would see no key at all (left padding): let
-    // it see itself so no row is empty (its output is dropped with the padding).
-    // Without padding the attention is plain causal (is_causal) and no mask is built.
-    const bool no_padding = (mask != 0).all().item<bool>();
-    at::Tensor allowed;
-    if (!no_padding) {
-        const auto bools = at::TensorOptions().dtype(at::kBool).device(device);
-        auto causal = at::ones({L, L}, bools).tril().view({1, 1, L, L});
-        allowed = at::logical_or(at::logical_and(causal, (mask != 0).view({B, 1, 1, L})), at::eye(L, bools).view({1, 1, L, L}));
-    }
+        h = h.masked_scatter(v.visual.unsqueeze(-1).expand_as(h), vision->embeds.to(device, dtype));
+    const auto rope = rope_tables(c, B, L, v.pos3, dtype, device);
+    const at::Tensor & cos = rope.first, & sin = rope.second;
+    const auto attend_mask = attention_mask(mask, device);
 
     const double scale = 1.0 / std::sqrt(double(D));
-    const std::optional<at::Tensor> attend_mask = no_padding ? std::nullopt : std::optional<at::Tensor>(allowed);
     tower::for_each_layer(weights, c.num_layers, c.weight_prefix, cb, [&](const model::GroupTensors & t,
                                                                          const std::string & p, std::int64_t i) {
         auto x = rms_norm(h, t.at(p + "input_layernorm.weight"), c.rms_norm_eps);
@@ -261,15 +278,16 @@ at::Tensor qwen3_last_hidden_before_norm(model::ComponentWeights & weights, cons
                           t.at(p + "self_attn.q_norm.weight"), c.rms_norm_eps).transpose(1, 2);
         auto k = rms_norm(linear(x, t, p + "self_attn.k_proj", c.attention_bias).view({B, L, KV, D}),
                           t.at(p + "self_attn.k_norm.weight"), c.rms_norm_eps).transpose(1, 2);
-        auto v = linear(x, t, p + "self_attn.v_proj", c.attention_bias).view({B, L, KV, D}).transpose(1, 2);
-        const auto a = tower::attend(q, k, v, cos, sin, attend_mask, std::nullopt, scale);
+        auto v_ = linear(x, t, p + "self_attn.v_proj", c.attention_bias).view({B, L, KV, D}).transpose(1, 2);
+        const auto a = tower::attend(q, k, v_, cos, sin, attend_mask, std::nullopt, scale);
         h = h + linear(a, t, p + "self_attn.o_proj", c.attention_bias);
         x = rms_norm(h, t.at(p + "post_attention_layernorm.weight"), c.rms_norm_eps);
         auto mlp = linear(at::silu(linear(x, t, p + "mlp.gate_proj")) * linear(x, t, p + "mlp.up_proj"), t,
                           p + "mlp.down_proj");
         h = h + mlp;
         // _deepstack_process: hidden[visual] = hidden[visual] + deepstack[i] after layer i < k.
-        if (i < std::int64_t(deepstack.size())) h.index_put_({visual}, h.index({visual}) + deepstack[std::size_t(i)]);
+        if (i < std::int64_t(v.deepstack.size()))
+            h.index_put_({v.visual}, h.index({v.visual}) + v.deepstack[std::size_t(i)]);
     });
     return h;
 }

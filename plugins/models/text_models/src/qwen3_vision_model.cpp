@@ -176,13 +176,14 @@ void qwen3_vision_check_weights(const model::TensorFile & f, const Qwen3VisionCo
     for (const auto & t : tower_tensors(c)) f.check(c.weight_prefix + t.name, t.shape);
 }
 
-VisionFeatures qwen3_vision_forward(model::ComponentWeights & weights, const Qwen3VisionConfig & c,
-                                    const at::Tensor & pixel_values,
-                                    const std::vector<std::array<std::int64_t, 3>> & grid_thw, at::ScalarType dtype,
-                                    at::Device device, const VisionTowerCallbacks & cb) {
-    const std::int64_t C = c.in_channels, T = c.temporal_patch_size, P = c.patch_size, M = c.spatial_merge_size,
-                       hidden = c.hidden_size, H = c.num_heads, D = c.head_dim();
-    const std::int64_t patch_dim = C * T * P * P;
+namespace {
+
+// pixel_values [patches, C*T*P*P] against grid_thw (each (t, h, w) positive, h and w multiples of the merge size, the
+// patches adding up): UsageError naming what differs. Returns the number of patches.
+std::int64_t check_vision_inputs(const Qwen3VisionConfig & c, const at::Tensor & pixel_values,
+                                 const std::vector<std::array<std::int64_t, 3>> & grid_thw) {
+    const std::int64_t M = c.spatial_merge_size;
+    const std::int64_t patch_dim = c.in_channels * c.temporal_patch_size * c.patch_size * c.patch_size;
     if (pixel_values.dim() != 2 || pixel_values.size(1) != patch_dim)
         throw UsageError("vision tower: pixel_values must be [patches, " + std::to_string(patch_dim) +
                          "] (in_channels * temporal_patch_size * patch_size^2), got " +
@@ -200,18 +201,30 @@ VisionFeatures qwen3_vision_forward(model::ComponentWeights & weights, const Qwe
     if (total != pixel_values.size(0))
         throw UsageError("vision tower: grid_thw gives " + std::to_string(total) + " patches, pixel_values holds " +
                          std::to_string(pixel_values.size(0)));
+    return total;
+}
 
+// What every block and the patch embed need of the patches' layout: the position table's 4 taps and weights per
+// patch, the rotary cos/sin [N, 1, D] (float32) and the attention segments (one per frame).
+struct PatchLayout {
+    at::Tensor interp_idx, interp_w, cos, sin;
+    std::vector<std::int64_t> segments;
+};
+
+PatchLayout patch_layout(const Qwen3VisionConfig & c, const std::vector<std::array<std::int64_t, 3>> & grid_thw,
+                         at::Device device) {
+    const std::int64_t M = c.spatial_merge_size, D = c.head_dim();
     // Per patch (CPU, int64): its image's h and w, its index within its frame, the attention segments (one per
     // frame: get_vision_cu_seqlens without merge_temporal) and the rotary (row, col) of get_vision_position_ids.
     const auto longs = at::TensorOptions().dtype(at::kLong);
     std::vector<at::Tensor> heights, widths, within, pos;
-    std::vector<std::int64_t> segments;
+    PatchLayout l;
     for (const auto & [t, h, w] : grid_thw) {
         const std::int64_t n = t * h * w;
         heights.push_back(at::full({n}, h, longs));
         widths.push_back(at::full({n}, w, longs));
         within.push_back(at::arange(n, longs) % (h * w));
-        for (std::int64_t f = 0; f < t; ++f) segments.push_back(h * w);
+        for (std::int64_t f = 0; f < t; ++f) l.segments.push_back(h * w);
         const auto grids = at::meshgrid({at::arange(h, longs), at::arange(w, longs)}, "ij");
         const auto block = [&](const at::Tensor & g) {
             return g.reshape({h / M, M, w / M, M}).transpose(1, 2).flatten();
@@ -228,8 +241,8 @@ VisionFeatures qwen3_vision_forward(model::ComponentWeights & weights, const Qwe
     const auto col = in.div(M * M, "floor") % blocks_w * M + in % M;
     const auto [h_taps, h_weights] = axis_taps(row, hs, side);
     const auto [w_taps, w_weights] = axis_taps(col, ws, side);
-    const auto interp_idx = (h_taps.unsqueeze(2) * side + w_taps.unsqueeze(1)).reshape({-1, 4}).to(device);
-    const auto interp_w = (h_weights.unsqueeze(2) * w_weights.unsqueeze(1)).reshape({-1, 4}).to(device);
+    l.interp_idx = (h_taps.unsqueeze(2) * side + w_taps.unsqueeze(1)).reshape({-1, 4}).to(device);
+    l.interp_w = (h_weights.unsqueeze(2) * w_weights.unsqueeze(1)).reshape({-1, 4}).to(device);
 
     // Qwen3VLVisionRotaryEmbedding (axial): inv_freq over head_dim / 2 in float32, angles for h and w
     // concatenated, then duplicated over the two halves: cos/sin [N, 1, D] float32.
@@ -241,7 +254,47 @@ VisionFeatures qwen3_vision_forward(model::ComponentWeights & weights, const Qwe
         const auto hw = at::cat({f.select(1, 0), f.select(1, 1)}, -1);
         return at::cat({hw, hw}, -1).unsqueeze(-2);
     };
-    const auto cos = recompose(freqs.cos()), sin = recompose(freqs.sin());
+    l.cos = recompose(freqs.cos());
+    l.sin = recompose(freqs.sin());
+    return l;
+}
+
+// One Qwen3VLVisionBlock (weights under `p`): attention with the 2-D rotary, SDPA per frame, then the MLP.
+at::Tensor vision_block(const model::GroupTensors & t, const std::string & p, const at::Tensor & h,
+                        const Qwen3VisionConfig & c, const PatchLayout & l) {
+    const std::int64_t N = h.size(0), H = c.num_heads, D = c.head_dim();
+    const double scale = 1.0 / std::sqrt(double(D));
+    // Qwen3VLVisionAttention: qkv -> [3, N, H, D], rotary in float32, SDPA per frame, concatenated.
+    const auto qkv = t.linear(p + "attn.qkv", true)(layer_norm(h, t, p + "norm1")).reshape({N, 3, H, D})
+                         .permute({1, 0, 2, 3});
+    const auto rope = [&](const at::Tensor & x) {
+        const auto xf = x.to(at::kFloat);
+        return (xf * l.cos + tower::rotate_half(xf) * l.sin).to(x.scalar_type()).transpose(0, 1).unsqueeze(0);
+    };
+    const auto q = rope(qkv[0]), k = rope(qkv[1]), v = qkv[2].transpose(0, 1).unsqueeze(0);
+    const auto qs = q.split_with_sizes(l.segments, 2), ks = k.split_with_sizes(l.segments, 2),
+               vs = v.split_with_sizes(l.segments, 2);
+    std::vector<at::Tensor> outs;
+    for (std::size_t s = 0; s < l.segments.size(); ++s)
+        outs.push_back(at::scaled_dot_product_attention(qs[s], ks[s], vs[s], std::nullopt, 0.0, false, scale)
+                           .transpose(1, 2).contiguous());
+    const auto a = at::cat(outs, 1).reshape({N, -1});
+    auto x = h + t.linear(p + "attn.proj", true)(a);
+    const auto mlp = t.linear(p + "mlp.linear_fc2", true)(
+        at::gelu(t.linear(p + "mlp.linear_fc1", true)(layer_norm(x, t, p + "norm2")), "tanh"));
+    return x + mlp;
+}
+
+}  // namespace
+
+VisionFeatures qwen3_vision_forward(model::ComponentWeights & weights, const Qwen3VisionConfig & c,
+                                    const at::Tensor & pixel_values,
+                                    const std::vector<std::array<std::int64_t, 3>> & grid_thw, at::ScalarType dtype,
+                                    at::Device device, const VisionTowerCallbacks & cb) {
+    const std::int64_t C = c.in_channels, T = c.temporal_patch_size, P = c.patch_size, M = c.spatial_merge_size,
+                       hidden = c.hidden_size;
+    check_vision_inputs(c, pixel_values, grid_thw);
+    const auto l = patch_layout(c, grid_thw, device);
 
     // Patch embed (the Conv3d, stride = kernel: one output per patch) + the resampled position table.
     at::Tensor h = tower::with_group(weights, 0, [&](const model::GroupTensors & t) {
@@ -250,39 +303,18 @@ VisionFeatures qwen3_vision_forward(model::ComponentWeights & weights, const Qwe
         const auto w = t.at(p + "patch_embed.proj.weight");
         auto e = at::conv3d(x, w, t.at(p + "patch_embed.proj.bias"), {T, P, P}).view({-1, hidden});
         const auto table = t.at(p + "pos_embed.weight");
-        const auto pe = (at::embedding(table, interp_idx) * interp_w.unsqueeze(-1)).sum(1);
+        const auto pe = (at::embedding(table, l.interp_idx) * l.interp_w.unsqueeze(-1)).sum(1);
         return e + pe.to(e.scalar_type());
     });
 
-    const double scale = 1.0 / std::sqrt(double(D));
-    const std::int64_t N = total;
     std::vector<std::pair<std::int64_t, at::Tensor>> kept;  // (block, its output) for the deepstack mergers
     const int depth = int(c.depth);
+    const auto & ds = c.deepstack_visual_indexes;
     for (std::int64_t i = 0; i < c.depth; ++i) {
         if (cb.check_interrupted) cb.check_interrupted(int(i));
         const std::string p = c.weight_prefix + "blocks." + std::to_string(i) + ".";
-        h = tower::with_group(weights, std::size_t(i + 1), [&](const model::GroupTensors & t) {
-            // Qwen3VLVisionAttention: qkv -> [3, N, H, D], rotary in float32, SDPA per frame, concatenated.
-            const auto qkv = t.linear(p + "attn.qkv", true)(layer_norm(h, t, p + "norm1")).reshape({N, 3, H, D})
-                                 .permute({1, 0, 2, 3});
-            const auto rope = [&](const at::Tensor & x) {
-                const auto xf = x.to(at::kFloat);
-                return (xf * cos + tower::rotate_half(xf) * sin).to(x.scalar_type()).transpose(0, 1).unsqueeze(0);
-            };
-            const auto q = rope(qkv[0]), k = rope(qkv[1]), v = qkv[2].transpose(0, 1).unsqueeze(0);
-            const auto qs = q.split_with_sizes(segments, 2), ks = k.split_with_sizes(segments, 2),
-                       vs = v.split_with_sizes(segments, 2);
-            std::vector<at::Tensor> outs;
-            for (std::size_t s = 0; s < segments.size(); ++s)
-                outs.push_back(at::scaled_dot_product_attention(qs[s], ks[s], vs[s], std::nullopt, 0.0, false, scale)
-                                   .transpose(1, 2).contiguous());
-            const auto a = at::cat(outs, 1).reshape({N, -1});
-            auto x = h + t.linear(p + "attn.proj", true)(a);
-            const auto mlp = t.linear(p + "mlp.linear_fc2", true)(
-                at::gelu(t.linear(p + "mlp.linear_fc1", true)(layer_norm(x, t, p + "norm2")), "tanh"));
-            return x + mlp;
-        });
-        const auto & ds = c.deepstack_visual_indexes;
+        h = tower::with_group(weights, std::size_t(i + 1),
+                              [&](const model::GroupTensors & t) { return vision_block(t, p, h, c, l); });
         if (std::find(ds.begin(), ds.end(), i) != ds.end()) kept.emplace_back(i, h);
         if (cb.on_block) cb.on_block(int(i + 1), depth);
     }
@@ -293,7 +325,6 @@ VisionFeatures qwen3_vision_forward(model::ComponentWeights & weights, const Qwe
     return tower::with_group(weights, std::size_t(c.depth + 1), [&](const model::GroupTensors & t) {
         VisionFeatures out;
         for (const auto & [block, x] : kept) {
-            const auto & ds = c.deepstack_visual_indexes;
             const auto k = std::find(ds.begin(), ds.end(), block) - ds.begin();
             out.deepstack.push_back(
                 patch_merger(x, t, c.weight_prefix + "deepstack_merger_list." + std::to_string(k) + ".", m, true));
