@@ -19,7 +19,8 @@ function(ddo_label_depends label)
 endfunction()
 
 # Build- and source-tree paths resolved at run time (tests/test_paths.hpp, Note [Test paths] in docs/validation.md):
-# linked into every gtest executable and force-included into its translation units.
+# linked into every gtest executable and force-included into its translation units (the LibTorch tests get it from
+# their shared PCH instead: ddo_test_uses_aten).
 add_library(ddo_test_paths STATIC ${CMAKE_SOURCE_DIR}/tests/test_paths.cpp)
 target_link_libraries(ddo_test_paths PRIVATE ddo_compile_options)
 set_property(GLOBAL PROPERTY DDO_GTEST_TARGETS "")

@@ -9,12 +9,14 @@ only: no text encoder, no DiT) on a checkpoint whose `vae/` has the **real LTX-2
 parameters, ../shared/research/models.md §5.9) with random weights, float32; the encoder is made narrow (it is not
 read by a decode). The audio VAE and vocoder are the tiny pipeline fixture's (their cost is negligible here).
 
-Each run's figures come from its own report (`phases[decode].memory.rss`: peak, and the rise above the phase's lowest sample, its start)
-and are printed beside the whole-clip frame buffer a non-streaming writer would hold (F x H x W x 3 x (4 + 1) bytes:
-the float clip and its RGB24 copy, as docs/validation.md counts it).
+Each run's figures come from its own report (`phases[decode].memory.rss`: peak, and the rise above the phase's lowest
+sample, its start; `counters.vae.engine.counters.mapped_bytes`: the decoder's weights, read in place from the file
+mapping, whose pages count in RSS once touched) and are printed beside the whole-clip frame buffer a non-streaming
+writer would hold (F x H x W x 3 x (4 + 1) bytes: the float clip and its RGB24 copy, as docs/validation.md counts it).
 
 Usage: ltx2_decode_memory.py BUILD_DIR [--frames 121] [--size 256] [--strategies temporal_stream,resident]
-  (the venv python: ~/.cache/ddo/venv/bin/python). Work files go under BUILD_DIR/bench/ltx2_decode_memory.
+  [--set vae.tile_size=128 ...] (the venv python: ~/.cache/ddo/venv/bin/python). Work files go under
+  BUILD_DIR/bench/ltx2_decode_memory.
 """
 import argparse
 import json
@@ -106,7 +108,8 @@ def decode(host: Path, ckpt: Path, latents: Path, out: Path, strategy: str, extr
     r = json.loads(report.read_text())
     ph = next(p for p in r["phases"] if p["name"] == "decode")
     rss = ph["memory"]["rss"]
-    return dict(strategy=strategy, wall_s=wall, phase_s=ph.get("host_wall_s"), rss=rss,
+    engine = r.get("counters", {}).get("vae", {}).get("engine", {}).get("counters", {})
+    return dict(strategy=strategy, wall_s=wall, phase_s=ph.get("host_wall_s"), rss=rss, mapped=engine.get("mapped_bytes"),
                 decision=r.get("workload", {}).get("vae_decision"), mp4=(out / "video.mp4").stat().st_size)
 
 
@@ -135,16 +138,21 @@ def main():
           f"frame buffer F x H x W x 3 x (4 + 1) = {mib(buffer)}")
     rows = []
     for s in a.strategies.split(","):
-        row = decode(host, ckpt, latents, work / f"out_{s}_{a.frames}x{a.size}", s, extra)
+        tag = "".join("_" + kv.split("=")[0].split(".")[-1] + "_" + kv.split("=")[-1] for kv in a.set)
+        row = decode(host, ckpt, latents, work / f"out_{s}_{a.frames}x{a.size}{tag}", s, extra)
         rss = row["rss"]
         peak, start = rss.get("peak_bytes"), rss.get("min_bytes")
         rise = None if peak is None or start is None else peak - start
         rows.append((s, peak, rise, row))
-        print(f"  {s:16s} decode phase: RSS peak {mib(peak)}, rise above its lowest sample {mib(rise)} "
-              f"({'below' if rise is not None and rise < buffer else 'not below'} the buffer); "
+        mapped = row["mapped"]
+        act = None if rise is None or mapped is None else rise - mapped
+        print(f"  {s:16s} decode phase: RSS peak {mib(peak)}, rise above its lowest sample {mib(rise)}, of which the "
+              f"decoder's weights read in place from the file mapping {mib(mapped)}: the rest {mib(act)} "
+              f"({'below' if act is not None and act < buffer else 'not below'} the buffer); "
               f"{row['phase_s']:.1f} s phase, {row['wall_s']:.1f} s wall; MP4 {row['mp4']} bytes")
     print(json.dumps({"frames": a.frames, "size": a.size, "frame_buffer_bytes": buffer,
-                      "runs": [{"strategy": s, "rss_peak_bytes": p, "rss_rise_bytes": r, "phase_s": row["phase_s"],
+                      "runs": [{"strategy": s, "rss_peak_bytes": p, "rss_rise_bytes": r, "mapped_weight_bytes": row["mapped"],
+                                "phase_s": row["phase_s"],
                                 "decision": row["decision"]} for s, p, r, row in rows]}, indent=1))
 
 
