@@ -150,3 +150,23 @@ TEST(Qi21Settings, TiledVaeOnAnImageThatFitsOneTileSaysWhyItRanResident) {
     ASSERT_NE(line, std::string::npos) << summary;
     EXPECT_NE(summary.substr(line, summary.find('\n', line) - line).find(why), std::string::npos) << summary;
 }
+
+// A decode in pieces hands the C heap's free pages back after every piece (Note [Host heap between pieces]): the
+// decode phase's note counts one release per tile and the RSS they returned (a measure, so only its type is checked).
+TEST(Qi21Settings, TiledDecodeReleasesTheHeapAfterEachTile) {
+    const auto r = ddo::test::run_ddo_host(
+        "vae_heap_release",
+        "--plugin qwen_image --preset low_ram_safe.toml --model '" + (kFixtures / "checkpoint").string() +
+            "' --prompt-embeds '" + (kFixtures / "prompt_embeds.safetensors").string() +
+            "' --steps 2 --width 128 --height 128 --set vae.strategy=tiled --set vae.tile_size=64 --set vae.tile_overlap=32");
+    ASSERT_EQ(r.exit_code, 0) << r.log;
+    const json * decode = nullptr;
+    for (const auto & p : r.report.at("phases"))
+        if (p.at("name") == "decode") decode = &p;
+    ASSERT_NE(decode, nullptr) << r.report.at("phases").dump();
+    const auto & note = decode->at("notes").at("host_heap_release");
+    // 128 px in tiles of 64 at stride 32: 4 x 4 tiles.
+    EXPECT_EQ(note.at("releases").get<int>(), 16) << note.dump();
+    EXPECT_TRUE(note.at("rss_drop_bytes").is_number_integer()) << note.dump();
+    EXPECT_TRUE(note.at("largest_rss_drop_bytes").is_number_integer()) << note.dump();
+}

@@ -18,6 +18,7 @@
 #include "ddo/model/image_output.hpp"
 #include "ddo/model/model_session.hpp"
 #include "ddo/model/tensor_output.hpp"
+#include "ddo/platform/host_heap.hpp"
 #include "ddo/preset/resolved_settings.hpp"
 #include "ddo/report/run_tracker.hpp"
 #include "ddo/run_session.hpp"
@@ -417,8 +418,12 @@ std::function<void(const std::string &)> ModelRun::decode_stage_check() const {
 }
 
 std::function<void(int, int)> ModelRun::decode_piece_progress(const std::string & unit) {
-    return [this, unit](int done, int total) {
+    auto released = std::make_shared<platform::HeapReleaseTotals>();
+    return [this, unit, released](int done, int total) {
         check_interrupted("while decoding " + unit + " " + std::to_string(done) + " of " + std::to_string(total));
+        // The piece's temporaries are freed by now (its output lives on): Note [Host heap between pieces].
+        released->add(platform::release_free_heap_pages());
+        note_phase("host_heap_release", released->json());
         step(done, total);
     };
 }

@@ -4,6 +4,8 @@
 
 #include <map>
 
+#include "ddo/torch/conv3d.hpp"
+
 namespace ddo::ltx2 {
 namespace {
 
@@ -39,9 +41,11 @@ at::Tensor video_vae_causal_conv(Weights & w, const at::Tensor & x, const std::s
         if (back) parts.push_back(x.narrow(2, x.size(2) - 1, 1).repeat({1, 1, back, 1, 1}));
         if (parts.size() > 1) h = at::cat(parts, 2);
     }
-    if (padding == SpatialPadding::zeros) return at::conv3d(h, weight, bias, {stride, stride, stride}, {0, ph, pw});
+    // ddo::torch::conv3d: at::conv3d without oneDNN's weight copy where that copy outweighs the input (Note [Conv3d
+    // weight reorder]).
+    if (padding == SpatialPadding::zeros) return torch::conv3d(h, weight, bias, {stride, stride, stride}, {0, ph, pw});
     if (ph || pw) h = at::pad(h, {pw, pw, ph, ph, 0, 0}, pad_mode(padding));
-    return at::conv3d(h, weight, bias, {stride, stride, stride});
+    return torch::conv3d(h, weight, bias, {stride, stride, stride}, {0, 0, 0});
 }
 
 at::Tensor video_vae_resnet(Weights & w, const at::Tensor & x, const std::string & p, int64_t in, int64_t out,
@@ -67,7 +71,8 @@ at::Tensor video_vae_resnet(Weights & w, const at::Tensor & x, const std::string
                            .movedim(-1, 1);
         }
         Weights::Scope s(w, p + ".conv_shortcut");
-        shortcut = at::conv3d(shortcut, w.get(p + ".conv_shortcut.weight"), w.get(p + ".conv_shortcut.bias"));
+        shortcut = torch::conv3d(shortcut, w.get(p + ".conv_shortcut.weight"), w.get(p + ".conv_shortcut.bias"),
+                                 {1, 1, 1}, {0, 0, 0});
     }
     return h + shortcut;
 }

@@ -189,9 +189,9 @@ public:
     void step(int step, int total);
     // Throws Error(interrupted) naming `where` when the host saw SIGINT.
     void check_interrupted(const std::string & where) const;
-    // A decoder's callbacks, for its set_stage_check and its piece progress: a stage check stops the run "while
-    // decoding (after <stage>)"; piece progress stops it "while decoding <unit> <done> of <total>" and reports the
-    // piece as a step of the open phase. The ModelRun must outlive them.
+    // A decoder's callbacks: a stage check stops the run "while decoding (after <stage>)"; piece progress stops it
+    // "while decoding <unit> <done> of <total>", returns the C heap's free pages (phase note host_heap_release; Note
+    // [Host heap between pieces]) and reports the piece as a step of the open phase. The ModelRun must outlive them.
     std::function<void(const std::string & stage)> decode_stage_check() const;
     std::function<void(int done, int total)> decode_piece_progress(const std::string & unit);
 

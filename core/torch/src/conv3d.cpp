@@ -1,0 +1,46 @@
+// conv3d and conv3d_uses_im2col (conv3d.hpp). Note [Conv3d weight reorder].
+#include "ddo/torch/conv3d.hpp"
+
+#include <algorithm>
+#include <array>
+#include <optional>
+
+#include <ATen/ATen.h>
+
+namespace ddo::torch {
+namespace {
+
+// One value for all three dimensions, or one each.
+std::array<int64_t, 3> three(c10::IntArrayRef v, int64_t fallback) {
+    if (v.empty()) return {fallback, fallback, fallback};
+    if (v.size() == 1) return {v[0], v[0], v[0]};
+    return {v[0], v[1], v[2]};
+}
+
+}  // namespace
+
+bool conv3d_uses_im2col(const at::Tensor & input, const at::Tensor & weight, c10::IntArrayRef stride,
+                        c10::IntArrayRef padding) {
+    if (!input.is_cpu() || input.dim() != 5 || weight.dim() != 5 || input.size(1) != weight.size(1)) return false;
+    const auto t = input.scalar_type();
+    if (t != at::kFloat && t != at::kDouble && t != at::kBFloat16) return false;
+    if ((stride.size() != 1 && stride.size() != 3) || (padding.size() != 1 && padding.size() != 3)) return false;
+    const auto s = three(stride, 1), p = three(padding, 0);
+    int64_t voxels = input.size(0);
+    for (int64_t d = 0; d < 3; ++d) {
+        const int64_t extent = input.size(d + 2) + 2 * p[std::size_t(d)] - weight.size(d + 2);
+        if (extent < 0 || s[std::size_t(d)] < 1) return false;  // at::conv3d names the error
+        voxels *= extent / s[std::size_t(d)] + 1;
+    }
+    return voxels < weight.size(0);
+}
+
+at::Tensor conv3d(const at::Tensor & input, const at::Tensor & weight, const at::Tensor & bias, c10::IntArrayRef stride,
+                  c10::IntArrayRef padding) {
+    if (!conv3d_uses_im2col(input, weight, stride, padding)) return at::conv3d(input, weight, bias, stride, padding);
+    const std::optional<at::Tensor> b = bias.defined() ? std::optional<at::Tensor>(bias) : std::nullopt;
+    const auto s = three(stride, 1), p = three(padding, 0);
+    return at::slow_conv3d(input, weight, {weight.size(2), weight.size(3), weight.size(4)}, b, s, p);
+}
+
+}  // namespace ddo::torch
