@@ -158,7 +158,8 @@ TEST(Qi21Settings, TiledDecodeReleasesTheHeapAfterEachTile) {
         "vae_heap_release",
         "--plugin qwen_image --preset low_ram_safe.toml --model '" + (kFixtures / "checkpoint").string() +
             "' --prompt-embeds '" + (kFixtures / "prompt_embeds.safetensors").string() +
-            "' --steps 2 --width 128 --height 128 --set vae.strategy=tiled --set vae.tile_size=64 --set vae.tile_overlap=32");
+            "' --steps 2 --width 128 --height 128 --set vae.strategy=tiled --set vae.tile_size=64 "
+            "--set vae.tile_overlap=32");
     ASSERT_EQ(r.exit_code, 0) << r.log;
     const json * decode = nullptr;
     for (const auto & p : r.report.at("phases"))

@@ -47,16 +47,17 @@ double peak_rss_rise_mib(const std::function<void()> & f) {
 
 }  // namespace
 
-TEST(Conv3d, TheIm2colPathIsTakenWhenTheOutputHasFewerVoxelsThanOutputChannels) {
-    const auto w = randn({64, 8, 3, 3, 3}, 1);
-    // 1 x (3 x 4 x 4) = 48 output voxels < 64 channels (padding 1 keeps the size).
+TEST(Conv3d, TheIm2colPathIsTakenWhenTheOutputHasUnderAQuarterAsManyVoxelsAsOutputChannels) {
+    const auto w = randn({256, 8, 3, 3, 3}, 1);
+    // 1 x (3 x 4 x 4) = 48 output voxels, 4 x 48 < 256 channels (padding 1 keeps the size).
     EXPECT_TRUE(ddo::torch::conv3d_uses_im2col(randn({1, 8, 3, 4, 4}, 2), w, {1, 1, 1}, {1, 1, 1}));
-    // Batch 2: 96 >= 64.
+    // Batch 2: 4 x 96 >= 256; 64 channels: 4 x 48 >= 64.
     EXPECT_FALSE(ddo::torch::conv3d_uses_im2col(randn({2, 8, 3, 4, 4}, 2), w, {1, 1, 1}, {1, 1, 1}));
-    // Without padding: 1 x 2 x 2 = 4 voxels; with stride 2 on a larger input: 3 x 3 x 3 = 27 < 64.
+    EXPECT_FALSE(ddo::torch::conv3d_uses_im2col(randn({1, 8, 3, 4, 4}, 2), w.narrow(0, 0, 64), {1}, {1}));
+    // Without padding: 1 x 2 x 2 = 4 voxels; with stride 2 on a larger input: 3 x 3 x 3 = 27, 4 x 27 < 256.
     EXPECT_TRUE(ddo::torch::conv3d_uses_im2col(randn({1, 8, 3, 4, 4}, 2), w, {1, 1, 1}, {0, 0, 0}));
     EXPECT_TRUE(ddo::torch::conv3d_uses_im2col(randn({1, 8, 7, 7, 7}, 3), w, {2}, {0}));
-    // 8 x 8 x 8 = 512 voxels: oneDNN's copy of a 64 x 8 x 27 weight is the smaller transient.
+    // 8 x 8 x 8 = 512 voxels: oneDNN's copy of a 256 x 8 x 27 weight is the smaller transient.
     EXPECT_FALSE(ddo::torch::conv3d_uses_im2col(randn({1, 8, 8, 8, 8}, 4), w, {1}, {1}));
     // Half precision and mismatched channels stay with at::conv3d.
     EXPECT_FALSE(ddo::torch::conv3d_uses_im2col(randn({1, 8, 3, 4, 4}, 2, at::kHalf), w.to(at::kHalf), {1}, {1}));
@@ -70,14 +71,15 @@ TEST(Conv3d, BothPathsGiveAtenConv3dsResult) {
         bool bias;
         at::ScalarType dtype;
         double tol;
+        bool im2col;  // the path the sizes choose
     };
     const std::vector<Case> cases = {
-        {{1, 16, 3, 4, 4}, {96, 16, 3, 3, 3}, {1, 1, 1}, {0, 1, 1}, true, at::kFloat, 1e-5},     // im2col
-        {{1, 16, 3, 4, 4}, {96, 16, 3, 3, 3}, {1, 1, 1}, {0, 1, 1}, false, at::kFloat, 1e-5},    // im2col, no bias
-        {{1, 16, 5, 6, 6}, {96, 16, 3, 3, 3}, {2, 2, 2}, {0, 0, 0}, true, at::kFloat, 1e-5},     // im2col, stride
-        {{1, 16, 3, 4, 4}, {96, 16, 1, 1, 1}, {1, 1, 1}, {0, 0, 0}, true, at::kFloat, 1e-5},     // im2col, 1x1x1
-        {{1, 16, 9, 12, 12}, {24, 16, 3, 3, 3}, {1, 1, 1}, {0, 1, 1}, true, at::kFloat, 1e-5},   // at::conv3d
-        {{1, 16, 3, 4, 4}, {96, 16, 3, 3, 3}, {1, 1, 1}, {0, 1, 1}, true, at::kBFloat16, 2e-2},  // im2col, bf16
+        {{1, 16, 3, 4, 4}, {96, 16, 3, 3, 3}, {1, 1, 1}, {0, 1, 1}, true, at::kFloat, 1e-5, true},  // im2col
+        {{1, 16, 3, 4, 4}, {96, 16, 3, 3, 3}, {1, 1, 1}, {0, 1, 1}, false, at::kFloat, 1e-5, true},  // im2col, no bias
+        {{1, 16, 5, 6, 6}, {96, 16, 3, 3, 3}, {2, 2, 2}, {0, 0, 0}, true, at::kFloat, 1e-5, true},  // im2col, stride
+        {{1, 16, 3, 4, 4}, {256, 16, 1, 1, 1}, {1, 1, 1}, {0, 0, 0}, true, at::kFloat, 1e-5, true},  // im2col, 1x1x1
+        {{1, 16, 9, 12, 12}, {24, 16, 3, 3, 3}, {1, 1, 1}, {0, 1, 1}, true, at::kFloat, 1e-5, false},  // at::conv3d
+        {{1, 16, 3, 4, 4}, {96, 16, 3, 3, 3}, {1, 1, 1}, {0, 1, 1}, true, at::kBFloat16, 2e-2, true},  // im2col, bf16
     };
     for (std::size_t i = 0; i < cases.size(); ++i) {
         const auto & c = cases[i];
@@ -85,10 +87,10 @@ TEST(Conv3d, BothPathsGiveAtenConv3dsResult) {
         const auto b = c.bias ? randn({c.w[0]}, 30 + i, c.dtype) : at::Tensor();
         const auto got = ddo::torch::conv3d(x, w, b, c.stride, c.padding);
         const auto want = at::conv3d(x, w, b, at::IntArrayRef(c.stride), at::IntArrayRef(c.padding));
+        EXPECT_EQ(ddo::torch::conv3d_uses_im2col(x, w, c.stride, c.padding), c.im2col) << "case " << i;
         ASSERT_EQ(got.sizes(), want.sizes()) << "case " << i;
         EXPECT_EQ(got.scalar_type(), c.dtype) << "case " << i;
-        EXPECT_LE(max_rel(got, want), c.tol) << "case " << i << (ddo::torch::conv3d_uses_im2col(x, w, c.stride, c.padding)
-                                                                     ? " (im2col)" : " (at::conv3d)");
+        EXPECT_LE(max_rel(got, want), c.tol) << "case " << i;
     }
 }
 
@@ -101,7 +103,8 @@ TEST(Conv3d, TheIm2colPathMakesNoWeightSizedCopy) {
     const double weight_mib = double(w.numel()) * 4 / (1 << 20);
     at::Tensor y;
     const double lean = peak_rss_rise_mib([&] { y = ddo::torch::conv3d(x, w, at::Tensor(), {1}, {0}); });
-    const double aten = peak_rss_rise_mib([&] { y = at::conv3d(x, w, at::Tensor(), at::IntArrayRef{1}, at::IntArrayRef{0}); });
+    const double aten =
+        peak_rss_rise_mib([&] { y = at::conv3d(x, w, at::Tensor(), at::IntArrayRef{1}, at::IntArrayRef{0}); });
     std::cout << "[ conv3d    ] 1024x1024x3x3x3 weight (" << weight_mib << " MiB) on 48 output voxels: peak RSS rise "
               << lean << " MiB on the im2col path, " << aten << " MiB through at::conv3d\n";
     ASSERT_GE(lean, 0);

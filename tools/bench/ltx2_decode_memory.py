@@ -14,11 +14,16 @@ sample, its start; `counters.vae.engine.counters.mapped_bytes`: the decoder's we
 mapping, whose pages count in RSS once touched) and are printed beside the whole-clip frame buffer a non-streaming
 writer would hold (F x H x W x 3 x (4 + 1) bytes: the float clip and its RGB24 copy, as docs/validation.md counts it).
 
+With `--baseline OTHER_BUILD_DIR` every strategy is also decoded by that build's ddo-host (an earlier commit's tree)
+on the same checkpoint and latents, right after this build's run, and the pair is printed with its ratios: the
+comparison of two commits measured side by side in one run.
+
 Usage: ltx2_decode_memory.py BUILD_DIR [--frames 121] [--size 256] [--strategies temporal_stream,resident]
-  [--set vae.tile_size=128 ...] (the venv python: ~/.cache/ddo/venv/bin/python). Work files go under
-  BUILD_DIR/bench/ltx2_decode_memory.
+  [--set vae.tile_size=128 ...] [--baseline OTHER_BUILD_DIR] (the venv python: ~/.cache/ddo/venv/bin/python). Work
+  files go under BUILD_DIR/bench/ltx2_decode_memory.
 """
 import argparse
+import hashlib
 import json
 import os
 import shutil
@@ -110,7 +115,8 @@ def decode(host: Path, ckpt: Path, latents: Path, out: Path, strategy: str, extr
     rss = ph["memory"]["rss"]
     engine = r.get("counters", {}).get("vae", {}).get("engine", {}).get("counters", {})
     return dict(strategy=strategy, wall_s=wall, phase_s=ph.get("host_wall_s"), rss=rss, mapped=engine.get("mapped_bytes"),
-                decision=r.get("workload", {}).get("vae_decision"), mp4=(out / "video.mp4").stat().st_size)
+                decision=r.get("workload", {}).get("vae_decision"), mp4=(out / "video.mp4").stat().st_size,
+                mp4_sha256=hashlib.sha256((out / "video.mp4").read_bytes()).hexdigest())
 
 
 def mib(b):
@@ -125,6 +131,7 @@ def main():
     ap.add_argument("--fps", type=float, default=24.0)
     ap.add_argument("--strategies", default="temporal_stream,resident")
     ap.add_argument("--set", action="append", default=[], help="extra ddo-host --set KEY=VALUE for every run")
+    ap.add_argument("--baseline", type=Path, help="another build dir whose ddo-host decodes the same inputs too")
     a = ap.parse_args()
     build = a.build.resolve()
     host = build / "bin" / "ddo-host"
@@ -136,24 +143,35 @@ def main():
     buffer = a.frames * a.size * a.size * 3 * (4 + 1)
     print(f"ltx2_decode_memory: {a.frames} frames of {a.size}x{a.size}, structure-size LTX-2.3 decoder; whole-clip "
           f"frame buffer F x H x W x 3 x (4 + 1) = {mib(buffer)}")
+    hosts = [("this build", host)]
+    if a.baseline:
+        hosts.append(("baseline", a.baseline.resolve() / "bin" / "ddo-host"))
     rows = []
     for s in a.strategies.split(","):
         tag = "".join("_" + kv.split("=")[0].split(".")[-1] + "_" + kv.split("=")[-1] for kv in a.set)
-        row = decode(host, ckpt, latents, work / f"out_{s}_{a.frames}x{a.size}{tag}", s, extra)
-        rss = row["rss"]
-        peak, start = rss.get("peak_bytes"), rss.get("min_bytes")
-        rise = None if peak is None or start is None else peak - start
-        rows.append((s, peak, rise, row))
-        mapped = row["mapped"]
-        act = None if rise is None or mapped is None else rise - mapped
-        print(f"  {s:16s} decode phase: RSS peak {mib(peak)}, rise above its lowest sample {mib(rise)}, of which the "
-              f"decoder's weights read in place from the file mapping {mib(mapped)}: the rest {mib(act)} "
-              f"({'below' if act is not None and act < buffer else 'not below'} the buffer); "
-              f"{row['phase_s']:.1f} s phase, {row['wall_s']:.1f} s wall; MP4 {row['mp4']} bytes")
+        pair = []
+        for label, h in hosts:
+            out = work / f"out_{s}_{a.frames}x{a.size}{tag}" / label.replace(" ", "_")
+            row = decode(h, ckpt, latents, out, s, extra)
+            rss = row["rss"]
+            peak, start = rss.get("peak_bytes"), rss.get("min_bytes")
+            rise = None if peak is None or start is None else peak - start
+            rows.append((s, label, peak, rise, row))
+            mapped = row["mapped"]
+            act = None if rise is None or mapped is None else rise - mapped
+            pair.append((act, row["phase_s"], row["mp4_sha256"]))
+            print(f"  {s:16s} {label:10s} decode phase: RSS peak {mib(peak)}, rise above its lowest sample {mib(rise)}, "
+                  f"of which the decoder's weights read in place from the file mapping {mib(mapped)}: the rest "
+                  f"{mib(act)} ({'below' if act is not None and act < buffer else 'not below'} the buffer); "
+                  f"{row['phase_s']:.1f} s phase, {row['wall_s']:.1f} s wall; MP4 {row['mp4']} bytes", flush=True)
+        if len(pair) == 2 and None not in (pair[0][0], pair[1][0]):
+            print(f"  {s:16s} this build / baseline: rest {pair[0][0] / pair[1][0]:.3f}x, decode phase time "
+                  f"{pair[0][1] / pair[1][1]:.3f}x; MP4 bytes {'equal' if pair[0][2] == pair[1][2] else 'differ'}")
     print(json.dumps({"frames": a.frames, "size": a.size, "frame_buffer_bytes": buffer,
-                      "runs": [{"strategy": s, "rss_peak_bytes": p, "rss_rise_bytes": r, "mapped_weight_bytes": row["mapped"],
+                      "runs": [{"strategy": s, "host": label, "rss_peak_bytes": p, "rss_rise_bytes": r,
+                                "mapped_weight_bytes": row["mapped"],
                                 "phase_s": row["phase_s"],
-                                "decision": row["decision"]} for s, p, r, row in rows]}, indent=1))
+                                "decision": row["decision"]} for s, label, p, r, row in rows]}, indent=1))
 
 
 if __name__ == "__main__":

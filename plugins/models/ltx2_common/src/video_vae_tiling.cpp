@@ -1,7 +1,8 @@
 // Spatial tiles and temporal windows of the LTX-2 video VAE decode (AutoencoderKLLTX2Video.tiled_decode,
 // _temporal_tiled_decode, blend_v / blend_h / blend_t in diffusers autoencoder_kl_ltx2.py), streamed: each piece is
 // decoded, blended in place with its already-blended neighbours as the reference does, and its crop copied into the
-// preallocated output; only the previous row of tiles / the previous window stays alive.
+// preallocated output; only the previous row of tiles / the previous window's tail (what the next one blends with)
+// stays alive.
 #include "video_vae_tiling.hpp"
 
 #include <algorithm>
@@ -171,7 +172,9 @@ void temporal_windows(const VideoVaeDecoder & decoder, const at::Tensor & z, con
         take = std::min({take, decoded.size(2), out_frames - at_frame});
         if (take > 0) sink(decoded.narrow(2, 0, take));
         at_frame += std::max<int64_t>(take, 0);
-        previous = std::move(decoded);
+        // Only the tail the next window blends with stays alive (a copy, so the window's frames can go).
+        const int64_t tail = std::min(blend_frames, decoded.size(2));
+        previous = decoded.narrow(2, decoded.size(2) - tail, tail).clone();
     }
     if (at_frame != out_frames)
         throw UsageError(c.file.string() + ": the temporal windows of vae.temporal_frames = " +
