@@ -146,9 +146,9 @@ def main():
     hosts = [("this build", host)]
     if a.baseline:
         hosts.append(("baseline", a.baseline.resolve() / "bin" / "ddo-host"))
+    tag = "".join("_" + kv.split("=")[0].split(".")[-1] + "_" + kv.split("=")[-1] for kv in a.set)
     rows = []
     for s in a.strategies.split(","):
-        tag = "".join("_" + kv.split("=")[0].split(".")[-1] + "_" + kv.split("=")[-1] for kv in a.set)
         pair = []
         for label, h in hosts:
             out = work / f"out_{s}_{a.frames}x{a.size}{tag}" / label.replace(" ", "_")

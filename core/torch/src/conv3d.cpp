@@ -10,9 +10,8 @@
 namespace ddo::torch {
 namespace {
 
-// One value for all three dimensions, or one each.
-std::array<int64_t, 3> three(c10::IntArrayRef v, int64_t fallback) {
-    if (v.empty()) return {fallback, fallback, fallback};
+// One value for all three dimensions, or one each (conv3d_uses_im2col admits no other length).
+std::array<int64_t, 3> three(c10::IntArrayRef v) {
     if (v.size() == 1) return {v[0], v[0], v[0]};
     return {v[0], v[1], v[2]};
 }
@@ -25,7 +24,7 @@ bool conv3d_uses_im2col(const at::Tensor & input, const at::Tensor & weight, c10
     const auto t = input.scalar_type();
     if (t != at::kFloat && t != at::kDouble && t != at::kBFloat16) return false;
     if ((stride.size() != 1 && stride.size() != 3) || (padding.size() != 1 && padding.size() != 3)) return false;
-    const auto s = three(stride, 1), p = three(padding, 0);
+    const auto s = three(stride), p = three(padding);
     int64_t voxels = input.size(0);
     for (int64_t d = 0; d < 3; ++d) {
         const int64_t extent = input.size(d + 2) + 2 * p[std::size_t(d)] - weight.size(d + 2);
@@ -42,7 +41,7 @@ at::Tensor conv3d(const at::Tensor & input, const at::Tensor & weight, const at:
                   c10::IntArrayRef padding) {
     if (!conv3d_uses_im2col(input, weight, stride, padding)) return at::conv3d(input, weight, bias, stride, padding);
     const std::optional<at::Tensor> b = bias.defined() ? std::optional<at::Tensor>(bias) : std::nullopt;
-    const auto s = three(stride, 1), p = three(padding, 0);
+    const auto s = three(stride), p = three(padding);
     return at::slow_conv3d(input, weight, {weight.size(2), weight.size(3), weight.size(4)}, b, s, p);
 }
 
