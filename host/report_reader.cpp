@@ -317,8 +317,9 @@ void print_routes(const json & r) {
             why = json_text(field(e, "executed_reason"));
         else if (field(e, "matches") == json(false))
             why = field(e, "executed_note").is_null() ? "(the plugin recorded no reason)" : json_text(field(e, "executed_note"));
+        const std::string executed = field(e, "used") == json(false) ? "not used" : json_text(field(e, "executed"));
         std::printf("  %-16s intended %-12s executed %-12s %s\n", c.c_str(), json_text(field(e, "intended")).c_str(),
-                    json_text(field(e, "executed")).c_str(), why.c_str());
+                    executed.c_str(), why.c_str());
     }
 }
 

@@ -2,6 +2,8 @@
 
 #include <ATen/ATen.h>
 
+#include "ddo/error.hpp"
+
 namespace ddo::model {
 
 // Note [Applying LoRA]: peft's LoraLayer.forward adds lora_B(lora_A(x)) * scaling to the base layer's output; here
@@ -10,6 +12,9 @@ at::Tensor linear(const at::Tensor & x, const at::Tensor & weight, const std::op
                   const LoraDelta * lora) {
     auto y = at::linear(x, weight, bias);
     if (!lora) return y;
+    if (lora->down.device() != weight.device() || lora->up.device() != weight.device())
+        throw RuntimeError("the LoRA factors of " + lora->weight + " are on " + lora->down.device().str() + ", its weight on " +
+                           weight.device().str() + ": a plugin attached them without ComponentLora::attach (Note [Applying LoRA])");
     ++lora->applied;
     // The up-projection accumulates into y inside the GEMM (beta = 1): no [tokens, out] temporary, no second pass.
     const auto h = at::linear(x, lora->down);

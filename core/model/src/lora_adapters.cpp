@@ -75,6 +75,19 @@ const LoraDelta * ComponentLora::find(std::string_view weight) const {
     return it == deltas.end() ? nullptr : &it->second;
 }
 
+const LoraDelta * ComponentLora::attach(std::string_view weight, const at::Tensor & on) {
+    const auto it = deltas.find(std::string(weight));
+    if (it == deltas.end()) return nullptr;
+    auto & d = it->second;
+    if (d.down.device() != on.device() || d.up.device() != on.device()) {
+        d.down = d.down.to(on.device());
+        d.up = d.up.to(on.device());
+        ++moved;
+    }
+    d.handed_out = true;
+    return &d;
+}
+
 nlohmann::json ComponentLora::to_json() const {
     std::uint64_t applied = 0, merged = 0;
     std::vector<std::string> not_applied;
@@ -100,6 +113,7 @@ nlohmann::json ComponentLora::to_json() const {
             {"merged", merged},
             {"merged_bytes", merged_bytes},
             {"merge_s", merge_s},
+            {"moved_to_weight_device", moved},
             {"not_applied", not_applied}};
 }
 
@@ -183,6 +197,7 @@ std::shared_ptr<ComponentLora> LoraAdapters::load(const std::string & component,
     const auto opts = at::TensorOptions().dtype(dtype).device(device);
     for (auto & [w, p] : parts) {
         LoraDelta d;
+        d.weight = w;
         d.down = at::cat(p.first, 0).to(opts).contiguous();
         d.up = at::cat(p.second, 1).to(opts).contiguous();
         out->bytes += std::uint64_t(d.down.nbytes() + d.up.nbytes());

@@ -446,6 +446,17 @@ void ModelRun::record_route(const std::string & component, const std::string & i
     ctx_.tracker->set_route_executed(component, executed, note);
 }
 
+void ModelRun::not_used(const std::string & component, const std::string & reason) {
+    if (ctx_.tracker) ctx_.tracker->set_route_unused(component, reason);
+    log(3, component + " not used: " + reason);
+}
+
+void ModelRun::not_used_except(const std::vector<std::string> & used, const std::string & reason) {
+    if (!ctx_.settings) return;
+    for (const auto & c : ctx_.settings->components())
+        if (std::find(used.begin(), used.end(), c) == used.end()) not_used(c, reason);
+}
+
 void ModelRun::record_counters(const std::string & component, nlohmann::json counters) {
     if (ctx_.tracker) ctx_.tracker->set_counters(component, std::move(counters));
 }

@@ -446,6 +446,7 @@ json & route_entry(json & routes, const std::string & component) {
                              {"executed", nullptr},
                              {"executed_note", nullptr},
                              {"executed_reason", "the plugin did not report an executed route"},
+                             {"used", nullptr},
                              {"matches", nullptr}};
     return routes[component];
 }
@@ -468,8 +469,19 @@ void RunTracker::set_route_executed(const std::string & component, const std::st
     e["executed"] = route;
     e["executed_note"] = note.empty() ? json(nullptr) : json(note);
     e["executed_reason"] = nullptr;
+    e["used"] = true;
     update_match(e);
     impl_->journal_locked({{"event", "route"}, {"component", component}, {"executed", route}});
+}
+
+void RunTracker::set_route_unused(const std::string & component, const std::string & reason) {
+    std::lock_guard lk(impl_->mu);
+    auto & e = route_entry(impl_->routes, component);
+    if (e["used"] == json(true)) return;  // executed earlier in this run (a second generation may differ)
+    e["used"] = false;
+    e["executed_reason"] = "not used: " + reason;
+    update_match(e);
+    impl_->journal_locked({{"event", "route"}, {"component", component}, {"executed", nullptr}, {"not_used", reason}});
 }
 
 void RunTracker::set_workload(json workload) {

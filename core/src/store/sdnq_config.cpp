@@ -167,7 +167,7 @@ namespace {
 
 std::string shape_text(const std::vector<std::int64_t> & shape) {
     std::string out = "[";
-    for (std::size_t i = 0; i < shape.size(); ++i) out += (i ? ", " : "") + std::to_string(shape[i]);
+    for (std::size_t i = 0; i < shape.size(); ++i) out += (i ? "," : "") + std::to_string(shape[i]);
     return out + "]";
 }
 
@@ -176,7 +176,73 @@ std::string shape_text(const std::vector<std::int64_t> & shape) {
                        "; the quantization_config does not match the tensors - re-save the checkpoint with sdnq");
 }
 
+bool floating(DType d) { return d == DType::f16 || d == DType::bf16 || d == DType::f32 || d == DType::f64; }
+
+// The weight's stored dtype for the layer's SDNQ dtype.
+DType stored_dtype(const SdnqDtype & d) {
+    if (!d.integer) return d.name == "float8_e5m2" ? DType::f8_e5m2 : DType::f8_e4m3;
+    return d.is_unsigned || d.packed ? DType::u8 : DType::i8;
+}
+
+std::string part_text(const SdnqPart & p) { return shape_text(p.shape) + " " + std::string(dtype_name(p.dtype)); }
+
 }  // namespace
+
+void check_sdnq_parts(const SdnqParts & t, const SdnqLayerRule & rule, std::int64_t out, std::int64_t in,
+                      const std::string & layer, const std::string & name) {
+    const auto missing = [&](const char * part, const std::string & why) {
+        throw RuntimeError("SDNQ layer " + name + ": " + layer + "." + part + " is missing (" + why +
+                           "); the file is damaged or incomplete - re-save the checkpoint with sdnq");
+    };
+    if (!t.weight) missing("weight", "every quantized layer stores its weight");
+    if (!t.scale) missing("scale", "its weight is " + part_text(*t.weight) + ", " + rule.dtype.name + " values that mean nothing without their scale");
+    const auto & w = *t.weight;
+    const auto & s = *t.scale;
+    if (!floating(s.dtype)) disagree(name, "scale " + part_text(s) + " is not a floating-point tensor");
+    const bool grouped = s.shape.size() == 3;
+    const std::int64_t groups = grouped ? s.shape[1] : 1;
+    if (groups <= 0 || in % groups != 0) disagree(name, "scale " + shape_text(s.shape) + " does not divide " + std::to_string(in) + " columns");
+    const auto sshape = grouped ? std::vector<std::int64_t>{out, groups, 1}
+                        : rule.transposed ? std::vector<std::int64_t>{1, out}
+                                          : std::vector<std::int64_t>{out, 1};
+    if (s.shape != sshape && !(out == 1 && s.shape == std::vector<std::int64_t>{1, 1}))
+        disagree(name, "scale " + shape_text(s.shape) + ", expected " + shape_text(sshape) + " for " + rule.dtype.name +
+                           (rule.transposed ? " (transposed: quantized matmul)" : ""));
+    if (rule.dtype.is_unsigned && !t.zero_point)
+        missing("zero_point", "an unsigned " + rule.dtype.name + " layer is decoded as zero_point + q * scale");
+    if (!rule.dtype.is_unsigned && t.zero_point)
+        disagree(name, "a signed " + rule.dtype.name + " layer has no zero_point, the file has one");
+    if (t.zero_point && (t.zero_point->shape != s.shape || !floating(t.zero_point->dtype)))
+        disagree(name, "zero_point " + part_text(*t.zero_point) + " is not a floating tensor of the scale's shape " + shape_text(s.shape));
+    const auto want = stored_dtype(rule.dtype);
+    if (rule.dtype.packed) {
+        if (w.dtype != want || w.shape.size() != 1 || w.shape[0] * 2 != out * in)
+            disagree(name, "packed " + rule.dtype.name + " weight " + part_text(w) + " does not hold " + std::to_string(out) +
+                               "x" + std::to_string(in) + " values");
+    } else {
+        const auto wshape = rule.transposed ? std::vector<std::int64_t>{in, out}
+                            : grouped       ? std::vector<std::int64_t>{out, groups, in / groups}
+                                            : std::vector<std::int64_t>{out, in};
+        if (w.dtype != want || w.shape != wshape)
+            disagree(name, "weight " + part_text(w) + ", expected " + shape_text(wshape) + " " + std::string(dtype_name(want)) +
+                               " (" + rule.dtype.name + ")");
+    }
+    if (t.svd_up.has_value() != t.svd_down.has_value())
+        missing(t.svd_up ? "svd_down" : "svd_up", std::string("the low-rank correction is svd_up x svd_down; the file has ") +
+                                                      (t.svd_up ? "svd_up" : "svd_down") + " alone");
+    if (t.svd_up) {
+        const auto & u = t.svd_up->shape;
+        const auto & d = t.svd_down->shape;
+        const bool qmm = rule.quantized_matmul;
+        const bool ok = u.size() == 2 && d.size() == 2 && floating(t.svd_up->dtype) && floating(t.svd_down->dtype) &&
+                        (qmm ? (u[1] == out && d[0] == in && u[0] == d[1]) : (u[0] == out && d[1] == in && u[1] == d[0]));
+        if (!ok)
+            disagree(name, "svd_up " + part_text(*t.svd_up) + " and svd_down " + part_text(*t.svd_down) + " do not form [" +
+                               std::to_string(out) + "," + std::to_string(in) + "]" + (qmm ? " (stored transposed: quantized matmul)" : ""));
+    }
+    if (rule.hadamard_group > 0 && in % rule.hadamard_group != 0)
+        disagree(name, "the Hadamard group " + std::to_string(rule.hadamard_group) + " does not divide " + std::to_string(in));
+}
 
 std::pair<std::int64_t, std::int64_t> sdnq_dense_shape(const std::vector<std::int64_t> & w,
                                                        const std::vector<std::int64_t> & s, const SdnqDtype & dtype,

@@ -60,24 +60,56 @@ struct Builder {
     }
 };
 
+std::optional<SdnqPart> sdnq_part(const TensorInfo * t) {
+    if (!t) return std::nullopt;
+    return SdnqPart{t->dtype, t->shape};
+}
+
+// Every stored weight of an SDNQ folder that is not floating is a quantized layer (sdnq stores what it leaves alone in
+// the model dtype): it is decoded with all of its parts or refused, naming the file and the missing or inconsistent
+// tensor (check_sdnq_parts), never read as something else (an unscaled fp8 cast, a dense int8). A layer stored in
+// another fp8 layout (its own .weight_scale / .scale_weight) is left to that layout's detection.
 void detect_sdnq(Builder & b, const SdnqConfig & cfg) {
     for (const auto * t : b.store.tensors()) {
         if (!t->name.ends_with(".weight") || is_float(t->dtype)) continue;
         const std::string p = prefix_of(t->name, ".weight");
-        if (!b.get(p + ".scale")) continue;
+        if (is_fp8(t->dtype) && !b.get(p + ".scale") && (b.get(p + ".weight_scale") || b.get(p + ".scale_weight"))) continue;
         const auto dtype = cfg.dtype_of(p);
-        auto e = b.make(t->name, Encoding::sdnq, "SDNQ " + dtype.name, {});
+        const std::string where = p + " in " + b.store.file_path(t->file_index).string();
+        const SdnqParts parts{sdnq_part(t), sdnq_part(b.get(p + ".scale")), sdnq_part(b.get(p + ".zero_point")),
+                              sdnq_part(b.get(p + ".svd_up")), sdnq_part(b.get(p + ".svd_down"))};
+        if (!parts.scale) check_sdnq_parts(parts, {dtype}, 0, 0, p, where);  // throws, naming P.scale
+        const auto [out, in] = sdnq_dense_shape(t->shape, parts.scale->shape, dtype, where);
+        auto e = b.make(t->name, Encoding::sdnq, "SDNQ " + dtype.name, {out, in});
+        e.sdnq = cfg.layer(p, out, in, parts.scale->shape.size() == 3);
+        check_sdnq_parts(parts, e.sdnq, out, in, p, where);
         b.part(e, t->name, "data");
         b.part(e, p + ".scale", "scale");
         b.part(e, p + ".zero_point", "zero_point");
         b.part(e, p + ".svd_up", "svd_up");
         b.part(e, p + ".svd_down", "svd_down");
-        const auto & s = *b.get(p + ".scale");
-        const auto [out, in] = sdnq_dense_shape(t->shape, s.shape, dtype, p + " in " + b.store.describe());
-        e.shape = {out, in};
-        e.sdnq = cfg.layer(p, out, in, s.shape.size() == 3);
         b.add(std::move(e));
     }
+}
+
+std::string shape_str(const std::vector<std::int64_t> & v) {
+    std::string t = "[";
+    for (std::size_t i = 0; i < v.size(); ++i) t += (i ? "," : "") + std::to_string(v[i]);
+    return t + "]";
+}
+
+// An fp8 weight's scale as every fp8 reader ddo follows takes it: floating, and one value, one per row or one per block
+// (each of its dims dividing the weight's). Anything else would broadcast into another decoding, or fail mid-run.
+void check_fp8_scale(const Builder & b, const TensorInfo & w, const TensorInfo & s) {
+    bool ok = is_float(s.dtype);
+    if (ok && s.numel() != 1) {
+        ok = s.shape.size() == w.shape.size();
+        for (std::size_t i = 0; ok && i < s.shape.size(); ++i) ok = s.shape[i] > 0 && w.shape[i] % s.shape[i] == 0;
+    }
+    if (!ok)
+        throw RuntimeError(b.store.file_path(s.file_index).string() + ": the scale " + s.name + " " + shape_str(s.shape) +
+                           " " + std::string(dtype_name(s.dtype)) + " of fp8 tensor " + w.name + " " + shape_str(w.shape) +
+                           " is not a floating one value, one per row or one per block; the file is damaged - re-export it");
 }
 
 void detect_torchao(Builder & b) {
@@ -106,6 +138,10 @@ void detect_torchao(Builder & b) {
                 throw RuntimeError(f.path().string() + ": TorchAO tensor '" + logical + "' has no " +
                                    (q ? p + "._weight_scale" : p + "._weight_qdata") +
                                    "; the file is incomplete - re-save it with torchao");
+            if (!is_fp8(q->dtype))
+                throw RuntimeError(f.path().string() + ": TorchAO Float8Tensor '" + logical + "' stores " + q->name + " as " +
+                                   std::string(dtype_name(q->dtype)) + ", not F8_E4M3 or F8_E5M2; the file is damaged - re-save it with torchao");
+            check_fp8_scale(b, *q, *b.get(p + "._weight_scale"));
             auto e = b.make(logical, Encoding::fp8_fp32_scale, "TorchAO FP8 " + fp8_name(q->dtype), q->shape);
             b.part(e, q->name, "data");
             b.part(e, p + "._weight_scale", "scale");
@@ -129,6 +165,15 @@ void detect_fp8(Builder & b) {
     const TensorInfo * scaled = nullptr;
     for (const auto * t : b.store.tensors())
         if (candidate(t) && scale_of(prefix(t))) scaled = t;
+    for (const auto * t : b.store.tensors()) {
+        if (!candidate(t) || scale_of(prefix(t))) continue;
+        for (const char * marker : {".input_scale", ".scale_input", ".comfy_quant"})  // a scaled layer's companions
+            if (b.get(prefix(t) + marker))
+                throw RuntimeError(b.store.file_path(t->file_index).string() + ": fp8 tensor " + t->name + " has " +
+                                   prefix(t) + marker + " but no " + prefix(t) +
+                                   ".weight_scale (or .scale_weight): the layer was saved scaled and its scale is missing - "
+                                   "re-export the checkpoint");
+    }
     for (const auto * t : b.store.tensors())
         if (candidate(t) && (scaled || comfy_legacy) && !scale_of(prefix(t)))
             throw RuntimeError(b.store.file_path(t->file_index).string() + ": fp8 tensor " + t->name + " has no " +
@@ -141,6 +186,7 @@ void detect_fp8(Builder & b) {
         const std::string p = prefix(t);
         const bool comfy = comfy_legacy || b.get(p + ".comfy_quant") || b.get(p + ".scale_weight");
         const auto * s = scale_of(p);
+        if (s) check_fp8_scale(b, *t, *s);
         auto e = b.make(t->name, !s ? Encoding::fp8_cast : comfy ? Encoding::fp8_compute_scale : Encoding::fp8_fp32_scale,
                         "FP8 " + fp8_name(t->dtype) + (s ? " scaled" : ""), t->shape);
         b.part(e, t->name, "data");

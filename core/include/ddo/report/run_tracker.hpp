@@ -91,6 +91,10 @@ public:
     void set_counters(const std::string & component, nlohmann::json counters);
     void set_route_intended(const std::string & component, const std::string & route, const std::string & source = "");
     void set_route_executed(const std::string & component, const std::string & route, const std::string & note = "");
+    // The run does not use `component` (a vision tower without reference images, a text encoder when the embeddings
+    // come from a file): routes.<c>.used false, executed null, executed_reason "not used: <reason>". A component
+    // later executed in the same run (set_route_executed) is used after all.
+    void set_route_unused(const std::string & component, const std::string & reason);
 
     void set_workload(nlohmann::json workload);
     void set_settings(const ResolvedSettings & settings);   // also records the preset identity

@@ -10,11 +10,14 @@
 #include <cstdint>
 #include <filesystem>
 #include <map>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
 
 #include <nlohmann/json_fwd.hpp>
+
+#include "ddo/store/dtype.hpp"
 
 namespace ddo::store {
 
@@ -71,5 +74,26 @@ bool sdnq_name_matches(const std::string & name, const std::vector<std::string> 
 std::pair<std::int64_t, std::int64_t> sdnq_dense_shape(const std::vector<std::int64_t> & weight_shape,
                                                        const std::vector<std::int64_t> & scale_shape,
                                                        const SdnqDtype & dtype, const std::string & name);
+
+// What one stored part of an SDNQ layer is, without its bytes: the store's TensorInfo or a decoder's tensor.
+struct SdnqPart {
+    DType dtype = DType::f32;
+    std::vector<std::int64_t> shape;
+};
+
+// The stored parts of one layer `P`: P.weight and P.scale always, the others when stored.
+struct SdnqParts {
+    std::optional<SdnqPart> weight, scale, zero_point, svd_up, svd_down;
+};
+
+// The one rule every SDNQ layer is held to before it is decoded (the store's detection and the decoder call it): the
+// weight's dtype is the rule's (I8 for int8, U8 for uint8 and the packed 4-bit types, F8 for float8) and its shape
+// [out, in], [in, out] (transposed) or [out, groups, size]; the scale is floating, [out, 1], [1, out] (transposed) or
+// [out, groups, 1]; an unsigned layer has a floating zero_point of the scale's shape and a signed one none; svd_up and
+// svd_down come together, floating, forming [out, in] ([r, out] and [in, r] when the layer uses the quantized matmul).
+// A missing part is named as `P.scale` etc. Throws RuntimeError "SDNQ layer <name>: <what>"; `name` may carry the
+// file ("a in /x/diffusion_pytorch_model.safetensors").
+void check_sdnq_parts(const SdnqParts & parts, const SdnqLayerRule & rule, std::int64_t out, std::int64_t in,
+                      const std::string & layer, const std::string & name);
 
 }  // namespace ddo::store

@@ -4,18 +4,11 @@
 
 #include <cmath>
 
-#include "ddo/error.hpp"
 #include "host_kernels.hpp"
-#include "shape_text.hpp"
 
 namespace ddo::torch::quant {
 
 namespace {
-
-[[noreturn]] void disagree(const std::string & name, const std::string & what) {
-    throw RuntimeError("SDNQ layer " + name + ": " + what +
-                       "; the quantization_config does not match the tensors - re-save the checkpoint with sdnq");
-}
 
 // sdnq's build_hadamard(n, dtype): Kronecker powers of the 4x4 (n a power of 4) or 2x2 Sylvester matrix, in `dtype`,
 // divided by sqrt(n) in place.
@@ -30,43 +23,31 @@ at::Tensor hadamard(int64_t n, at::ScalarType dtype, at::Device device) {
     return h.div_(std::pow(double(n), 0.5)).contiguous();
 }
 
-// The stored tensors checked against the rule before any arithmetic: throws naming the layer when they disagree.
+ddo::store::DType store_dtype(at::ScalarType t) {
+    using ddo::store::DType;
+    switch (t) {
+        case at::kChar: return DType::i8;
+        case at::kByte: return DType::u8;
+        case at::kFloat8_e4m3fn: return DType::f8_e4m3;
+        case at::kFloat8_e5m2: return DType::f8_e5m2;
+        case at::kHalf: return DType::f16;
+        case at::kBFloat16: return DType::bf16;
+        case at::kFloat: return DType::f32;
+        case at::kDouble: return DType::f64;
+        default: return DType::boolean;  // no SDNQ part is stored so: refused by the check
+    }
+}
+
+std::optional<ddo::store::SdnqPart> part_of(const std::optional<at::Tensor> & t) {
+    if (!t) return std::nullopt;
+    return ddo::store::SdnqPart{store_dtype(t->scalar_type()), t->sizes().vec()};
+}
+
+// The stored tensors checked against the rule before any arithmetic (the store's one rule): throws naming the layer.
 void check_layout(const SdnqTensors & t, const ddo::store::SdnqLayerRule & rule, int64_t out, int64_t in,
                   const std::string & name) {
-    const bool grouped = t.scale.dim() == 3;
-    const int64_t groups = grouped ? t.scale.size(1) : 1;
-    if (in % groups != 0) disagree(name, "scale " + shape_text(t.scale.sizes()) + " does not divide " + std::to_string(in) + " columns");
-    // The expected stored layout, checked before any arithmetic.
-    std::vector<int64_t> qshape = grouped ? std::vector<int64_t>{out, groups, in / groups} : std::vector<int64_t>{out, in};
-    std::vector<int64_t> sshape = grouped ? std::vector<int64_t>{out, groups, 1}
-                                  : rule.transposed ? std::vector<int64_t>{1, out}
-                                                    : std::vector<int64_t>{out, 1};
-    if (t.scale.sizes() != at::IntArrayRef(sshape) && !(t.scale.numel() == 1 && t.scale.dim() == 2))
-        disagree(name, "scale " + shape_text(t.scale.sizes()) + ", expected " + shape_text(sshape) + " for " + rule.dtype.name +
-                           (rule.transposed ? " (transposed: quantized matmul)" : ""));
-    if (t.zero_point && t.zero_point->sizes() != t.scale.sizes())
-        disagree(name, "zero_point " + shape_text(t.zero_point->sizes()) + " differs from scale " + shape_text(t.scale.sizes()));
-    if (rule.dtype.is_unsigned != t.zero_point.has_value())
-        disagree(name, std::string(rule.dtype.is_unsigned ? "an unsigned " : "a signed ") + rule.dtype.name + " layer " +
-                           (rule.dtype.is_unsigned ? "needs a zero_point" : "has no zero_point") + ", the file " +
-                           (t.zero_point ? "has one" : "has none"));
-    if (rule.dtype.packed) {
-        if (t.weight.scalar_type() != at::kByte || t.weight.numel() * 2 != out * in)
-            disagree(name, "packed " + rule.dtype.name + " weight " + shape_text(t.weight.sizes()) + " does not hold " +
-                               std::to_string(out) + "x" + std::to_string(in) + " values");
-    } else {
-        const auto want = rule.transposed ? std::vector<int64_t>{in, out} : qshape;
-        const auto st = t.weight.scalar_type();
-        const bool ok_type = rule.dtype.integer ? st == (rule.dtype.is_unsigned ? at::kByte : at::kChar)
-                                                : st == (rule.dtype.name == "float8_e5m2" ? at::kFloat8_e5m2 : at::kFloat8_e4m3fn);
-        if (!ok_type || t.weight.sizes() != at::IntArrayRef(want))
-            disagree(name, "weight " + shape_text(t.weight.sizes()) + " " + std::string(c10::toString(st)) + ", expected " +
-                               shape_text(want) + " " + rule.dtype.name);
-    }
-    if (t.svd_up.has_value() != t.svd_down.has_value())
-        disagree(name, t.svd_up ? "svd_up without svd_down" : "svd_down without svd_up");
-    if (rule.hadamard_group > 0 && in % rule.hadamard_group != 0)
-        disagree(name, "the Hadamard group " + std::to_string(rule.hadamard_group) + " does not divide " + std::to_string(in));
+    ddo::store::check_sdnq_parts({part_of(t.weight), part_of(t.scale), part_of(t.zero_point), part_of(t.svd_up), part_of(t.svd_down)},
+                                 rule, out, in, name, name);
 }
 
 }  // namespace
@@ -88,8 +69,9 @@ at::Tensor sdnq_dequantize(const SdnqTensors & t, const ddo::store::SdnqLayerRul
     const auto loaded = [&](const at::Tensor & x) { return x.to(result).to(cdt); };
     const auto scale = loaded(t.scale);
     at::Tensor r = t.zero_point ? at::addcmul(loaded(*t.zero_point), q.to(cdt), scale) : q.to(cdt).mul_(scale);
-    if (rule.transposed) r.t_();
-    r = r.reshape({out, in});
+    // Note [One layout per decoded weight]: a layer stored [in, out] (quantized matmul) decodes to the same contiguous
+    // [out, in] as its plain twin, so the matmul that consumes it takes the same kernel path and rounds the same.
+    r = rule.transposed ? r.t().contiguous() : r.reshape({out, in});
     if (t.svd_up) {
         auto up = loaded(*t.svd_up), down = loaded(*t.svd_down);
         const bool contiguous_mm = !r.is_cuda();  // sdnq's use_contiguous_fp16_mm: true on the CPU backend
@@ -97,10 +79,6 @@ at::Tensor sdnq_dequantize(const SdnqTensors & t, const ddo::store::SdnqLayerRul
             up = up.t().contiguous();
             down = contiguous_mm ? down.t().contiguous() : down.contiguous().t();
         }
-        if (up.dim() != 2 || down.dim() != 2 || up.size(0) != out || down.size(1) != in || up.size(1) != down.size(0))
-            disagree(name, "svd_up " + shape_text(t.svd_up->sizes()) + " and svd_down " + shape_text(t.svd_down->sizes()) +
-                               " do not form [" + std::to_string(out) + "," + std::to_string(in) + "]" +
-                               (rule.quantized_matmul ? " (stored transposed: quantized matmul)" : ""));
         r = r.to(up.scalar_type()).addmm_(up, down);
     }
     r = r.to(result);

@@ -109,7 +109,11 @@ std::optional<PromptEmbeds> run_text_stage(model::ModelRun & run, const Ltx2Prom
     // Under a server, a prompt encoded before comes from its cache: phase "encode" with no step, Gemma-3 not opened.
     const bool cacheable = !run.dry_run() && !r.encode_only;
     if (cacheable)
-        if (auto kept = run.kept_embeddings("text_encoder", embeddings_key(r), "encode")) return embeddings_from(*kept, r.device);
+        if (auto kept = run.kept_embeddings("text_encoder", embeddings_key(r), "encode")) {
+            run.not_used("text_encoder", "the server's embeddings cache held this prompt's embeddings");
+            return embeddings_from(*kept, r.device);
+        }
+    if (r.encode_only) run.not_used_except({"text_encoder"}, "ddo-host encode writes the prompt embeddings only");
     auto te = run.open_weights(run.plan("text_encoder"), encoder.text_encoder(), encoder.groups(), r.dtype);
     if (run.dry_run()) {
         (void)encoder.tokenizer().encode(strip_prompt(r.prompt));  // the prompt tokenizes

@@ -136,6 +136,7 @@ ImageGuidance resolve_guidance(model::ModelRun & run, const model::Workload & w,
 PromptEmbeds load_prompt_file(model::ModelRun & run, const Request & r, const ImageModel & m, ImageGuidance & g) {
     PromptEmbeds embeds;
     if (r.prompt.have_embeds) {
+        run.not_used("text_encoder", "the prompt embeddings were read from --prompt-embeds " + run.prompt_embeds().string());
         run.record_input("prompt_embeds", run.prompt_embeds());
         embeds = load_prompt_embeds(run.prompt_embeds(), m.connectors_config);
         if (g.cfg > 1.0 && !embeds.neg_embeds) {

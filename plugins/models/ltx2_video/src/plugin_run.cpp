@@ -199,6 +199,7 @@ Guidance resolve_guidance(model::ModelRun & run, const model::Workload & w, cons
 GuidancePasses load_prompt_file(model::ModelRun & run, const Request & r, const VideoModel & m, DenoiseSettings & ds,
                                 PromptEmbeds & embeds) {
     if (r.prompt.have_embeds) {
+        run.not_used("text_encoder", "the prompt embeddings were read from --prompt-embeds " + run.prompt_embeds().string());
         run.record_input("prompt_embeds", run.prompt_embeds());
         embeds = load_prompt_embeds(run.prompt_embeds(), m.connectors_config);
     }
@@ -254,6 +255,9 @@ struct RunPlan {
 // schedule's mu counts LTX2ConditionPipeline's appended keyframe tokens as the reference does.
 void plan_stages(model::ModelRun & run, const Request & r, const VideoModel & m, RunPlan & p) {
     p.two_stage = resolve_two_stage(run, m, p.clip.geo, p.guidance.ds);
+    if (!p.two_stage)
+        run.not_used("latent_upsampler", "a one-stage run (plugin.ltx2_video.upsampler is not set); the upsampler runs between "
+                                         "the two stages only");
     if (p.two_stage && guidance_passes(p.two_stage->settings.video, p.two_stage->settings.audio).cfg && !p.passes.cfg)
         throw UsageError("plugin.ltx2_video.stage2_guidance_scale = " +
                          nlohmann::json(p.two_stage->settings.video.cfg).dump() + ": stage 2 would run classifier-free "

@@ -115,6 +115,7 @@ Conditioning resolve_guidance(model::ModelRun & run, Request & r, const ModelFil
     Conditioning c;
     const auto & p = r.prompt;
     if (p.have_embeds) {
+        run.not_used("text_encoder", "the prompt embeddings were read from --prompt-embeds " + run.prompt_embeds().string());
         run.record_input("prompt_embeds", run.prompt_embeds());
         c.embeds = load_prompt_embeds(run.prompt_embeds(), m.transformer_config.context_in_dim);
     }
@@ -295,6 +296,7 @@ bool encode_prompt(model::ModelRun & run, const Request & r, const ModelFiles & 
     if (key)
         if (auto kept = run.kept_embeddings("text_encoder", *key, "encode")) {
             c.embeds = embeddings_from(*kept, r.o.device);
+            run.not_used("text_encoder", "the server's embeddings cache held this prompt's embeddings");
             record_workload(run, r, m, p, c.guide, "not loaded: the server kept these prompt embeddings (embeddings cache hit)");
             return true;
         }
@@ -330,7 +332,7 @@ struct LoadedTransformer {
 
 LoadedTransformer open_transformer(model::ModelRun & run, const ModelFiles & m, const RunPlan & p, at::ScalarType dtype) {
     const auto & tc = m.transformer_config;
-    LoadedTransformer t{Transformer(tc, load_transformer_globals(m.transformer, tc, dtype, run.lora("transformer", dtype).get())),
+    LoadedTransformer t{Transformer(tc, load_transformer_globals(m.transformer, tc, dtype, run.lora("transformer", dtype).get(), run.device().device())),
                         run.open_weights(p.transformer, run.component("transformer"), transformer_groups(tc), dtype),
                         nullptr};
     t.blocks = engine_blocks(*t.weights, tc);
@@ -392,7 +394,12 @@ void run_qwen_image_21(model::ModelRun & run) {
     auto c = resolve_guidance(run, r, m);
     const auto p = plan_run(run, r, m, std::move(grid));
     record_workload(run, r, m, p, c.guide, r.prompt.from_text ? nlohmann::json("planned") : nlohmann::json(nullptr));
-    if (!encode_prompt(run, r, m, p, c)) return;
+    if (!r.refs.any())
+        run.not_used("vision_tower", "no reference image (--image) was given; the vision tower encodes references only");
+    if (!encode_prompt(run, r, m, p, c)) {
+        run.not_used_except({"text_encoder", "vision_tower"}, "ddo-host encode writes the prompt embeddings only");
+        return;
+    }
 
     // prepare_latents: the references' latents (encoded once; every generation reuses them).
     std::optional<ReferenceLatents> ref_latents;

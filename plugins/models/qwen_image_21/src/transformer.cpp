@@ -128,13 +128,13 @@ void validate_transformer_checkpoint(const TensorFile & f, const TransformerConf
 }
 
 TransformerGlobals load_transformer_globals(const TensorFile & f, const TransformerConfig & c, at::ScalarType dt,
-                                            const model::ComponentLora * lora) {
+                                            model::ComponentLora * lora, c10::Device device) {
     auto s = global_tensor_specs(c);
-    auto get = [&](size_t i) { return f.weight(s[i].first, s[i].second, dt); };
+    auto get = [&](size_t i) { return f.weight(s[i].first, s[i].second, dt).to(device); };
     auto lin = [&](size_t i) {
-        const auto * d = lora ? lora->find(s[i].first) : nullptr;
-        if (d) d->handed_out = true;
-        return model::Linear{get(i), std::nullopt, d};
+        auto w = get(i);
+        const auto * d = lora ? lora->attach(s[i].first, w) : nullptr;
+        return model::Linear{std::move(w), std::nullopt, d};
     };
     return {lin(0), get(1), lin(2), lin(3), lin(4), lin(5), lin(6), lin(7), lin(8)};
 }

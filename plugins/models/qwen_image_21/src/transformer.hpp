@@ -44,9 +44,10 @@ std::vector<std::pair<std::string, std::vector<int64_t>>> global_tensor_specs(co
 std::vector<std::pair<std::string, std::vector<int64_t>>> block_tensor_specs(const TransformerConfig & c, int64_t i);
 // Checks that the checkpoint holds exactly the tensors the config implies (names, shapes, floating dtypes).
 void validate_transformer_checkpoint(const TensorFile & f, const TransformerConfig & c);
-// lora: the transformer's LoRA factors (ModelRun::lora), null for none.
+// The globals on `device` (the run's compute device: they run beside the blocks). lora: the transformer's LoRA factors
+// (ModelRun::lora), null for none; each module's factors are attached to its weight (ComponentLora::attach).
 TransformerGlobals load_transformer_globals(const TensorFile & f, const TransformerConfig & c, at::ScalarType dtype,
-                                            const model::ComponentLora * lora = nullptr);
+                                            model::ComponentLora * lora = nullptr, c10::Device device = at::kCPU);
 TransformerBlockWeights load_transformer_block(const TensorFile & f, const TransformerConfig & c, int64_t i,
                                                at::ScalarType dtype);
 // Builds block weights from tensors named as in block_tensor_specs (e.g. leased from the engine).

@@ -9,6 +9,7 @@
 
 #include <cstdint>
 #include <optional>
+#include <string>
 
 #include <ATen/core/Tensor.h>
 
@@ -17,8 +18,9 @@ namespace ddo::model {
 // One adapted module's factors, in the compute dtype on the compute device: every LoRA's A stacked along the rank and
 // every B times its scale beside it, so that n LoRAs cost one pair of skinny matmuls (issue 27).
 struct LoraDelta {
-    at::Tensor down;  // [R, in]
+    at::Tensor down;  // [R, in], on the device of the weight it adapts (ComponentLora::attach)
     at::Tensor up;    // [out, R], scale folded in
+    std::string weight;  // the adapted weight's name ("<module>.weight"), for messages
     // How often the term was added, and whether the module's weight was handed to the model (a group holding it was
     // acquired): a LoRA handed out and never added means the plugin read the weight without linear() -- reported.
     mutable std::uint64_t applied = 0;
@@ -28,7 +30,8 @@ struct LoraDelta {
     mutable bool merged = false;
 };
 
-// x Wᵀ (+ b) (+ (x Aᵀ) Bᵀ): `lora` may be null (borrowed).
+// x Wᵀ (+ b) (+ (x Aᵀ) Bᵀ): `lora` may be null (borrowed). Factors on another device than `weight` are a kit defect
+// (ComponentLora::attach places them): RuntimeError naming the weight and both devices, never a silent transfer.
 at::Tensor linear(const at::Tensor & x, const at::Tensor & weight, const std::optional<at::Tensor> & bias,
                   const LoraDelta * lora);
 

@@ -45,7 +45,8 @@ LoraRequest parse_lora_request(const std::string & text, const std::string & key
 struct ComponentLora {
     std::string component;
     std::unordered_map<std::string, LoraDelta> deltas;
-    std::uint64_t bytes = 0;  // of every factor, on the device
+    std::uint64_t bytes = 0;  // of every factor, wherever it lies
+    std::uint64_t moved = 0;  // modules whose factors attach() moved to their weight's device
     double read_s = 0;        // reading and stacking the factors (host steady clock)
     // lora.apply = "merge": ComponentWeights adds B·A once into the weights of resident groups (the rest stays at run
     // time); what it merged, the merged copies' bytes and the host time it took.
@@ -54,6 +55,11 @@ struct ComponentLora {
     double merge_s = 0;
 
     const LoraDelta * find(std::string_view weight) const;
+    // The factors of `weight` (its name) for the tensor `on` that holds it, moved to `on`'s device when they are
+    // elsewhere (a plugin's weights held outside the engine, e.g. on the host while the run's device is CUDA), and
+    // marked handed out; null when no LoRA adapts it. The one way a plugin pairs factors with a weight it holds itself
+    // (the engine's groups hand out factors on their own device), so a LoRA term never meets a weight on another device.
+    const LoraDelta * attach(std::string_view weight, const at::Tensor & on);
     // {"how" ("runtime", "merged" or "merged and runtime"), "how_reason", "modules", "bytes", "read_s", "applied"
     // (modules whose term was added at run time), "merged" (modules merged into their resident weight), "merged_bytes",
     // "merge_s", "not_applied" (handed out, neither added nor merged: the plugin read those weights without

@@ -206,6 +206,11 @@ public:
     const nlohmann::json & recorded_workload() const noexcept { return workload_; }
     void record_route(const std::string & component, const std::string & intended, const std::string & executed,
                       const std::string & note = "");
+    // The run does not use `component` of the plugin, and why (RunTracker::set_route_unused): every component a plugin
+    // declares is either executed (open_weights, record_route) or not used with its reason in the report.
+    void not_used(const std::string & component, const std::string & reason);
+    // Every component of the plugin but `used` not used, for `reason` (`ddo-host encode`: the text path only).
+    void not_used_except(const std::vector<std::string> & used, const std::string & reason);
     void record_counters(const std::string & component, nlohmann::json counters);
     // checkpoint: {"path", "identity": checkpoint_identity(model_dir, components), "hash_weights", "inputs", "loras"},
     // from the headers alone: call it before the checkpoint is validated, so a failed load still says what it read.
