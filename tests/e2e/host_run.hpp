@@ -10,6 +10,7 @@
 #include <fstream>
 #include <functional>
 #include <string>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
@@ -43,6 +44,29 @@ inline HostRun run_ddo_host(const std::string & tag, const std::string & args,
     if (inspect) inspect(dir);
     fs::remove_all(dir);
     return r;
+}
+
+// Issue 40 item 5: every component of the plugin ends a finished run used (an executed route) or not used with its
+// reason (routes.<c>.used false, executed_reason "not used: ..."), never "the plugin did not report an executed route".
+// Returns the components found not used, for the caller to check which.
+inline std::vector<std::string> every_route_reported(const nlohmann::json & report, std::string * problems) {
+    std::vector<std::string> unused;
+    if (!report.is_object() || !report.contains("routes")) {
+        *problems += "no routes in the report; ";
+        return unused;
+    }
+    for (const auto & [c, e] : report.at("routes").items()) {
+        const auto used = e.value("used", nlohmann::json());
+        if (used == nlohmann::json(true) && !e.at("executed").is_null()) continue;
+        const auto reason = e.value("executed_reason", nlohmann::json());
+        if (used == nlohmann::json(false) && reason.is_string() && reason.get<std::string>().rfind("not used: ", 0) == 0 &&
+            reason.get<std::string>().size() > 12) {
+            unused.push_back(c);
+            continue;
+        }
+        *problems += c + ": " + e.dump() + "; ";
+    }
+    return unused;
 }
 
 }  // namespace ddo::test

@@ -113,6 +113,11 @@ TEST(Ltx2ImageHost, FromTextEqualsReferenceAndEncodeReproducesIt) {
     }
     EXPECT_EQ(rep.at("workload").at("negative_prompt"), "") << "the default negative prompt under guidance";
     EXPECT_EQ(rep.at("workload").at("prompt_embeddings"), "encoded by the text encoder (Gemma-3)");
+    {
+        std::string problems;
+        EXPECT_EQ(ddo::test::every_route_reported(rep, &problems), (std::vector<std::string>{})) << "an image from a prompt uses every component";
+        EXPECT_EQ(problems, "") << "components with no executed route and no reason";
+    }
     std::cout << "[ text      ] text encoder: " << te.at("bytes_streamed").get<uint64_t>()
               << " bytes streamed, unloaded in phase " << te.at("unloaded_in_phase").get<std::string>() << "\n";
 
@@ -130,6 +135,11 @@ TEST(Ltx2ImageHost, FromTextEqualsReferenceAndEncodeReproducesIt) {
     const auto er = nlohmann::json::parse(std::ifstream(encode_report));
     EXPECT_EQ(er.at("status"), "completed");
     EXPECT_EQ(er.at("outputs")[0].at("kind"), "application/x-safetensors");
+    {
+        std::string problems;
+        EXPECT_EQ(ddo::test::every_route_reported(er, &problems), (std::vector<std::string>{"connectors", "transformer", "vae"})) << "ddo-host encode runs Gemma-3 only";
+        EXPECT_EQ(problems, "") << "components with no executed route and no reason";
+    }
     fs::remove(encode_report);
     const auto got = ddo::model::TensorFile::open_file(embeds);
     const auto want = ddo::model::TensorFile::open_file(kFixtures / "image_text.safetensors");
@@ -148,6 +158,11 @@ TEST(Ltx2ImageHost, FromTextEqualsReferenceAndEncodeReproducesIt) {
         EXPECT_EQ(ddo::test::read_png(dir / "image.png").pixels, pixels_text) << "the same pixels as from -p";
     });
     EXPECT_EQ(again.exit_code, 0) << again.log;
+    {
+        std::string problems;
+        EXPECT_EQ(ddo::test::every_route_reported(again.report, &problems), (std::vector<std::string>{"text_encoder"})) << "embeddings from a file: no text encoder";
+        EXPECT_EQ(problems, "") << "components with no executed route and no reason";
+    }
     fs::remove(embeds);
 }
 

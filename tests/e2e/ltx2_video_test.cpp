@@ -219,6 +219,11 @@ TEST(Ltx2VideoHost, FromTextEqualsDiffusersAndEncodeReproducesIt) {
     EXPECT_EQ(k.at("engine").at("counters").at("outstanding_owners"), 0);
     EXPECT_GT(k.at("bytes_streamed").get<uint64_t>(), 0u) << "low_ram_safe streams the text encoder's layers";
     EXPECT_EQ(r.report.at("workload").at("negative_prompt"), "");
+    {
+        std::string problems;
+        EXPECT_EQ(ddo::test::every_route_reported(r.report, &problems), (std::vector<std::string>{"latent_upsampler"})) << "a one-stage run from a prompt";
+        EXPECT_EQ(problems, "") << "components with no executed route and no reason";
+    }
 
     // ddo-host encode writes the embeddings; a run from them writes the same bytes.
     const fs::path embeds = fs::temp_directory_path() / ("ltx2_embeds_" + std::to_string(::getpid()) + ".safetensors");
@@ -233,6 +238,11 @@ TEST(Ltx2VideoHost, FromTextEqualsDiffusersAndEncodeReproducesIt) {
     const auto er = nlohmann::json::parse(std::ifstream(encode_report));
     EXPECT_EQ(er.at("status"), "completed");
     EXPECT_EQ(er.at("outputs")[0].at("kind"), "application/x-safetensors");
+    {
+        std::string problems;
+        EXPECT_EQ(ddo::test::every_route_reported(er, &problems), (std::vector<std::string>{"audio_vae", "connectors", "latent_upsampler", "transformer", "vae", "vocoder"})) << "ddo-host encode runs Gemma-3 only";
+        EXPECT_EQ(problems, "") << "components with no executed route and no reason";
+    }
     fs::remove(encode_report);
     const auto f = ddo::model::TensorFile::open_file(embeds);
     EXPECT_TRUE(f.contains("negative_prompt_embeds"));
@@ -241,6 +251,11 @@ TEST(Ltx2VideoHost, FromTextEqualsDiffusersAndEncodeReproducesIt) {
             EXPECT_EQ(ddo::file_sha256(dir / "audio.wav").value_or("!"), sha_text);
         });
     EXPECT_EQ(again.exit_code, 0) << again.log;
+    {
+        std::string problems;
+        EXPECT_EQ(ddo::test::every_route_reported(again.report, &problems), (std::vector<std::string>{"latent_upsampler", "text_encoder"})) << "embeddings from a file: no text encoder";
+        EXPECT_EQ(problems, "") << "components with no executed route and no reason";
+    }
     fs::remove(embeds);
 }
 

@@ -9,7 +9,9 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 
 #include <nlohmann/json.hpp>
@@ -138,4 +140,64 @@ TEST(Qi21ComponentFile, AFileWithAScaleDroppedIsRefusedNamingTheTensor) {
     ASSERT_TRUE(r.report.is_object()) << "no report written";
     EXPECT_EQ(r.report.at("exit_code"), 4);
     EXPECT_EQ(r.report.at("status"), "failed");
+}
+
+namespace {
+
+// A copy of the checkpoint `model` in `dst` whose transformer weights lack the stored tensor `drop`.
+void copy_without(const fs::path & model, const fs::path & dst, const std::string & drop) {
+    fs::remove_all(dst);
+    fs::copy(model, dst, fs::copy_options::recursive);
+    const auto file = dst / "transformer" / "diffusion_pytorch_model.safetensors";
+    const auto src = ddo::store::SafetensorsFile::open(file);
+    std::vector<ddo::bench::RawTensor> kept;
+    for (const auto & t : src.tensors()) {
+        if (t.name == drop) continue;
+        ddo::bench::RawTensor r{t.name, std::string(ddo::store::dtype_name(t.dtype)), t.shape, std::vector<unsigned char>(t.nbytes)};
+        src.read_tensor(t, r.bytes.data(), ddo::store::ReadMode::pread);
+        kept.push_back(std::move(r));
+    }
+    fs::remove(file);
+    ddo::bench::write_safetensors(file, kept);
+}
+
+}  // namespace
+
+// Issue 40 item 1: an SDNQ float8 transformer (diffusers' SDNQConfig, weights_dtype float8_e4m3fn) with one layer's
+// .scale removed ran with exit 0, that layer read as a plain FP8 cast (an image 164/255 away). Exit 4 naming the file
+// and the missing tensor, nothing computed, the report written; the same for an int8 layer, whose message said
+// "dtype I8, expected a floating type".
+TEST(Qi21ComponentFile, AnSdnqLayerWithoutItsScaleIsRefusedNamingTheFileAndTheTensor) {
+    const std::string layer = "transformer_blocks.0.attn.to_q";
+    for (const std::string c : {"sdnq_fp8", "sdnq_int8"}) {
+        const auto dir = fs::temp_directory_path() / ("ddo_sdnq_no_scale_" + c + "_" + std::to_string(::getpid()));
+        copy_without(kDir / c, dir, layer + ".scale");
+        const auto r = run("no_scale_" + c, base(dir));
+        EXPECT_EQ(r.exit_code, 4) << c << ": " << r.log;
+        EXPECT_NE(r.log.find(layer + ".scale is missing"), std::string::npos) << c << ": " << r.log;
+        EXPECT_NE(r.log.find((dir / "transformer" / "diffusion_pytorch_model.safetensors").string()), std::string::npos) << r.log;
+        EXPECT_EQ(r.log.find("expected a floating type"), std::string::npos) << r.log;
+        ASSERT_TRUE(r.report.is_object()) << "no report written";
+        EXPECT_EQ(r.report.at("exit_code"), 4);
+        EXPECT_EQ(r.report.at("status"), "failed");
+        EXPECT_TRUE(r.report.at("steps").empty()) << "steps ran on a damaged checkpoint";
+        fs::remove_all(dir);
+    }
+}
+
+// Issue 40 item 3: the same int8 values stored in sdnq's two layouts (plain, and the quantized-matmul layout whose
+// weights are [in, out]) make the same image, 0/255, on the resident and the disk routes.
+TEST(Qi21ComponentFile, BothSdnqStorageLayoutsMakeTheSameImage) {
+    for (const std::string route : {"resident", "disk"}) {
+        std::vector<uint8_t> plain, qmm;
+        const std::string set = "--set components.transformer.route=" + route + " ";
+        const auto a = run("layout_plain_" + route, base(kDir / "sdnq_int8") + set, &plain);
+        const auto b = run("layout_qmm_" + route, base(kDir / "sdnq_int8_qmm") + set, &qmm);
+        ASSERT_EQ(a.exit_code, 0) << a.log;
+        ASSERT_EQ(b.exit_code, 0) << b.log;
+        ASSERT_EQ(plain.size(), qmm.size());
+        int worst = 0;
+        for (std::size_t i = 0; i < plain.size(); ++i) worst = std::max(worst, std::abs(int(plain[i]) - int(qmm[i])));
+        EXPECT_EQ(worst, 0) << route << ": the quantized-matmul layout's image is " << worst << "/255 away";
+    }
 }

@@ -104,6 +104,11 @@ TEST_F(Qi21Text, FromTextEqualsDiffusersOnResidentAndStreamedTextEncoderRoutes) 
         else
             EXPECT_GT(te.at("bytes_streamed").get<uint64_t>(), 0u) << te.dump();
         EXPECT_EQ(te.at("unloaded_in_phase").get<std::string>(), "encode") << te.dump();
+    {
+        std::string problems;
+        EXPECT_EQ(ddo::test::every_route_reported(r.report, &problems), (std::vector<std::string>{"vision_tower"})) << "a text-only prompt uses every component but the vision tower";
+        EXPECT_EQ(problems, "") << "components with no executed route and no reason";
+    }
         const auto & wl = r.report.at("workload");
         EXPECT_EQ(wl.at("text_encoder").get<std::string>(), "unloaded after encode, before denoise");
         EXPECT_EQ(wl.at("guidance_scale").get<double>(), ref.at("true_cfg_scale").get<double>());
@@ -150,11 +155,21 @@ TEST_F(Qi21Text, EncodeWritesEmbeddingsThatReproduceTheImage) {
     const auto rep = nlohmann::json::parse(std::ifstream(out / "encode.json"));
     EXPECT_EQ(rep.at("status").get<std::string>(), "completed");
     EXPECT_EQ(rep.at("outputs").size(), 1u);
+    {
+        std::string problems;
+        EXPECT_EQ(ddo::test::every_route_reported(rep, &problems), (std::vector<std::string>{"transformer", "vae", "vision_tower"})) << "ddo-host encode runs the text encoder only";
+        EXPECT_EQ(problems, "") << "components with no executed route and no reason";
+    }
     std::string a = "--prompt-embeds " + q((out / "embeds.safetensors").string()) + " --width " +
                     std::to_string(ref.at("width").get<int>()) + " --height " + std::to_string(ref.at("height").get<int>()) +
                     " --steps " + std::to_string(ref.at("steps").get<int>()) + " --cfg-scale 4 --seed 0";
     auto r = run("from_encoded", a);
     ASSERT_EQ(r.exit_code, 0) << r.log;
+    {
+        std::string problems;
+        EXPECT_EQ(ddo::test::every_route_reported(r.report, &problems), (std::vector<std::string>{"text_encoder", "vision_tower"})) << "embeddings from a file: no text encoder";
+        EXPECT_EQ(problems, "") << "components with no executed route and no reason";
+    }
     EXPECT_LE(max_diff(r, "cfg"), 1) << "generating from `ddo-host encode` embeddings";
     // Running it again does not overwrite the file unasked.
     ASSERT_NE(std::system(cmd.c_str()), 0);

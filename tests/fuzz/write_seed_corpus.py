@@ -61,6 +61,29 @@ def write_safetensors():
          ("f", "I32", [1])], pad=False))
 
 
+# ---------------------------------------------------------------- quantized layers (a config byte + a weights file)
+# The first byte picks quantized_layer_fuzz.cpp's kConfigs: 0 int8, 1 uint8, 2 uint4, 3 int4, 4 float8_e4m3fn,
+# 5 int8 with use_quantized_matmul, 6 no config (the self-described fp8 layouts).
+def write_quantized_layers():
+    def seed(name, config, tensors):
+        put("quantized_layer", name, bytes([config]) + safetensors(tensors))
+    seed("sdnq_int8.bin", 0, [("a.weight", "I8", [4, 8]), ("a.scale", "F32", [4, 1]), ("a.bias", "BF16", [4])])
+    seed("sdnq_int8_no_scale.bin", 0, [("a.weight", "I8", [4, 8]), ("a.bias", "BF16", [4])])
+    seed("sdnq_int8_grouped_svd.bin", 0, [("a.weight", "I8", [4, 2, 4]), ("a.scale", "F32", [4, 2, 1]),
+                                         ("a.svd_up", "F32", [4, 2]), ("a.svd_down", "F32", [2, 8])])
+    seed("sdnq_uint8_zero_point.bin", 1, [("a.weight", "U8", [4, 8]), ("a.scale", "BF16", [4, 1]),
+                                          ("a.zero_point", "BF16", [4, 1])])
+    seed("sdnq_uint4_packed.bin", 2, [("a.weight", "U8", [16]), ("a.scale", "F32", [4, 1]), ("a.zero_point", "F32", [4, 1])])
+    seed("sdnq_int4_packed.bin", 3, [("a.weight", "U8", [16]), ("a.scale", "F32", [4, 1])])
+    seed("sdnq_fp8.bin", 4, [("a.weight", "F8_E4M3", [4, 8]), ("a.scale", "F32", [4, 1])])
+    seed("sdnq_fp8_no_scale.bin", 4, [("a.weight", "F8_E4M3", [4, 8]), ("b.weight", "F8_E4M3", [4, 8]),
+                                      ("b.scale", "F32", [4, 1])])
+    seed("sdnq_int8_qmm.bin", 5, [("a.weight", "I8", [32, 48]), ("a.scale", "F32", [1, 48])])
+    seed("fp8_ltx.bin", 6, [("l.weight", "F8_E4M3", [4, 8]), ("l.weight_scale", "F32", []), ("l.input_scale", "F32", [])])
+    seed("fp8_comfy.bin", 6, [("c.weight", "F8_E4M3", [4, 8]), ("c.scale_weight", "F32", []), ("c.comfy_quant", "U8", [2])])
+    seed("fp8_cast.bin", 6, [("x.weight", "F8_E5M2", [4, 8])])
+
+
 # ---------------------------------------------------------------- GGUF (ggml include/gguf.h; little-endian v3)
 GGML_BLOCK = {0: (1, 4), 1: (1, 2), 30: (1, 2), 8: (32, 34), 2: (32, 18), 12: (256, 144), 14: (256, 210)}
 
@@ -335,6 +358,7 @@ def write_serve_requests():
 
 def main():
     write_safetensors()
+    write_quantized_layers()
     write_gguf()
     write_manifests()
     write_presets()

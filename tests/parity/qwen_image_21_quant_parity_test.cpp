@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include <filesystem>
+#include <map>
 
 #include <ATen/ATen.h>
 
@@ -114,6 +115,42 @@ TEST_F(Qi21QuantParity, EveryRouteStreamsTheStoredBytesAndEqualsResidentBitwise)
                       << q.at("stored_bytes") << " of " << q.at("dense_bytes") << " dense bytes, " << q.at("formats").dump()
                       << "\n";
         }
+    }
+}
+
+// Issue 40 item 3 (Note [One layout per decoded weight]): the sdnq_int8 transformer saved again in sdnq's
+// quantized-matmul layout (weights [in, out], scales [1, out]) holds the same values, so its latents equal sdnq_int8's
+// bit for bit, resident (TensorFile::read, the strided view reached the matmul: 1/255 in the image) and streamed.
+TEST_F(Qi21QuantParity, BothSdnqStorageLayoutsGiveTheSameLatentsBitwise) {
+    const ddo_allocator_vtable * linear = ddo::test::linear_allocator(QI21_PLUGIN_DIR);
+    ASSERT_NE(linear, nullptr);
+    ASSERT_TRUE(reference().contains("layout_twins"));
+    for (const auto & [twin, opts] : reference().at("layout_twins").items()) {
+        const std::string base = opts.at("twin_of").get<std::string>();
+        const auto t = qi::TensorFile::open_component(kDir / twin / "transformer");
+        int transposed = 0;  // the layout really differs: some scales are [1, out]
+        for (const auto & n : t.names())
+            if (n.ends_with(".weight") && t.contains_stored(n.substr(0, n.size() - 7) + ".scale"))
+                transposed += t.read_stored(n.substr(0, n.size() - 7) + ".scale").size(0) == 1;
+        ASSERT_GT(transposed, 0) << twin << " has no layer in the quantized-matmul layout";
+        const auto o = ddo::test::qwen_image_21_run_options(reference().at("runs").at("cfg"));
+        std::map<std::string, at::Tensor> latents;
+        for (const std::string c : {base, twin}) {
+            const auto m = qi::ModelFiles::open(kDir / c);
+            const qi::Transformer transformer{m.transformer_config, qi::load_transformer_globals(m.transformer, m.transformer_config, at::kFloat)};
+            const auto embeds = qi::load_prompt_embeds(kDir / "prompt_embeds.safetensors", m.transformer_config.context_in_dim);
+            auto resident = qi::make_resident_blocks(m.transformer, m.transformer_config, at::kFloat, at::kCPU);
+            latents[c + " resident"] = qi::denoise(m, transformer, *resident, embeds, o);
+            auto disk = qi::make_engine_blocks(kDir / c / "transformer", m.transformer_config, at::kFloat,
+                                               ddo::test::cpu_plan("transformer", ddo::Route::disk, linear, 0));
+            latents[c + " disk"] = qi::denoise(m, transformer, *disk, embeds, o);
+            EXPECT_EQ(disk->finish(), 0u);
+        }
+        for (const std::string route : {" resident", " disk"})
+            EXPECT_TRUE(at::equal(latents[base + route], latents[twin + route]))
+                << twin << route << " differs from " << base << route << " by "
+                << (latents[base + route] - latents[twin + route]).abs().max().item<double>();
+        std::cout << "[ layouts   ] " << twin << " (" << transposed << " layers stored [in, out]) == " << base << " bitwise\n";
     }
 }
 

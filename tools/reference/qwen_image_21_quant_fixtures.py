@@ -5,7 +5,7 @@ Usage: qwen_image_21_quant_fixtures.py OUT_DIR
 
 The tiny Qwen-Image 2.1 checkpoint of qwen_image_21_fixtures.py (its build_models, same seed), with its transformer
 replaced by a quantized one, and the reference pipeline run on each:
-  - sdnq_int8, sdnq_uint4_svd: sdnq 0.2.8 quantizes the transformer (sdnq_post_load_quant with its model skip keys, so
+  - sdnq_int8, sdnq_uint4_svd, sdnq_fp8: sdnq 0.2.8 quantizes the transformer (sdnq_post_load_quant with its model skip keys, so
     the embedders, the output projection and the norms stay dense; every size allowed, the tiny model's layers are
     below sdnq's default minimum) and save_sdnq_model writes it; the reference is diffusers' QwenImage21Pipeline with
     QwenImage21Transformer2DModel.from_pretrained(<case>/transformer, torch_dtype=float32) -- diffusers' own SDNQ
@@ -21,6 +21,8 @@ replaced by a quantized one, and the reference pipeline run on each:
     rest. Two references: the pipeline on the dense transformer loaded with gguf-py's decode of the written file
     ("<case>.<run>.latents"), and diffusers' own GGUF integration, QwenImage21Transformer2DModel.from_single_file with
     GGUFQuantizationConfig(compute_dtype=float32) ("<case>.<run>.diffusers_gguf").
+Layout twin (issue 40): sdnq_int8_qmm/ is sdnq_int8's transformer saved in sdnq's quantized-matmul layout, no
+reference run (ddo must give the same bits from both folders).
 Single-file forms (Note [Component files]): gguf_single/ is the checkpoint whose transformer/ holds only the wide
 config.json; gguf_q4_k_comfy.gguf is the gguf_q4_k file with every name under "model.diffusion_model." (ComfyUI's
 layout); gguf_foreign.gguf holds the same tensors under other names (another model's file).
@@ -59,7 +61,12 @@ SEED = q21.SEED
 SDNQ_CASES = {
     "sdnq_int8": dict(weights_dtype="int8"),
     "sdnq_uint4_svd": dict(weights_dtype="uint4", use_svd=True, svd_rank=4),
+    "sdnq_fp8": dict(weights_dtype="float8_e4m3fn"),
 }
+# Issue 40: the sdnq_int8 transformer again, saved in the quantized-matmul layout (int8 weights stored [in, out],
+# scales [1, out]): the same values as sdnq_int8, so ddo's latents and images from the two folders must be equal bit
+# for bit. No reference run: diffusers would run sdnq's quantized matmul on it, another computation.
+LAYOUT_TWINS = {"sdnq_int8_qmm": dict(SDNQ_CASES["sdnq_int8"], use_quantized_matmul=True)}
 # The GGUF cases' transformer: inner dim 256 (2 heads of 128) so that Q4_K rows (256 elements) fit.
 GGUF_TRANSFORMER_CONFIG = dict(q21.TRANSFORMER_CONFIG, attention_head_dim=128, axes_dims_rope=(16, 56, 56))
 COMFY_PREFIX = "model.diffusion_model."
@@ -179,6 +186,8 @@ def main():
                "negative_prompt_embeds": neg, "negative_prompt_embeds_mask": neg_mask.to(torch.uint8)},
               str(out / "prompt_embeds.safetensors"))
     models = {case: sdnq_case(out, transformer, case, opts) for case, opts in SDNQ_CASES.items()}
+    for case, opts in LAYOUT_TWINS.items():
+        sdnq_case(out, transformer, case, opts)
     models["fp8_scaled"] = fp8_case(out, transformer, "fp8_scaled")
     wide = gguf_transformer()
     integrations, gguf_types = {}, {}
@@ -199,6 +208,7 @@ def main():
            "gguf_version": importlib.metadata.version("gguf"),
            "dtype": "float32", "cases": {**SDNQ_CASES, "fp8_scaled": {"layout": "weight F8_E4M3 + weight_scale"},
                                          **{c: {"gguf_types": gguf_types[c]} for c in gguf_types}},
+           "layout_twins": {c: {"twin_of": "sdnq_int8", **o} for c, o in LAYOUT_TWINS.items()},
            "gguf_transformer_config": GGUF_TRANSFORMER_CONFIG, "comfy_prefix": COMFY_PREFIX,
            "runs": {k: dict(v, seed=SEED) for k, v in RUNS.items()}, "transformer_config": q21.TRANSFORMER_CONFIG}
     (out / "reference.json").write_text(json.dumps(ref, indent=1, default=list) + "\n")
