@@ -366,6 +366,12 @@ TEST(Ltx2VideoHost, SaveLatentsThenDecodeLatentsGivesTheOneShotBytes) {
     for (const char * c : {"text_encoder", "connectors", "transformer"})
         EXPECT_FALSE(r.report.at("counters").contains(c)) << c << " is not loaded to decode";
     for (const auto & p : r.report.at("phases")) EXPECT_NE(p.at("name"), "denoise");
+    {
+        std::string problems;
+        EXPECT_EQ(ddo::test::every_route_reported(r.report, &problems),
+                  (std::vector<std::string>{"connectors", "latent_upsampler", "text_encoder", "transformer"}));
+        EXPECT_EQ(problems, "") << "components with no executed route and no reason";
+    }
 
     // -o DIR/%05d.png: the frames under the pattern, the MP4 and the WAV beside them.
     r = run_ddo_host("ltx2_decode_pattern", decode_args(ckpt, latents), [&](const fs::path & dir) {

@@ -775,6 +775,9 @@ void run_decode_only(model::ModelRun & run) {
     const auto & w = r.w;
     run.begin_phase("load");
     run.record_checkpoint({"vae", "audio_vae", "vocoder"});
+    run.not_used_except({"vae", "audio_vae", "vocoder"},
+                        "--decode-latents: the denoised latents were read from " + run.decode_latents_file().string() +
+                            "; only the decoders run");
     run.record_input("latents", run.decode_latents_file());
     const VideoModel m = VideoModel::open_decoders(run.model_dir());
     const auto geo = latent_geometry(m.ratios(), d.frames, d.height, d.width, d.fps);
