@@ -135,7 +135,7 @@ TEST_F(Qi21QuantParity, BothSdnqStorageLayoutsGiveTheSameLatentsBitwise) {
         ASSERT_GT(transposed, 0) << twin << " has no layer in the quantized-matmul layout";
         const auto o = ddo::test::qwen_image_21_run_options(reference().at("runs").at("cfg"));
         std::map<std::string, at::Tensor> latents;
-        for (const std::string c : {base, twin}) {
+        for (const std::string & c : {base, twin}) {
             const auto m = qi::ModelFiles::open(kDir / c);
             const qi::Transformer transformer{m.transformer_config, qi::load_transformer_globals(m.transformer, m.transformer_config, at::kFloat)};
             const auto embeds = qi::load_prompt_embeds(kDir / "prompt_embeds.safetensors", m.transformer_config.context_in_dim);
