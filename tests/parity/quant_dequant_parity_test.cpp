@@ -416,6 +416,11 @@ TEST_F(QuantParity, EveryDamagedSdnqLayerIsRefusedNamingTheFileAndTheTensor) {
         s.shape[0] /= 2;
         s.bytes.resize(s.bytes.size() / 2);
     }, "scale [128,1], expected [256,1]");
+    refused("int8", [](Tensors & t) {  // an empty layer: no rows of values behind the scale's rows
+        auto & w = tensor_named(t, "a.weight");
+        w.shape[1] = 0;
+        w.bytes.clear();
+    }, "hold an empty [256,0] layer");
     refused("uint8", [](Tensors & t) {
         auto & z = tensor_named(t, "a.zero_point");
         z.shape = {1, z.shape[0]};
@@ -460,6 +465,13 @@ TEST_F(QuantParity, EveryDamagedFp8LayerIsRefusedNamingTheFileAndTheTensor) {
         EXPECT_EQ(e.rfind("runtime: " + file.string() + ": ", 0), 0u) << c.file << ": " << e;
         EXPECT_NE(e.find(c.says), std::string::npos) << c.file << ": " << e;
     }
+    // A per-row scale stored transposed ([1, out]) on a square weight: every dim divides, yet it would decode per
+    // column. Refused as no writer's layout.
+    const auto square = tmp / "square.safetensors";
+    ddo::bench::write_safetensors(square, {{"sq.weight", "F8_E4M3", {8, 8}, std::vector<unsigned char>(64, 0x38)},
+                                           {"sq.weight_scale", "F32", {1, 8}, std::vector<unsigned char>(32, 0)}});
+    const auto es = ddo::test::error_of([&] { TensorFile::open_file(square); });
+    EXPECT_NE(es.find("the scale sq.weight_scale [1,8] F32 of fp8 tensor sq.weight [8,8]"), std::string::npos) << es;
     const auto comfy = tmp / "comfy_quant.safetensors";
     ddo::bench::write_safetensors(comfy, {{"m.weight", "F8_E4M3", {4, 8}, std::vector<unsigned char>(32, 0x38)},
                                           {"m.comfy_quant", "U8", {2}, {0x7b, 0x7d}}});

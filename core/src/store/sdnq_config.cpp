@@ -120,6 +120,7 @@ SdnqConfig SdnqConfig::from_json(const nlohmann::json & qc, const std::filesyste
             throw RuntimeError(where(file, "hadamard_group_size") + " must be a positive integer");
         c.hadamard_group_size_ = it->get<std::int64_t>();
     }
+    c.not_convert_ = json_strings(qc.value("modules_to_not_convert", nlohmann::json()), where(file, "modules_to_not_convert"));
     c.not_use_matmul_ = json_strings(qc.value("modules_to_not_use_matmul", nlohmann::json()), where(file, "modules_to_not_use_matmul"));
     if (const auto it = qc.find("modules_dtype_dict"); it != qc.end() && !it->is_null()) {
         if (!it->is_object()) throw RuntimeError(where(file, "modules_dtype_dict") + " must be an object");
@@ -130,6 +131,8 @@ SdnqConfig SdnqConfig::from_json(const nlohmann::json & qc, const std::filesyste
     }
     return c;
 }
+
+bool SdnqConfig::converted(const std::string & layer) const { return !sdnq_name_matches(layer, not_convert_); }
 
 SdnqDtype SdnqConfig::dtype_of(const std::string & layer) const {
     std::string dtype = weights_dtype_;
@@ -198,6 +201,9 @@ void check_sdnq_parts(const SdnqParts & t, const SdnqLayerRule & rule, std::int6
     if (!t.scale) missing("scale", "its weight is " + part_text(*t.weight) + ", " + rule.dtype.name + " values that mean nothing without their scale");
     const auto & w = *t.weight;
     const auto & s = *t.scale;
+    if (out <= 0 || in <= 0)
+        disagree(name, "weight " + part_text(w) + " and scale " + part_text(s) + " hold an empty [" + std::to_string(out) +
+                           "," + std::to_string(in) + "] layer");
     if (!floating(s.dtype)) disagree(name, "scale " + part_text(s) + " is not a floating-point tensor");
     const bool grouped = s.shape.size() == 3;
     const std::int64_t groups = grouped ? s.shape[1] : 1;
@@ -205,7 +211,7 @@ void check_sdnq_parts(const SdnqParts & t, const SdnqLayerRule & rule, std::int6
     const auto sshape = grouped ? std::vector<std::int64_t>{out, groups, 1}
                         : rule.transposed ? std::vector<std::int64_t>{1, out}
                                           : std::vector<std::int64_t>{out, 1};
-    if (s.shape != sshape && !(out == 1 && s.shape == std::vector<std::int64_t>{1, 1}))
+    if (s.shape != sshape && s.shape != std::vector<std::int64_t>{1, 1})  // [1, 1]: one scale for the layer
         disagree(name, "scale " + shape_text(s.shape) + ", expected " + shape_text(sshape) + " for " + rule.dtype.name +
                            (rule.transposed ? " (transposed: quantized matmul)" : ""));
     if (rule.dtype.is_unsigned && !t.zero_point)

@@ -68,12 +68,15 @@ std::optional<SdnqPart> sdnq_part(const TensorInfo * t) {
 // Every stored weight of an SDNQ folder that is not floating is a quantized layer (sdnq stores what it leaves alone in
 // the model dtype): it is decoded with all of its parts or refused, naming the file and the missing or inconsistent
 // tensor (check_sdnq_parts), never read as something else (an unscaled fp8 cast, a dense int8). A layer stored in
-// another fp8 layout (its own .weight_scale / .scale_weight) is left to that layout's detection.
+// another fp8 layout (its own .weight_scale / .scale_weight), or one modules_to_not_convert names that has no SDNQ
+// scale (sdnq did not quantize it: someone cast it), is left to the other layouts' detection.
 void detect_sdnq(Builder & b, const SdnqConfig & cfg) {
     for (const auto * t : b.store.tensors()) {
         if (!t->name.ends_with(".weight") || is_float(t->dtype)) continue;
         const std::string p = prefix_of(t->name, ".weight");
-        if (is_fp8(t->dtype) && !b.get(p + ".scale") && (b.get(p + ".weight_scale") || b.get(p + ".scale_weight"))) continue;
+        if (!b.get(p + ".scale") && ((is_fp8(t->dtype) && (b.get(p + ".weight_scale") || b.get(p + ".scale_weight"))) ||
+                                     !cfg.converted(p)))
+            continue;
         const auto dtype = cfg.dtype_of(p);
         const std::string where = p + " in " + b.store.file_path(t->file_index).string();
         const SdnqParts parts{sdnq_part(t), sdnq_part(b.get(p + ".scale")), sdnq_part(b.get(p + ".zero_point")),
@@ -105,6 +108,9 @@ void check_fp8_scale(const Builder & b, const TensorInfo & w, const TensorInfo &
     if (ok && s.numel() != 1) {
         ok = s.shape.size() == w.shape.size();
         for (std::size_t i = 0; ok && i < s.shape.size(); ++i) ok = s.shape[i] > 0 && w.shape[i] % s.shape[i] == 0;
+        // One per column ([1, in]) is no fp8 writer's layout: a per-row scale stored transposed, which on a square
+        // weight would divide and decode as the wrong scales.
+        if (ok && w.shape.size() == 2 && w.shape[0] > 1 && s.shape[0] == 1 && s.shape[1] == w.shape[1]) ok = false;
     }
     if (!ok)
         throw RuntimeError(b.store.file_path(s.file_index).string() + ": the scale " + s.name + " " + shape_str(s.shape) +

@@ -47,6 +47,8 @@ public:
     // The rule of the Linear `layer` (its module name, e.g. "transformer_blocks.3.attn.to_q") of dense shape
     // [out, in] stored with `grouped` scales (a 3-D scale: more than one group per row).
     SdnqLayerRule layer(const std::string & layer, std::int64_t out, std::int64_t in, bool grouped) const;
+    // Whether sdnq quantized `layer`: false when modules_to_not_convert names it (sdnq left it in the model dtype).
+    bool converted(const std::string & layer) const;
     // The layer's weight dtype: modules_dtype_dict's entry that matches it, else weights_dtype.
     SdnqDtype dtype_of(const std::string & layer) const;
 
@@ -56,7 +58,7 @@ public:
 private:
     std::string weights_dtype_, matmul_dtype_, version_;
     std::map<std::string, std::vector<std::string>> modules_dtype_;
-    std::vector<std::string> not_use_matmul_;
+    std::vector<std::string> not_use_matmul_, not_convert_;
     bool use_quantized_matmul_ = false, use_hadamard_ = false, dequantize_fp32_ = true;
     std::int64_t hadamard_group_size_ = 256;
 };
