@@ -443,8 +443,8 @@ TEST(Serve, RestartAfterSigkillReadsTheStateDirectory) {
     const fs::path state = fs::temp_directory_path() / ("ddo_serve_" + std::to_string(::getpid()) + "_restart_state");
     fs::remove_all(state);
     const std::string quick = R"({"prompt": "x", "width": 64, "height": 64, "steps": 2, "seed": 5})";
-    // Long enough to be caught running: 512x512, 200 steps (about 0.2 s a step on the CPU).
-    const std::string slow = R"({"prompt": "x", "width": 512, "height": 512, "steps": 200})";
+    // Long enough to be caught running, whatever the machine: 1024x1024, 1000 steps (minutes on a CPU).
+    const std::string slow = R"({"prompt": "x", "width": 1024, "height": 1024, "steps": 1000})";
     std::string id0, id1, id2, id3, id4, png0;
     {
         Server a("restart_a", "--queue 3", kModel, "qwen_image", state);
@@ -487,6 +487,7 @@ TEST(Serve, RestartAfterSigkillReadsTheStateDirectory) {
         const std::string why1 = r1.j.is_object() && r1.j["error"].is_string() ? r1.j["error"].get<std::string>() : "";
         EXPECT_NE(why1.find("interrupted: the server was killed"), std::string::npos) << why1;
         EXPECT_NE(why1.find("denoise"), std::string::npos) << "the reason names where its journal ends: " << why1;
+        EXPECT_EQ(r1.j.is_object() ? r1.j.value("exit_code", json()) : json(), 137) << "the code of a run killed without its report";
         auto ev = curl(b, "GET", "/v1/jobs/" + id1 + "/events", "", "-N");
         EXPECT_EQ(ev.status, 200);
         EXPECT_NE(ev.body.find("event: done"), std::string::npos) << ev.body.substr(0, 400);
@@ -497,7 +498,7 @@ TEST(Serve, RestartAfterSigkillReadsTheStateDirectory) {
             EXPECT_EQ(r.j.value("status", ""), "cancelled") << r.body.substr(0, 600);
             const std::string why = r.j.is_object() && r.j["error"].is_string() ? r.j["error"].get<std::string>() : "";
             EXPECT_NE(why.find("killed"), std::string::npos) << why;
-            EXPECT_EQ(r.j.is_object() && r.j["request"].is_object() ? r.j["request"].value("steps", 0) : 0, 200)
+            EXPECT_EQ(r.j.is_object() && r.j["request"].is_object() ? r.j["request"].value("steps", 0) : 0, 1000)
                 << r.body.substr(0, 600);
         }
         // The job finished before the kill: still served, status and outputs.
@@ -510,6 +511,12 @@ TEST(Serve, RestartAfterSigkillReadsTheStateDirectory) {
         EXPECT_EQ(img.status, 200);
         EXPECT_EQ(img.body, png0) << "the restarted server serves another image.png than the one the job made";
         EXPECT_TRUE(lock_files(state / "jobs").empty()) << "stale locks left: " << json(lock_files(state / "jobs")).dump();
+        // One server per state directory: a second one is refused (exit 2) naming the first.
+        const std::string second = "'" + std::string(DDO_HOST_BIN) + "' serve --plugin qwen_image --model " + q(kModel.string()) +
+                                   " --listen 127.0.0.1:0 --state-dir " + q(state.string()) + " > " + q((b.dir / "second.out").string()) + " 2>&1";
+        const int st2 = std::system(second.c_str());
+        EXPECT_EQ(WIFEXITED(st2) ? WEXITSTATUS(st2) : -1, 2);
+        EXPECT_NE(slurp(b.dir / "second.out").find("in use by another ddo-host serve"), std::string::npos) << slurp(b.dir / "second.out");
         // A new job runs; the summary has the old jobs and the new one.
         auto p4 = curl(b, "POST", "/v1/jobs", quick);
         ASSERT_EQ(p4.status, 202) << p4.body;
