@@ -167,11 +167,47 @@ std::vector<RecoveredJob> recover_jobs(const fs::path & jobs_dir, std::chrono::s
         job.ended_here = true;
         out.push_back(std::move(job));
     }
-    std::sort(out.begin(), out.end(), [](const RecoveredJob & a, const RecoveredJob & b) {
-        return std::pair(a.record.value("created", std::string()), a.record.value("id", std::string())) <
-               std::pair(b.record.value("created", std::string()), b.record.value("id", std::string()));
-    });
+    // By time, not text: `created` is "…SS.mmmZ" or, in an older record, "…SSZ" (a record without one first).
+    const auto key = [](const RecoveredJob & j) {
+        const json & c = j.record.value("created", json());
+        const auto t = c.is_string() ? parse_record_time(c.get<std::string>()) : std::nullopt;
+        return std::pair(t.value_or(std::chrono::system_clock::time_point{}), j.record.value("id", std::string()));
+    };
+    std::sort(out.begin(), out.end(), [&](const RecoveredJob & a, const RecoveredJob & b) { return key(a) < key(b); });
     return out;
+}
+
+namespace {
+
+// A temp file of write_text_atomically: ".<name>.tmp.XXXXXX" (mkstemp's six characters).
+bool is_write_leftover(const std::string & name) {
+    return name.size() > 12 && name[0] == '.' && name.compare(name.size() - 11, 5, ".tmp.") == 0;
+}
+
+void remove_leftovers_in(const fs::path & dir, std::vector<fs::path> & removed) {
+    std::error_code ec;
+    for (auto it = fs::directory_iterator(dir, ec); !ec && it != fs::directory_iterator(); it.increment(ec)) {
+        std::error_code type_ec, rm_ec;
+        if (is_write_leftover(it->path().filename().string()) && it->is_regular_file(type_ec) && !it->is_symlink(type_ec) &&
+            fs::remove(it->path(), rm_ec))
+            removed.push_back(it->path());
+    }
+}
+
+}  // namespace
+
+std::vector<fs::path> remove_write_leftovers(const fs::path & state_dir) {
+    std::vector<fs::path> removed;
+    remove_leftovers_in(state_dir, removed);
+    std::error_code ec;
+    for (auto it = fs::directory_iterator(state_dir / "jobs", ec); !ec && it != fs::directory_iterator(); it.increment(ec)) {
+        const std::string name = it->path().filename().string();
+        std::error_code type_ec;
+        if (!name.starts_with("job-") || !safe_name(name) || !it->is_directory(type_ec) || it->is_symlink(type_ec)) continue;
+        remove_leftovers_in(it->path(), removed);
+        remove_leftovers_in(it->path() / "inputs", removed);
+    }
+    return removed;
 }
 
 PreviousSummary read_previous_summary(const fs::path & file) {

@@ -30,6 +30,12 @@ struct RecoveredJob {
 std::vector<RecoveredJob> recover_jobs(const std::filesystem::path & jobs_dir, std::chrono::system_clock::time_point now,
                                        const nlohmann::json & by, std::vector<std::string> & skipped);
 
+// The temp files of atomic writes (".<name>.tmp.XXXXXX", write_text_atomically) whose process died before the rename:
+// in `state_dir` (the summary's), in each job folder (its record's, its report's) and its inputs/ (a condition
+// image's). Removed at start, before the jobs are read (no writer of the directory is alive then: the server holds
+// its claim). Returns the files removed; never throws (what cannot be listed or removed stays).
+std::vector<std::filesystem::path> remove_write_leftovers(const std::filesystem::path & state_dir);
+
 // Why a job that was running when its server died ended, from its folder's run journal (Note [Run journal] in
 // docs/metrics.md): "interrupted: the server was killed …" with the journal's pid, where it ends (the open phase,
 // the steps done in it, the time) or, when the run had ended, how. `outputs`: the files the journal records as

@@ -3,9 +3,12 @@
 
 #include <spdlog/spdlog.h>
 
+#include <fcntl.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
+#include <cstring>
 #include <ctime>
 #include <iomanip>
 #include <random>
@@ -15,6 +18,7 @@
 #include "ddo/plugin/plugin_search_path.hpp"
 #include "ddo/report/run_journal.hpp"
 #include "ddo/report/run_tracker.hpp"
+#include "ddo/util/atomic_write.hpp"
 #include "ddo/util/stale_path_locks.hpp"
 #include "serve/job_record.hpp"
 #include "serve/job_recovery.hpp"
@@ -53,6 +57,17 @@ json read_json_file(const fs::path & p) {
     return j.is_discarded() ? json(nullptr) : j;
 }
 
+// `dir` synced, so that the names made in it survive a crash (a filesystem that cannot sync a directory, EINVAL or
+// ENOTSUP, is taken as it is, as write_text_atomically takes it). Throws RuntimeError naming the directory.
+void sync_directory(const fs::path & dir) {
+    const int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (fd < 0) throw RuntimeError("cannot open " + dir.string() + " to sync it: " + std::strerror(errno));
+    const int rc = ::fsync(fd);
+    const int err = errno;
+    ::close(fd);
+    if (rc != 0 && err != EINVAL && err != ENOTSUP) throw RuntimeError("cannot sync " + dir.string() + ": " + std::strerror(err));
+}
+
 // Where the server writes a job's condition image `i` (inside the job's directory, a name of its own making).
 fs::path input_image_path(const fs::path & job_dir, std::size_t i) {
     return job_dir / "inputs" / ("image_" + std::to_string(i));
@@ -64,11 +79,8 @@ json write_inputs(const fs::path & job_dir, JobSpec & spec) {
     json inputs = json::array();
     for (std::size_t i = 0; i < spec.images.size(); ++i) {
         const fs::path f = input_image_path(job_dir, i);
-        fs::create_directories(f.parent_path());
-        std::ofstream out(f, std::ios::binary);
-        out << spec.images[i].bytes;
-        out.close();
-        if (!out) throw RuntimeError("cannot write " + f.string());
+        // As durable as the record that lists it: the file and inputs/ synced (throws RuntimeError naming the file).
+        write_text_atomically(f, spec.images[i].bytes, "condition image");
         inputs.push_back({{"file", fs::relative(f, job_dir).string()}, {"bytes", spec.images[i].bytes.size()},
                           {"frame", spec.images[i].frame ? json(*spec.images[i].frame) : json(nullptr)}});
         spec.images[i].bytes = std::string();
@@ -111,6 +123,8 @@ void JobServer::recover() {
     const json me = {{"pid", ::getpid()}, {"started", record_time(started_)}};
     for (const auto & l : remove_stale_path_locks(config_.state_dir))
         log("removed the stale lock " + l.file.string() + " (" + (l.holder.empty() ? "no holder recorded" : l.holder + ", gone") + ")");
+    for (const auto & f : remove_write_leftovers(config_.state_dir))
+        log("removed " + f.string() + " (the temp file of a write its process died in)");
     PreviousSummary previous = read_previous_summary(config_.state_dir / "serve_summary.json");
     if (!previous.problem.empty()) log(previous.problem);
     std::vector<std::string> skipped;
@@ -295,8 +309,8 @@ std::pair<std::shared_ptr<Job>, std::size_t> JobServer::submit(JobSpec spec) {
         job->dir = config_.state_dir / "jobs" / job->id;
         admitting_.insert(job->id);
     }
-    // The request on disk before it is answered 202 (Note [Serve state directory]): the record, the images. Outside
-    // the lock: the files are synced.
+    // The request on disk before it is answered 202 (Note [Serve state directory]): the images (each file and inputs/
+    // synced), the record (the file and the job's folder synced), the folder's name in jobs/ synced. Outside the lock.
     const auto refuse = [&](int status, const std::string & message) {
         {
             std::lock_guard lk(mu_);
@@ -315,6 +329,7 @@ std::pair<std::shared_ptr<Job>, std::size_t> JobServer::submit(JobSpec spec) {
             record = record_locked(*job);
         }
         write_job_record(job->dir, record);
+        sync_directory(job->dir.parent_path());  // the job folder's own name in jobs/
     } catch (const std::exception & e) {
         refuse(500, "the job could not be recorded in the state directory (" + std::string(e.what()) +
                         "); check that --state-dir " + config_.state_dir.string() + " is writable and has space");
@@ -530,10 +545,12 @@ void JobServer::finish(const std::shared_ptr<Job> & job, const std::string & sta
     json record;
     {
         std::lock_guard lk(mu_);
+        if (job->finished) return;  // ended already: a DELETE and the drain both took this queued job
         job->status = status;
         job->exit_code = exit_code;
         job->error = error;
         job->finished = true;
+        job->record_pending = true;  // its folder kept from expire_old until the final record below is written
         job->finished_at = std::chrono::steady_clock::now();
         job->finished_wall = std::chrono::system_clock::now();
         const bool ran = job->started_at != std::chrono::steady_clock::time_point{};
@@ -552,9 +569,13 @@ void JobServer::finish(const std::shared_ptr<Job> & job, const std::string & sta
                                   {"error", record["error"]}});
     }
     cv_.notify_all();
-    std::error_code ec;
-    fs::create_directories(job->dir, ec);
+    // Outside the lock (the file is synced). expire_old skips the job until then (record_pending), so this write never
+    // lands in, and recreates, a folder the expiry removed.
     write_record(*job, record);
+    {
+        std::lock_guard lk(mu_);
+        job->record_pending = false;
+    }
     log("job " + job->id + " " + status + " (exit " + std::to_string(exit_code) + ")" + (error.empty() ? "" : ": " + error));
     write_summary();
 }
@@ -565,7 +586,7 @@ void JobServer::expire_old() {
         std::lock_guard lk(mu_);
         const auto now = std::chrono::steady_clock::now();
         for (auto it = jobs_.begin(); it != jobs_.end();) {
-            if (it->second->finished && now - it->second->finished_at >= config_.job_ttl) {
+            if (it->second->finished && !it->second->record_pending && now - it->second->finished_at >= config_.job_ttl) {
                 // Removed before the job reads as expired: a client that got 410 finds no file of it left.
                 std::error_code ec;
                 fs::remove_all(it->second->dir, ec);
@@ -579,6 +600,8 @@ void JobServer::expire_old() {
 }
 
 void JobServer::write_summary() {
+    // Held from the snapshot to the rename: two writers (finish() on two threads) cannot land an older snapshot last.
+    std::lock_guard write_lk(summary_write_mu_);
     json s;
     {
         std::lock_guard lk(mu_);

@@ -61,6 +61,7 @@ struct Job {
     std::chrono::system_clock::time_point created = std::chrono::system_clock::now(), started_wall, finished_wall;
     std::chrono::steady_clock::time_point queued_at = std::chrono::steady_clock::now(), started_at, finished_at;
     bool finished = false;
+    bool record_pending = false;  // finished, its final job.json not written yet: expire_old leaves its folder
     // The final record of a job an earlier server on this state directory ran (read back at start); null for this
     // server's own jobs.
     nlohmann::json restored = nullptr;
@@ -157,6 +158,7 @@ private:
     nlohmann::json processes_ = nlohmann::json::array();  // the servers that wrote the summary: {pid, started}
     std::vector<double> run_seconds_;
     bool draining_ = false, stop_ = false;
+    std::mutex summary_write_mu_;  // write_summary(), snapshot to rename; taken before mu_
     std::mutex log_mu_;
     std::ofstream log_;
     std::chrono::system_clock::time_point started_ = std::chrono::system_clock::now();

@@ -436,8 +436,8 @@ std::map<std::string, std::string> summary_status(const fs::path & state) {
 // Issue 40, item 4: a server killed (SIGKILL) with a job finished, one running and two queued, then restarted on the
 // same --state-dir, reads that directory: the finished job is still served (status and outputs), the running one reads
 // `failed` with the reason its journal gives, the queued ones `cancelled` with a reason, serve_summary.json keeps the
-// old rows and adds the new, no stale lock is left; a later restart with a short --job-ttl removes the old folders
-// (410). All from the client's side, over HTTP.
+// old rows and adds the new, no stale lock or temp file of a write is left, a folder that is no job's is left alone;
+// a later restart with a short --job-ttl removes the old folders (410). All from the client's side, over HTTP.
 TEST(Serve, RestartAfterSigkillReadsTheStateDirectory) {
     REQUIRE_READY();
     const fs::path state = fs::temp_directory_path() / ("ddo_serve_" + std::to_string(::getpid()) + "_restart_state");
@@ -477,6 +477,14 @@ TEST(Serve, RestartAfterSigkillReadsTheStateDirectory) {
         EXPECT_FALSE(lock_files(state / "jobs").empty()) << "the killed run left no lock file: the check below proves nothing";
         EXPECT_EQ(summary_status(state).size(), 1u) << "the killed server had written the summary for its finished job";
     }
+    // What a crash can leave besides: temp files of atomic writes (the summary's, a record's), swept at the restart;
+    // a folder named as a job whose record is another job's, left as it is (never expired).
+    const fs::path tmp_summary = state / ".serve_summary.json.tmp.AbC123", tmp_record = state / "jobs" / id0 / ".job.json.tmp.XyZ789";
+    const fs::path foreign = state / "jobs" / "job-0123456789ab";
+    std::ofstream(tmp_summary) << "{";
+    std::ofstream(tmp_record) << "{";
+    fs::create_directories(foreign);
+    std::ofstream(foreign / "job.json") << R"({"id": "job-ba9876543210", "status": "completed"})";
     {
         Server b("restart_b", "--queue 3", kModel, "qwen_image", state);
         ASSERT_GT(b.port, 0) << slurp(b.dir / "stderr");
@@ -511,11 +519,14 @@ TEST(Serve, RestartAfterSigkillReadsTheStateDirectory) {
         EXPECT_EQ(img.status, 200);
         EXPECT_EQ(img.body, png0) << "the restarted server serves another image.png than the one the job made";
         EXPECT_TRUE(lock_files(state / "jobs").empty()) << "stale locks left: " << json(lock_files(state / "jobs")).dump();
+        EXPECT_FALSE(fs::exists(tmp_summary)) << "a crashed summary write's temp file outlived the restart";
+        EXPECT_FALSE(fs::exists(tmp_record)) << "a crashed record write's temp file outlived the restart";
+        EXPECT_EQ(curl(b, "GET", "/v1/jobs/job-0123456789ab").status, 404) << "a folder whose record is another job's was read as a job";
         // One server per state directory: a second one is refused (exit 2) naming the first.
-        const std::string second = "'" + std::string(DDO_HOST_BIN) + "' serve --plugin qwen_image --model " + q(kModel.string()) +
+        const std::string second = "timeout 30 '" + std::string(DDO_HOST_BIN) + "' serve --plugin qwen_image --model " + q(kModel.string()) +
                                    " --listen 127.0.0.1:0 --state-dir " + q(state.string()) + " > " + q((b.dir / "second.out").string()) + " 2>&1";
         const int st2 = std::system(second.c_str());
-        EXPECT_EQ(WIFEXITED(st2) ? WEXITSTATUS(st2) : -1, 2);
+        EXPECT_EQ(WIFEXITED(st2) ? WEXITSTATUS(st2) : -1, 2) << "(124: still running after 30 s)";
         EXPECT_NE(slurp(b.dir / "second.out").find("in use by another ddo-host serve"), std::string::npos) << slurp(b.dir / "second.out");
         // A new job runs; the summary has the old jobs and the new one.
         auto p4 = curl(b, "POST", "/v1/jobs", quick);
@@ -546,6 +557,7 @@ TEST(Serve, RestartAfterSigkillReadsTheStateDirectory) {
             EXPECT_FALSE(fs::exists(state / "jobs" / id)) << id << "'s folder outlived its TTL";
         }
         EXPECT_EQ(summary_status(state).size(), 5u);
+        EXPECT_TRUE(fs::exists(foreign / "job.json")) << "a folder that is no job's was expired";
         EXPECT_EQ(c.stop(), 0);
     }
     EXPECT_TRUE(lock_files(state).empty()) << json(lock_files(state)).dump();

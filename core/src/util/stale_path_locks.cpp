@@ -40,14 +40,26 @@ bool remove_if_stale(const fs::path & file, std::string & holder) {
 
 std::vector<StaleLock> remove_stale_path_locks(const fs::path & dir) {
     std::vector<StaleLock> out;
-    std::error_code ec;
-    for (auto it = fs::recursive_directory_iterator(dir, fs::directory_options::skip_permission_denied, ec);
-         !ec && it != fs::recursive_directory_iterator(); it.increment(ec)) {
-        const fs::path & p = it->path();
-        std::error_code type_ec;
-        if (!p.filename().string().ends_with(".ddo-lock") || !it->is_regular_file(type_ec) || it->is_symlink(type_ec)) continue;
-        StaleLock s{p, {}};
-        if (remove_if_stale(p, s.holder)) out.push_back(std::move(s));
+    // Each directory listed on its own (not one recursive_directory_iterator: its first error ends the whole walk), so
+    // that a directory that cannot be opened, or whose listing fails partway, is skipped and the walk goes on.
+    std::vector<fs::path> todo{dir};
+    while (!todo.empty()) {
+        const fs::path d = std::move(todo.back());
+        todo.pop_back();
+        std::error_code ec;
+        for (auto it = fs::directory_iterator(d, fs::directory_options::skip_permission_denied, ec);
+             !ec && it != fs::directory_iterator(); it.increment(ec)) {
+            const fs::path & p = it->path();
+            std::error_code type_ec;
+            if (it->is_symlink(type_ec)) continue;  // links not followed
+            if (it->is_directory(type_ec)) {
+                todo.push_back(p);
+                continue;
+            }
+            if (!p.filename().string().ends_with(".ddo-lock") || !it->is_regular_file(type_ec)) continue;
+            StaleLock s{p, {}};
+            if (remove_if_stale(p, s.holder)) out.push_back(std::move(s));
+        }
     }
     return out;
 }

@@ -16,7 +16,8 @@ struct StaleLock {
 
 // Every `*.ddo-lock` file under `dir` (recursively; links not followed) that no live process holds: each is taken
 // (flock, without waiting), removed and released, as PathLock releases its own. A lock another process holds is left
-// alone. Never throws: a directory or file that cannot be read is skipped.
+// alone. Never throws: a directory that cannot be opened is skipped, one whose listing fails partway is left at that
+// entry, and the walk goes on with the other directories; a lock file that cannot be opened is left.
 std::vector<StaleLock> remove_stale_path_locks(const std::filesystem::path & dir);
 
 }  // namespace ddo
