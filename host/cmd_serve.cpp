@@ -2,9 +2,11 @@
 // [--token-file F] [--state-dir DIR] [--job-ttl S] [--keep-weights all|none|C,...] [--embeddings-cache-mb N]`: one process serving generations over HTTP (host/serve/): the
 // native job API, the OpenAI-compatible images API, progress as Server-Sent Events, a page at "/". Each job is a run
 // as `ddo-host --plugin …` makes it (run_once), into its own directory under the state directory. SIGTERM, SIGINT
-// or SIGHUP drains (the running job interrupted with its report, queued jobs cancelled) and exits 0.
-// Exit codes: 0 served and drained, 2 usage (bad options, the address cannot be bound, the startup dry run refused),
-// 3 plugin verification, 4 runtime. Note [Serving] in docs/architecture.md.
+// or SIGHUP drains (the running job interrupted with its report, queued jobs cancelled) and exits 0. A server started on
+// a state directory that an earlier one left (killed, without a drain) reads it back before it listens: Note [Serve
+// state directory].
+// Exit codes: 0 served and drained, 2 usage (bad options, the address cannot be bound, the state directory held by
+// another server, the startup dry run refused), 3 plugin verification, 4 runtime. Note [Serving] in docs/architecture.md.
 #include <spdlog/spdlog.h>
 
 #include <fstream>
@@ -128,9 +130,10 @@ void install(CLI::App & app, HostOptions & options) {
     cmd->add_option("--queue", s->queue, "jobs that may wait behind the running one; more get 429 + Retry-After")->capture_default_str();
     cmd->add_option("--token-file", s->token_file, "a file whose first line is the token every request must send as "
                                                    "Authorization: Bearer TOKEN");
-    cmd->add_option("--state-dir", s->state_dir, "where jobs/<id>/ (outputs, report), serve.log and serve_summary.json go")
+    cmd->add_option("--state-dir", s->state_dir, "where jobs/<id>/ (outputs, report, job.json), serve.log and serve_summary.json "
+                                                 "go; one server each; read back at start (a restart serves what it holds)")
         ->capture_default_str();
-    cmd->add_option("--job-ttl", s->job_ttl_s, "seconds a finished job and its outputs are kept; later: 410")->capture_default_str();
+    cmd->add_option("--job-ttl", s->job_ttl_s, "seconds a finished job and its outputs are kept (from its end, also across restarts); later: 410")->capture_default_str();
     cmd->add_option("--keep-weights", s->keep_weights, "components whose weights stay loaded between jobs: all, none, "
                                                        "or names separated by commas (Note [Serving])")
         ->capture_default_str();

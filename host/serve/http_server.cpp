@@ -166,7 +166,8 @@ Reply Server::post_job(const Request & req, bool openai) {
     const json d = jobs_.describe(*job);
     const std::string status = d.at("status");
     if (status != "completed") {
-        const int code = d.value("exit_code", 4);
+        const json exit_code = d.value("exit_code", json());
+        const int code = exit_code.is_number_integer() ? exit_code.get<int>() : 4;
         const std::string msg = "job " + job->id + " " + status + ": " + d.value("error", json("")).dump();
         return error_reply(code == 2 ? 400 : status == "interrupted" || status == "cancelled" ? 503 : 500, msg);
     }

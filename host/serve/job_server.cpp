@@ -3,7 +3,12 @@
 
 #include <spdlog/spdlog.h>
 
+#include <fcntl.h>
+#include <unistd.h>
+
 #include <algorithm>
+#include <cerrno>
+#include <cstring>
 #include <ctime>
 #include <iomanip>
 #include <random>
@@ -13,6 +18,10 @@
 #include "ddo/plugin/plugin_search_path.hpp"
 #include "ddo/report/run_journal.hpp"
 #include "ddo/report/run_tracker.hpp"
+#include "ddo/util/atomic_write.hpp"
+#include "ddo/util/stale_path_locks.hpp"
+#include "serve/job_record.hpp"
+#include "serve/job_recovery.hpp"
 
 namespace ddo::host::serve {
 
@@ -48,34 +57,171 @@ json read_json_file(const fs::path & p) {
     return j.is_discarded() ? json(nullptr) : j;
 }
 
-// The files a run wrote into its directory (the report and its journal not counted).
+// `dir` synced, so that the names made in it survive a crash (a filesystem that cannot sync a directory, EINVAL or
+// ENOTSUP, is taken as it is, as write_text_atomically takes it). Throws RuntimeError naming the directory.
+void sync_directory(const fs::path & dir) {
+    const int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (fd < 0) throw RuntimeError("cannot open " + dir.string() + " to sync it: " + std::strerror(errno));
+    const int rc = ::fsync(fd);
+    const int err = errno;
+    ::close(fd);
+    if (rc != 0 && err != EINVAL && err != ENOTSUP) throw RuntimeError("cannot sync " + dir.string() + ": " + std::strerror(err));
+}
+
 // Where the server writes a job's condition image `i` (inside the job's directory, a name of its own making).
 fs::path input_image_path(const fs::path & job_dir, std::size_t i) {
     return job_dir / "inputs" / ("image_" + std::to_string(i));
 }
 
-std::vector<std::string> outputs_in(const fs::path & dir) {
-    std::vector<std::string> names;
-    std::error_code ec;
-    for (const auto & e : fs::directory_iterator(dir, ec)) {
-        const std::string n = e.path().filename().string();
-        if (e.is_regular_file() && n != "ddo_report.json" && n != "job.json" && !n.ends_with(".journal") && !n.starts_with("."))
-            names.push_back(n);
+// The condition images of `spec` written into the job's inputs/ (their bytes then dropped: the files hold them); what
+// the record lists of them.
+json write_inputs(const fs::path & job_dir, JobSpec & spec) {
+    json inputs = json::array();
+    for (std::size_t i = 0; i < spec.images.size(); ++i) {
+        const fs::path f = input_image_path(job_dir, i);
+        // As durable as the record that lists it: the file and inputs/ synced (throws RuntimeError naming the file).
+        write_text_atomically(f, spec.images[i].bytes, "condition image");
+        inputs.push_back({{"file", fs::relative(f, job_dir).string()}, {"bytes", spec.images[i].bytes.size()},
+                          {"frame", spec.images[i].frame ? json(*spec.images[i].frame) : json(nullptr)}});
+        spec.images[i].bytes = std::string();
     }
-    std::sort(names.begin(), names.end());
-    return names;
+    return inputs;
 }
 
 }  // namespace
 
 JobServer::JobServer(ServeConfig config, const HostOptions & options) : config_(std::move(config)), options_(options) {
     fs::create_directories(config_.state_dir / "jobs");
+    claim_state_dir();
     log_.open(config_.state_dir / "serve.log", std::ios::app);
     if (!log_) throw UsageError("--state-dir " + config_.state_dir.string() + ": cannot write serve.log there; choose another directory");
     registry_.emplace(PluginRegistry::discover(plugin_search_dirs(options.builtin_plugin_dir, options.plugin_dirs)));
     session_.keep_weights = config_.keep_weights;
     session_.embeddings_cache_bytes = config_.embeddings_cache_bytes;
+    recover();
     worker_ = std::thread([this] { work(); });
+}
+
+// One server per state directory: a second one would take the first one's running and queued jobs for a dead
+// server's. The claim is a PathLock (it dies with the process, so a killed server's does not block its restart).
+void JobServer::claim_state_dir() {
+    try {
+        state_lock_ = PathLock::acquire(config_.state_dir / "serve", "state directory");
+    } catch (const UsageError &) {
+        std::string holder;
+        std::ifstream in(config_.state_dir / ".serve.ddo-lock");
+        std::getline(in, holder);
+        if (holder.empty()) throw;
+        throw UsageError("--state-dir " + config_.state_dir.string() + " is in use by another ddo-host serve (" + holder +
+                         "); stop that server, or give this one another --state-dir");
+    }
+}
+
+// Note [Serve state directory]: what an earlier server left is read back before this one takes a job.
+void JobServer::recover() {
+    const auto now = std::chrono::system_clock::now();
+    const json me = {{"pid", ::getpid()}, {"started", record_time(started_)}};
+    for (const auto & l : remove_stale_path_locks(config_.state_dir))
+        log("removed the stale lock " + l.file.string() + " (" + (l.holder.empty() ? "no holder recorded" : l.holder + ", gone") + ")");
+    for (const auto & f : remove_write_leftovers(config_.state_dir))
+        log("removed " + f.string() + " (the temp file of a write its process died in)");
+    PreviousSummary previous = read_previous_summary(config_.state_dir / "serve_summary.json");
+    if (!previous.problem.empty()) log(previous.problem);
+    std::vector<std::string> skipped;
+    const std::vector<RecoveredJob> found = recover_jobs(config_.state_dir / "jobs", now, me, skipped);
+    for (const auto & l : skipped) log(l);
+    std::size_t ended = 0;
+    {
+        std::lock_guard lk(mu_);
+        served_ = std::move(previous.served);
+        processes_ = std::move(previous.processes);
+        processes_.push_back(me);
+        std::set<std::string> rows;
+        for (const auto & r : served_) rows.insert(r.at("id").get<std::string>());
+        for (const auto & r : found) {
+            auto job = restore(r.dir, r.record);
+            if (r.ended_here) {
+                ++ended;
+                write_record(*job, r.record);
+                log("job " + job->id + " was " + r.record["recovered"].value("was", "") + " when the server that had it died; now " +
+                    job->status + " (exit " + std::to_string(job->exit_code) + "): " + job->error);
+            }
+            // A row for every job ended: also one whose server died between its record and the summary.
+            if (!rows.count(job->id)) served_.push_back(summary_row(r.record));
+            jobs_[job->id] = std::move(job);
+        }
+        for (const auto & r : served_) {
+            const std::string id = r.at("id");
+            if (!jobs_.count(id)) expired_.insert(id);  // in the summary, its folder gone: expired (410)
+            if (r.value("status", "") == "completed" && r.value("run_s", json()).is_number()) run_seconds_.push_back(r["run_s"].get<double>());
+        }
+    }
+    if (!found.empty() || !served_.empty())
+        log("state directory read back: " + std::to_string(found.size()) + " job folder(s), " + std::to_string(ended) +
+            " of them ended here (their server had died), " + std::to_string(served_.size()) + " job(s) in the summary");
+    expire_old();
+    write_summary();
+}
+
+// A Job for a record read back at start: finished, its events one `done`, its TTL from the record's `finished`.
+std::shared_ptr<Job> JobServer::restore(const fs::path & dir, const json & record) {
+    auto job = std::make_shared<Job>();
+    job->id = record.at("id");
+    job->dir = dir;
+    job->status = record.at("status");
+    job->exit_code = record.value("exit_code", json()).is_number_integer() ? record["exit_code"].get<int>() : -1;
+    job->error = record.value("error", json()).is_string() ? record["error"].get<std::string>() : "";
+    for (const auto & o : record.value("outputs", json::array()))
+        if (o.is_string() && safe_name(o.get<std::string>())) job->outputs.push_back(o);
+    std::error_code ec;
+    job->has_report = fs::is_regular_file(dir / "ddo_report.json", ec);
+    job->spec.request = record.value("request", json(nullptr));
+    job->spec.openai = record.value("api", json()) == "images/generations";
+    const auto now_wall = std::chrono::system_clock::now();
+    const auto now = std::chrono::steady_clock::now();
+    const auto time_of = [&](const char * key) {
+        return record.value(key, json()).is_string() ? parse_record_time(record[key].get<std::string>()) : std::nullopt;
+    };
+    if (const auto t = time_of("created")) job->created = *t;
+    job->finished_wall = now_wall;
+    if (const auto t = time_of("finished")) job->finished_wall = std::min(*t, now_wall);
+    job->finished_at = now - std::chrono::duration_cast<std::chrono::steady_clock::duration>(now_wall - job->finished_wall);
+    job->queued_at = job->finished_at;
+    job->finished = true;
+    job->restored = record;
+    push_event(*job, "done", {{"status", job->status}, {"exit_code", record.value("exit_code", json())}, {"outputs", job->outputs},
+                              {"error", record.value("error", json())}});
+    return job;
+}
+
+json JobServer::record_locked(const Job & job) const {
+    if (!job.restored.is_null()) return job.restored;
+    const bool ran = job.started_at != std::chrono::steady_clock::time_point{};
+    return {{"format", kJobRecordFormat},
+            {"id", job.id},
+            {"status", job.status},
+            {"api", job.spec.openai ? "images/generations" : "jobs"},
+            {"created", record_time(job.created)},
+            {"started", ran ? json(record_time(job.started_wall)) : json(nullptr)},
+            {"finished", job.finished ? json(record_time(job.finished_wall)) : json(nullptr)},
+            {"exit_code", job.finished ? json(job.exit_code) : json(nullptr)},
+            {"error", job.error.empty() ? json(nullptr) : json(job.error)},
+            {"outputs", job.outputs},
+            {"queued_s", ran ? json(seconds(job.started_at - job.queued_at))
+                             : job.finished ? json(seconds(job.finished_at - job.queued_at)) : json(nullptr)},
+            {"run_s", ran && job.finished ? json(seconds(job.finished_at - job.started_at)) : json(nullptr)},
+            {"recovered", nullptr},
+            {"request", job.spec.request},
+            {"inputs", job.inputs},
+            {"server", {{"pid", ::getpid()}, {"started", record_time(started_)}}}};
+}
+
+void JobServer::write_record(const Job & job, const json & record) {
+    try {
+        write_job_record(job.dir, record);
+    } catch (const std::exception & e) {
+        spdlog::warn("serve: job {}: {}", job.id, e.what());
+    }
 }
 
 JobServer::~JobServer() {
@@ -155,12 +301,46 @@ std::pair<std::shared_ptr<Job>, std::size_t> JobServer::submit(JobSpec spec) {
     {
         std::lock_guard lk(mu_);
         if (draining_) throw RequestError(503, "", "the server is shutting down; no new jobs");
-        if (queue_.size() >= config_.queue_capacity)
+        if (queue_.size() + admitting_.size() >= config_.queue_capacity)
             throw RequestError(429, "", "the queue is full (" + std::to_string(config_.queue_capacity) +
                                             " jobs waiting, --queue); retry after the Retry-After seconds");
         do job->id = new_job_id();
-        while (jobs_.count(job->id) || expired_.count(job->id));
+        while (jobs_.count(job->id) || expired_.count(job->id) || admitting_.count(job->id));
         job->dir = config_.state_dir / "jobs" / job->id;
+        admitting_.insert(job->id);
+    }
+    // The request on disk before it is answered 202 (Note [Serve state directory]): the images (each file and inputs/
+    // synced), the record (the file and the job's folder synced), the folder's name in jobs/ synced. Outside the lock.
+    const auto refuse = [&](int status, const std::string & message) {
+        {
+            std::lock_guard lk(mu_);
+            admitting_.erase(job->id);
+        }
+        std::error_code ec;
+        fs::remove_all(job->dir, ec);
+        throw RequestError(status, "", message);
+    };
+    try {
+        fs::create_directories(job->dir);
+        job->inputs = write_inputs(job->dir, job->spec);
+        json record;
+        {
+            std::lock_guard lk(mu_);
+            record = record_locked(*job);
+        }
+        write_job_record(job->dir, record);
+        sync_directory(job->dir.parent_path());  // the job folder's own name in jobs/
+    } catch (const std::exception & e) {
+        refuse(500, "the job could not be recorded in the state directory (" + std::string(e.what()) +
+                        "); check that --state-dir " + config_.state_dir.string() + " is writable and has space");
+    }
+    {
+        std::unique_lock lk(mu_);
+        admitting_.erase(job->id);
+        if (draining_) {
+            lk.unlock();
+            refuse(503, "the server is shutting down; no new jobs");
+        }
         jobs_[job->id] = job;
         queue_.push_back(job);
         position = queue_.size();
@@ -207,7 +387,7 @@ json JobServer::describe(const Job & job) {
         j["position"] = it == queue_.end() ? 0 : std::distance(queue_.begin(), it) + 1;
     }
     if (job.finished) {
-        j["exit_code"] = job.exit_code;
+        j["exit_code"] = job.exit_code < 0 ? json(nullptr) : json(job.exit_code);
         j["error"] = job.error.empty() ? json(nullptr) : json(job.error);
         json outs = json::array();
         for (const auto & n : job.outputs) outs.push_back({{"name", n}, {"url", "/v1/jobs/" + job.id + "/outputs/" + n}});
@@ -263,6 +443,7 @@ int JobServer::retry_after_s() {
 void JobServer::work() {
     for (;;) {
         std::shared_ptr<Job> job;
+        json record;
         {
             std::unique_lock lk(mu_);
             cv_.wait_for(lk, std::chrono::seconds(1), [&] { return stop_ || !queue_.empty(); });
@@ -277,8 +458,11 @@ void JobServer::work() {
             running_ = job;
             job->status = "running";
             job->started_at = std::chrono::steady_clock::now();
+            job->started_wall = std::chrono::system_clock::now();
             push_event(*job, "started", json::object());
+            record = record_locked(*job);
         }
+        write_record(*job, record);
         cv_.notify_all();
         run_job(job);
         {
@@ -294,14 +478,8 @@ void JobServer::run_job(const std::shared_ptr<Job> & job) {
     log("job " + job->id + " running");
     std::error_code ec;
     fs::create_directories(job->dir, ec);
-    // The request's condition images, written where run_args names them (the job's inputs/, not an output).
-    for (std::size_t i = 0; i < job->spec.images.size(); ++i) {
-        const fs::path f = input_image_path(job->dir, i);
-        fs::create_directories(f.parent_path(), ec);
-        std::ofstream(f, std::ios::binary) << job->spec.images[i].bytes;
-    }
+    // The request's condition images are in the job's inputs/ since it was accepted (submit), where run_args names them.
     const RunArgs a = run_args(*job);
-    job->spec.images.clear();  // the bytes are on disk now; the job keeps no copy for its TTL
     const fs::path journal = RunJournal::path_for(a.report);
     std::streamoff journal_offset = 0;
     RunHooks hooks;
@@ -358,33 +536,29 @@ void JobServer::run_job(const std::shared_ptr<Job> & job) {
     {
         std::lock_guard lk(mu_);
         job->has_report = report.is_object();
-        job->outputs = outputs_in(job->dir);
+        job->outputs = job_outputs(job->dir);
     }
     finish(job, status, code, error);
 }
 
 void JobServer::finish(const std::shared_ptr<Job> & job, const std::string & status, int exit_code, const std::string & error) {
-    json row;
+    json record;
     {
         std::lock_guard lk(mu_);
+        if (job->finished) return;  // ended already: a DELETE and the drain both took this queued job
         job->status = status;
         job->exit_code = exit_code;
         job->error = error;
         job->finished = true;
+        job->record_pending = true;  // its folder kept from expire_old until the final record below is written
         job->finished_at = std::chrono::steady_clock::now();
+        job->finished_wall = std::chrono::system_clock::now();
         const bool ran = job->started_at != std::chrono::steady_clock::time_point{};
-        const double run_s = ran ? seconds(job->finished_at - job->started_at) : 0.0;
-        if (ran && status == "completed") run_seconds_.push_back(run_s);
-        row = {{"id", job->id},
-               {"status", status},
-               {"exit_code", exit_code},
-               {"api", job->spec.openai ? "images/generations" : "jobs"},
-               {"created", iso_time(job->created)},
-               {"queued_s", seconds((ran ? job->started_at : job->finished_at) - job->queued_at)},
-               {"run_s", ran ? json(run_s) : json(nullptr)},
-               {"outputs", job->outputs},
-               {"error", error.empty() ? json(nullptr) : json(error)}};
-        served_.push_back(row);
+        if (ran && status == "completed") run_seconds_.push_back(seconds(job->finished_at - job->started_at));
+        // The job's own record beside its outputs (also for a job cancelled before it ran: it has no run report),
+        // and its row in the summary.
+        record = record_locked(*job);
+        served_.push_back(summary_row(record));
         // What a finished job keeps in memory until its TTL: its events with the journal's records cut to their
         // names (the report, read from its file when asked, holds them all; the indices stay for event streams
         // being read), so that a server's memory does not grow with the jobs it keeps.
@@ -392,13 +566,16 @@ void JobServer::finish(const std::shared_ptr<Job> & job, const std::string & sta
             if (e.at("event") == "journal" && e.at("data").is_object())
                 e["data"] = {{"event", e["data"].value("event", "")}, {"trimmed", true}};
         push_event(*job, "done", {{"status", status}, {"exit_code", exit_code}, {"outputs", job->outputs},
-                                  {"error", row["error"]}});
-        // A job's own record beside its outputs: also for a job cancelled before it ran (it has no run report).
-        std::error_code ec;
-        fs::create_directories(job->dir, ec);
-        std::ofstream(job->dir / "job.json") << row.dump(2) << '\n';
+                                  {"error", record["error"]}});
     }
     cv_.notify_all();
+    // Outside the lock (the file is synced). expire_old skips the job until then (record_pending), so this write never
+    // lands in, and recreates, a folder the expiry removed.
+    write_record(*job, record);
+    {
+        std::lock_guard lk(mu_);
+        job->record_pending = false;
+    }
     log("job " + job->id + " " + status + " (exit " + std::to_string(exit_code) + ")" + (error.empty() ? "" : ": " + error));
     write_summary();
 }
@@ -409,7 +586,7 @@ void JobServer::expire_old() {
         std::lock_guard lk(mu_);
         const auto now = std::chrono::steady_clock::now();
         for (auto it = jobs_.begin(); it != jobs_.end();) {
-            if (it->second->finished && now - it->second->finished_at >= config_.job_ttl) {
+            if (it->second->finished && !it->second->record_pending && now - it->second->finished_at >= config_.job_ttl) {
                 // Removed before the job reads as expired: a client that got 410 finds no file of it left.
                 std::error_code ec;
                 fs::remove_all(it->second->dir, ec);
@@ -423,6 +600,8 @@ void JobServer::expire_old() {
 }
 
 void JobServer::write_summary() {
+    // Held from the snapshot to the rename: two writers (finish() on two threads) cannot land an older snapshot last.
+    std::lock_guard write_lk(summary_write_mu_);
     json s;
     {
         std::lock_guard lk(mu_);
@@ -438,6 +617,7 @@ void JobServer::write_summary() {
              {"preset", config_.preset},
              {"started", iso_time(started_)},
              {"written", iso_time(std::chrono::system_clock::now())},
+             {"processes", processes_},
              {"jobs", served_.size()},
              {"by_status", counts},
              {"run_s_p50", pct(0.5)},

@@ -2,7 +2,9 @@
 // the same path as `ddo-host run` (run_once, host/run_command.hpp) into a per-job directory the server owns, the
 // events of each job (its progress and run-journal records, for Server-Sent Events), cancellation (DELETE: the run
 // stops at its next step as on SIGINT), the TTL after which a finished job is gone (410), the drain on SIGTERM, and
-// the summary of the jobs served. Note [Serving] in docs/architecture.md.
+// the summary of the jobs served. Each job's record (job_record.hpp) is on disk from the moment it is accepted, and a
+// server reads its state directory back when it starts (job_recovery.hpp). Notes [Serving] and [Serve state
+// directory] in docs/architecture.md.
 #pragma once
 
 #include <atomic>
@@ -24,6 +26,7 @@
 
 #include "ddo/plugin/plugin_registry.hpp"
 #include "ddo/run_session.hpp"
+#include "ddo/util/path_lock.hpp"
 #include "run_command.hpp"
 #include "serve/job_request.hpp"
 
@@ -54,9 +57,14 @@ struct Job {
     std::vector<nlohmann::json> events;  // {"event": name, "data": {...}}, in order (journal records dropped at the end)
     bool has_report = false;                             // the run wrote dir/ddo_report.json (read when asked)
     std::vector<std::string> outputs;                    // file names in dir
-    std::chrono::system_clock::time_point created = std::chrono::system_clock::now();
+    nlohmann::json inputs = nlohmann::json::array();     // the condition images written into dir/inputs/ at POST
+    std::chrono::system_clock::time_point created = std::chrono::system_clock::now(), started_wall, finished_wall;
     std::chrono::steady_clock::time_point queued_at = std::chrono::steady_clock::now(), started_at, finished_at;
     bool finished = false;
+    bool record_pending = false;  // finished, its final job.json not written yet: expire_old leaves its folder
+    // The final record of a job an earlier server on this state directory ran (read back at start); null for this
+    // server's own jobs.
+    nlohmann::json restored = nullptr;
     std::atomic<bool> cancel{false};  // the flag the run polls (RunContext::interrupted)
     std::string cancel_reason = "interrupted by DELETE";  // guarded by JobServer's mutex
     int cancel_code = 130;
@@ -78,8 +86,9 @@ public:
     // Settings the run would resolve (unknown keys, wrong types): throws RequestError 400 naming the key.
     void check_settings(const JobSpec & spec) const;
 
-    // Queues a job; throws RequestError 429 when the queue is full, 503 when draining. Returns the job and its
-    // position (1 = next to run).
+    // Queues a job, its record (with the request) and its condition images written into its folder first; throws
+    // RequestError 429 when the queue is full, 503 when draining, 500 when the state directory cannot take the record.
+    // Returns the job and its position (1 = next to run).
     std::pair<std::shared_ptr<Job>, std::size_t> submit(JobSpec spec);
 
     enum class Lookup { found, unknown, expired };
@@ -112,6 +121,14 @@ public:
     void log(const std::string & line);
 
 private:
+    // At start: the state directory claimed (one server per state directory), its stale locks removed, its jobs and
+    // summary read back (Note [Serve state directory]).
+    void claim_state_dir();
+    void recover();
+    std::shared_ptr<Job> restore(const std::filesystem::path & dir, const nlohmann::json & record);
+    // The job's record as it stands (job_record.hpp); the caller holds mu_.
+    nlohmann::json record_locked(const Job & job) const;
+    void write_record(const Job & job, const nlohmann::json & record);
     void work();
     void run_job(const std::shared_ptr<Job> & job);
     void finish(const std::shared_ptr<Job> & job, const std::string & status, int exit_code, const std::string & error);
@@ -122,6 +139,7 @@ private:
 
     ServeConfig config_;
     const HostOptions & options_;
+    PathLock state_lock_;  // this server's claim on config_.state_dir
     // One registry for every job: each plugin verified, sealed and loaded once (a registry per job would load a new
     // sealed copy of the plugin per job, and loaded plugins are never unloaded: RSS grew about 1 MB a job).
     std::optional<PluginRegistry> registry_;
@@ -134,10 +152,13 @@ private:
     std::deque<std::shared_ptr<Job>> queue_;
     std::shared_ptr<Job> running_;
     std::map<std::string, std::shared_ptr<Job>> jobs_;
+    std::set<std::string> admitting_;  // ids of jobs being recorded by submit(), not queued yet
     std::set<std::string> expired_;
-    std::vector<nlohmann::json> served_;  // the summary's rows, one per finished job
+    std::vector<nlohmann::json> served_;  // the summary's rows, one per finished job (earlier servers' first)
+    nlohmann::json processes_ = nlohmann::json::array();  // the servers that wrote the summary: {pid, started}
     std::vector<double> run_seconds_;
     bool draining_ = false, stop_ = false;
+    std::mutex summary_write_mu_;  // write_summary(), snapshot to rename; taken before mu_
     std::mutex log_mu_;
     std::ofstream log_;
     std::chrono::system_clock::time_point started_ = std::chrono::system_clock::now();

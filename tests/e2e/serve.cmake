@@ -1,6 +1,6 @@
 # ddo-host serve (issue 30) on the text fixtures' checkpoint, driven by curl: the job API, events, outputs, the
-# OpenAI-compatible images API (pixels equal to the CLI's), bad requests, the token, the TTL, cancel, a full queue and
-# the SIGTERM drain.
+# OpenAI-compatible images API (pixels equal to the CLI's), bad requests, the token, the TTL, cancel, a full queue,
+# the SIGTERM drain, and a restart after SIGKILL on the same state directory.
 if(TARGET qwen_image_21 AND TARGET ddo-host AND TARGET qwen_image_21_text_fixtures)
   ddo_add_gtest(serve_test LABELS e2e TIMEOUT 600
     SOURCES ${CMAKE_CURRENT_LIST_DIR}/serve_test.cpp

@@ -6,7 +6,8 @@
 // JSON naming the field; the Bearer token; the job TTL (410); DELETE of a running job (its report interrupted, the
 // next job starts), a full queue (429 + Retry-After) and SIGTERM with jobs queued (each reported, exit 0); the weights
 // and prompt embeddings kept between jobs (--keep-weights, --embeddings-cache-mb): what each job's report says it
-// reused, read and skipped, and images still equal to the CLI's.
+// reused, read and skipped, and images still equal to the CLI's; a restart after SIGKILL on the same state directory
+// (the killed job failed, the queued cancelled, the finished still served, the summary kept, the TTL over old folders).
 #include <gtest/gtest.h>
 
 #include <signal.h>
@@ -17,6 +18,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <thread>
 
 #include <nlohmann/json.hpp>
@@ -46,13 +48,15 @@ struct Server {
     fs::path dir;
     int exit_code = -1;
 
+    // state: the --state-dir (default: DIR/state, removed with the server; one given outlives it).
     Server(const std::string & tag, const std::string & args, const fs::path & model = kModel,
-           const std::string & plugin = "qwen_image") {
+           const std::string & plugin = "qwen_image", const fs::path & state = {}) {
         dir = fs::temp_directory_path() / ("ddo_serve_" + std::to_string(::getpid()) + "_" + tag);
         fs::remove_all(dir);
         fs::create_directories(dir);
+        const fs::path state_dir = state.empty() ? dir / "state" : state;
         const std::string cmd = "exec '" + std::string(DDO_HOST_BIN) + "' serve --plugin " + plugin + " --preset low_ram_safe.toml --model " +
-                                q(model.string()) + " --listen 127.0.0.1:0 --state-dir " + q((dir / "state").string()) + " " +
+                                q(model.string()) + " --listen 127.0.0.1:0 --state-dir " + q(state_dir.string()) + " " +
                                 args + " > " + q((dir / "stdout").string()) + " 2> " + q((dir / "stderr").string());
         pid = ::fork();
         if (pid == 0) {
@@ -75,6 +79,15 @@ struct Server {
             pid = -1;
         }
         return exit_code;
+    }
+    // SIGKILL: no drain, no report, no summary (the OOM killer's way). True when the process died of it.
+    bool kill_now() {
+        if (pid <= 0) return false;
+        ::kill(pid, SIGKILL);
+        int st = 0;
+        ::waitpid(pid, &st, 0);
+        pid = -1;
+        return WIFSIGNALED(st) && WTERMSIG(st) == SIGKILL;
     }
     ~Server() {
         stop();
@@ -400,6 +413,157 @@ TEST(Serve, CancelQueueFullAndSigtermDrain) {
     EXPECT_NE(rb.at("error").dump().find("SIGTERM"), std::string::npos);
     EXPECT_TRUE(fs::exists(s.dir / "state" / "jobs" / idc / "job.json")) << "a job cancelled before it ran has its record";
     EXPECT_TRUE(fs::exists(s.dir / "state" / "jobs" / idd / "job.json"));
+}
+
+// The lock files (PathLock's `.NAME.ddo-lock`) anywhere under `dir`.
+std::vector<std::string> lock_files(const fs::path & dir) {
+    std::vector<std::string> out;
+    std::error_code ec;
+    for (auto it = fs::recursive_directory_iterator(dir, ec); !ec && it != fs::recursive_directory_iterator(); it.increment(ec))
+        if (it->path().filename().string().ends_with(".ddo-lock")) out.push_back(fs::relative(it->path(), dir).string());
+    return out;
+}
+
+// The summary's rows by job id: their status.
+std::map<std::string, std::string> summary_status(const fs::path & state) {
+    std::map<std::string, std::string> out;
+    const json s = json::parse(slurp(state / "serve_summary.json"), nullptr, false);
+    if (s.is_object())
+        for (const auto & r : s.value("served", json::array())) out[r.value("id", "")] = r.value("status", "");
+    return out;
+}
+
+// Issue 40, item 4: a server killed (SIGKILL) with a job finished, one running and two queued, then restarted on the
+// same --state-dir, reads that directory: the finished job is still served (status and outputs), the running one reads
+// `failed` with the reason its journal gives, the queued ones `cancelled` with a reason, serve_summary.json keeps the
+// old rows and adds the new, no stale lock or temp file of a write is left, a folder that is no job's is left alone;
+// a later restart with a short --job-ttl removes the old folders (410). All from the client's side, over HTTP.
+TEST(Serve, RestartAfterSigkillReadsTheStateDirectory) {
+    REQUIRE_READY();
+    const fs::path state = fs::temp_directory_path() / ("ddo_serve_" + std::to_string(::getpid()) + "_restart_state");
+    fs::remove_all(state);
+    const std::string quick = R"({"prompt": "x", "width": 64, "height": 64, "steps": 2, "seed": 5})";
+    // Long enough to be caught running, whatever the machine: 1024x1024, 1000 steps (minutes on a CPU).
+    const std::string slow = R"({"prompt": "x", "width": 1024, "height": 1024, "steps": 1000})";
+    std::string id0, id1, id2, id3, id4, png0;
+    {
+        Server a("restart_a", "--queue 3", kModel, "qwen_image", state);
+        ASSERT_GT(a.port, 0) << slurp(a.dir / "stderr");
+        auto p0 = curl(a, "POST", "/v1/jobs", quick);
+        ASSERT_EQ(p0.status, 202) << p0.body;
+        id0 = p0.j.at("id");
+        ASSERT_EQ(wait_status(a, id0, "finished").value("status", ""), "completed");
+        png0 = curl(a, "GET", "/v1/jobs/" + id0 + "/outputs/image.png").body;
+        ASSERT_FALSE(png0.empty());
+        auto p1 = curl(a, "POST", "/v1/jobs", slow);
+        ASSERT_EQ(p1.status, 202) << p1.body;
+        id1 = p1.j.at("id");
+        ASSERT_EQ(wait_status(a, id1, "running").value("status", ""), "running");
+        auto p2 = curl(a, "POST", "/v1/jobs", slow), p3 = curl(a, "POST", "/v1/jobs", slow);
+        ASSERT_EQ(p2.status, 202) << p2.body;
+        ASSERT_EQ(p3.status, 202) << p3.body;
+        id2 = p2.j.at("id");
+        id3 = p3.j.at("id");
+        EXPECT_EQ(p3.j.at("position"), 2);
+        // Killed in the middle of the denoising loop: its journal holds steps, no end.
+        json j;
+        for (int i = 0; i < 1200; ++i) {
+            j = curl(a, "GET", "/v1/jobs/" + id1).j;
+            if (j.is_object() && j["progress"].value("phase", "") == "denoise" && j["progress"].value("step", 0) >= 2) break;
+            std::this_thread::sleep_for(std::chrono::milliseconds(100));
+        }
+        ASSERT_EQ(j["progress"].value("phase", ""), "denoise") << j.dump().substr(0, 600);
+        ASSERT_TRUE(a.kill_now());
+        EXPECT_FALSE(lock_files(state / "jobs").empty()) << "the killed run left no lock file: the check below proves nothing";
+        EXPECT_EQ(summary_status(state).size(), 1u) << "the killed server had written the summary for its finished job";
+    }
+    // What a crash can leave besides: temp files of atomic writes (the summary's, a record's), swept at the restart;
+    // a folder named as a job whose record is another job's, left as it is (never expired).
+    const fs::path tmp_summary = state / ".serve_summary.json.tmp.AbC123", tmp_record = state / "jobs" / id0 / ".job.json.tmp.XyZ789";
+    const fs::path foreign = state / "jobs" / "job-0123456789ab";
+    std::ofstream(tmp_summary) << "{";
+    std::ofstream(tmp_record) << "{";
+    fs::create_directories(foreign);
+    std::ofstream(foreign / "job.json") << R"({"id": "job-ba9876543210", "status": "completed"})";
+    {
+        Server b("restart_b", "--queue 3", kModel, "qwen_image", state);
+        ASSERT_GT(b.port, 0) << slurp(b.dir / "stderr");
+        // The job that was running: failed, the reason from its journal.
+        auto r1 = curl(b, "GET", "/v1/jobs/" + id1);
+        EXPECT_EQ(r1.status, 200) << r1.body;
+        EXPECT_EQ(r1.j.value("status", ""), "failed") << r1.body.substr(0, 600);
+        const std::string why1 = r1.j.is_object() && r1.j["error"].is_string() ? r1.j["error"].get<std::string>() : "";
+        EXPECT_NE(why1.find("interrupted: the server was killed"), std::string::npos) << why1;
+        EXPECT_NE(why1.find("denoise"), std::string::npos) << "the reason names where its journal ends: " << why1;
+        EXPECT_EQ(r1.j.is_object() ? r1.j.value("exit_code", json()) : json(), 137) << "the code of a run killed without its report";
+        auto ev = curl(b, "GET", "/v1/jobs/" + id1 + "/events", "", "-N");
+        EXPECT_EQ(ev.status, 200);
+        EXPECT_NE(ev.body.find("event: done"), std::string::npos) << ev.body.substr(0, 400);
+        // The two that were queued: cancelled, with a reason, their requests kept.
+        for (const auto & id : {id2, id3}) {
+            auto r = curl(b, "GET", "/v1/jobs/" + id);
+            EXPECT_EQ(r.status, 200) << id << ": " << r.body;
+            EXPECT_EQ(r.j.value("status", ""), "cancelled") << r.body.substr(0, 600);
+            const std::string why = r.j.is_object() && r.j["error"].is_string() ? r.j["error"].get<std::string>() : "";
+            EXPECT_NE(why.find("killed"), std::string::npos) << why;
+            EXPECT_EQ(r.j.is_object() && r.j["request"].is_object() ? r.j["request"].value("steps", 0) : 0, 1000)
+                << r.body.substr(0, 600);
+        }
+        // The job finished before the kill: still served, status and outputs.
+        auto r0 = curl(b, "GET", "/v1/jobs/" + id0);
+        EXPECT_EQ(r0.status, 200) << r0.body;
+        EXPECT_EQ(r0.j.value("status", ""), "completed");
+        EXPECT_TRUE(r0.j.is_object() && r0.j["report"].is_object() && r0.j["report"].value("status", "") == "completed")
+            << r0.body.substr(0, 600);
+        auto img = curl(b, "GET", "/v1/jobs/" + id0 + "/outputs/image.png");
+        EXPECT_EQ(img.status, 200);
+        EXPECT_EQ(img.body, png0) << "the restarted server serves another image.png than the one the job made";
+        EXPECT_TRUE(lock_files(state / "jobs").empty()) << "stale locks left: " << json(lock_files(state / "jobs")).dump();
+        EXPECT_FALSE(fs::exists(tmp_summary)) << "a crashed summary write's temp file outlived the restart";
+        EXPECT_FALSE(fs::exists(tmp_record)) << "a crashed record write's temp file outlived the restart";
+        EXPECT_EQ(curl(b, "GET", "/v1/jobs/job-0123456789ab").status, 404) << "a folder whose record is another job's was read as a job";
+        // One server per state directory: a second one is refused (exit 2) naming the first.
+        const std::string second = "timeout 30 '" + std::string(DDO_HOST_BIN) + "' serve --plugin qwen_image --model " + q(kModel.string()) +
+                                   " --listen 127.0.0.1:0 --state-dir " + q(state.string()) + " > " + q((b.dir / "second.out").string()) + " 2>&1";
+        const int st2 = std::system(second.c_str());
+        EXPECT_EQ(WIFEXITED(st2) ? WEXITSTATUS(st2) : -1, 2) << "(124: still running after 30 s)";
+        EXPECT_NE(slurp(b.dir / "second.out").find("in use by another ddo-host serve"), std::string::npos) << slurp(b.dir / "second.out");
+        // A new job runs; the summary has the old jobs and the new one.
+        auto p4 = curl(b, "POST", "/v1/jobs", quick);
+        ASSERT_EQ(p4.status, 202) << p4.body;
+        id4 = p4.j.at("id");
+        EXPECT_EQ(wait_status(b, id4, "finished").value("status", ""), "completed");
+        auto st = summary_status(state);
+        EXPECT_EQ(st[id0], "completed");
+        EXPECT_EQ(st[id1], "failed");
+        EXPECT_EQ(st[id2], "cancelled");
+        EXPECT_EQ(st[id3], "cancelled");
+        EXPECT_EQ(st[id4], "completed");
+        EXPECT_EQ(st.size(), 5u) << json(st).dump();
+        EXPECT_EQ(b.stop(), 0);
+    }
+    EXPECT_TRUE(lock_files(state).empty()) << "locks left after a drain: " << json(lock_files(state)).dump();
+    {
+        // --job-ttl 1: every old job finished longer ago; their folders go, the jobs read 410, the summary keeps them.
+        Server c("restart_c", "--job-ttl 1", kModel, "qwen_image", state);
+        ASSERT_GT(c.port, 0) << slurp(c.dir / "stderr");
+        for (const auto & id : {id0, id1, id2, id3, id4}) {
+            int code = 0;
+            for (int i = 0; i < 100 && code != 410; ++i) {
+                code = curl(c, "GET", "/v1/jobs/" + id).status;
+                if (code != 410) std::this_thread::sleep_for(std::chrono::milliseconds(100));
+            }
+            EXPECT_EQ(code, 410) << id;
+            EXPECT_FALSE(fs::exists(state / "jobs" / id)) << id << "'s folder outlived its TTL";
+        }
+        EXPECT_EQ(summary_status(state).size(), 5u);
+        EXPECT_TRUE(fs::exists(foreign / "job.json")) << "a folder that is no job's was expired";
+        EXPECT_EQ(c.stop(), 0);
+    }
+    EXPECT_TRUE(lock_files(state).empty()) << json(lock_files(state)).dump();
+    const json summary = json::parse(slurp(state / "serve_summary.json"), nullptr, false);
+    EXPECT_EQ(summary.is_object() ? summary.value("jobs", 0) : 0, 5) << summary.dump().substr(0, 600);
+    fs::remove_all(state);
 }
 
 // --keep-weights all (the default): the weights a job unloads stay loaded for the next, and a repeated prompt's

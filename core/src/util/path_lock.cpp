@@ -19,7 +19,8 @@ namespace fs = std::filesystem;
 // Note [Path locks]: flock(2) on a lock file beside the target, taken without waiting. The holder removes the file
 // before it releases the lock, so a second process can open the old inode just before it is removed and then lock
 // it; after locking, each process therefore checks that the path still names the inode it holds and starts over if
-// not. The lock dies with the process (a SIGKILLed run leaves a stale file, which the next run simply locks).
+// not. The lock dies with the process (a SIGKILLed run leaves a stale file, which the next run simply locks, and which
+// remove_stale_path_locks removes: stale_path_locks.hpp, used by a server restarted on its state directory).
 PathLock PathLock::acquire(const fs::path & target, const std::string & what) {
     const fs::path abs = fs::absolute(target);
     std::string name = "." + abs.filename().string() + ".ddo-lock";
