@@ -260,6 +260,8 @@ void plan_stages(model::ModelRun & run, const Request & r, const VideoModel & m,
                          "guidance while stage 1 does not (no negative prompt is encoded); use 1");
     const auto r_ = m.ratios();
     p.conditions = resolve_conditions(run, r_, p.two_stage ? p.two_stage->stage1 : p.clip.geo);
+    // The VAE's encoder is validated now that the run uses it (Note [Components validated when used]).
+    if (p.conditions.any()) m.vae_config.require_encoder("--image " + run.condition_images().front().path.string());
     if (p.two_stage && p.conditions.pipeline == ClipConditions::Pipeline::condition)
         throw UsageError("plugin.ltx2_video.upsampler with keyframe conditions (--image FILE@FRAME past frame 0, or "
                          "several images): a two-stage run takes one still on frame 0 (LTX2ImageToVideoPipeline)");
