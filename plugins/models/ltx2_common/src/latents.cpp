@@ -10,13 +10,15 @@ namespace ddo::ltx2 {
 
 LatentGeometry latent_geometry(const LatentRatios & r, int64_t frames, int64_t height, int64_t width, double fps) {
     LatentGeometry g;
-    g.frames = frames;
     g.height = height;
     g.width = width;
     g.latent_frames = (frames - 1) / r.temporal + 1;
+    g.frames = (g.latent_frames - 1) * r.temporal + 1;
+    g.duration_frames = frames;
     g.latent_height = height / r.spatial;
     g.latent_width = width / r.spatial;
-    // duration_s * sampling_rate / hop / temporal ratio, rounded half to even as Python's round().
+    // duration_s * sampling_rate / hop / temporal ratio, rounded half to even as Python's round(); duration_s is
+    // num_frames / frame_rate of the frames asked for.
     const double per_second = double(r.audio_sample_rate) / double(r.hop_length) / double(r.audio_temporal);
     g.audio_frames = int64_t(std::nearbyint(double(frames) / fps * per_second));
     g.latent_mel_bins = r.mel_bins / r.mel;

@@ -156,7 +156,7 @@ std::optional<TwoStage> resolve_two_stage(model::ModelRun & run, const VideoMode
     ts.groups = latent_upsampler_groups(ts.config, f);
     ts.weights = f.file_of(f.names().front());
     const auto r = m.ratios();
-    ts.stage1 = latent_geometry(r, clip.frames, clip.height / 2, clip.width / 2, stage1.fps);
+    ts.stage1 = latent_geometry(r, clip.duration_frames, clip.height / 2, clip.width / 2, stage1.fps);
     if (ts.config.out_frames(ts.stage1.latent_frames) != clip.latent_frames ||
         ts.config.out_height(ts.stage1.latent_height) != clip.latent_height ||
         ts.config.out_width(ts.stage1.latent_width) != clip.latent_width)

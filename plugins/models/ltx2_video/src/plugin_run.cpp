@@ -107,7 +107,8 @@ Checkpoint open_checkpoint(model::ModelRun & run, const Request & r) {
 }
 
 // The clip in the pipeline's units: sizes are used as given (LTX2Pipeline floors them by integer division of the
-// latent grid; say so when that changes them).
+// latent grid; say so when that changes them). An off-grid frame count floors the video only: the audio lasts the
+// frames asked for, as LTX2Pipeline's (latent_geometry).
 struct Clip {
     int64_t width = 0, height = 0, frames = 0;
     LatentGeometry geo;
@@ -124,17 +125,17 @@ Clip resolve_clip(model::ModelRun & run, const model::Workload & w, const VideoM
                                         "LTX-2 sizes are multiples of the VAE's spatial compression " +
                                             std::to_string(ratios.spatial) + (two_stage ? ", times 2 for a two-stage "
                                             "run's half-size stage 1" : "") + " (the latent grid floors them)");
-    const int64_t frames = (w.frames - 1) / ratios.temporal * ratios.temporal + 1;
-    if (frames != w.frames)
-        run.adjust("workload.frames", w.frames, frames,
-                   "LTX-2 clips have 1 + " + std::to_string(ratios.temporal) + "k frames (the causal VAE's temporal "
-                   "compression); the latent grid floors the count");
     if (!(w.fps > 0)) throw UsageError(std::string(kPlugin) + ": workload.fps must be > 0");
-    const auto geo = latent_geometry(ratios, frames, size.height, size.width, w.fps);
+    const auto geo = latent_geometry(ratios, w.frames, size.height, size.width, w.fps);
+    if (geo.frames != w.frames)
+        run.adjust("workload.frames", w.frames, geo.frames,
+                   "LTX-2 clips have 1 + " + std::to_string(ratios.temporal) + "k frames (the causal VAE's temporal "
+                   "compression): the latent grid floors the video to " + std::to_string(geo.frames) + " frames, and "
+                   "the audio lasts the " + std::to_string(w.frames) + " frames asked for, as LTX2Pipeline's");
     if (geo.audio_frames < 1)
-        throw UsageError(std::string(kPlugin) + ": the clip (" + std::to_string(frames) + " frames at " +
+        throw UsageError(std::string(kPlugin) + ": the clip (" + std::to_string(w.frames) + " frames at " +
                          nlohmann::json(w.fps).dump() + " fps) is shorter than one audio latent frame; ask for more frames");
-    return {size.width, size.height, frames, geo};
+    return {size.width, size.height, geo.frames, geo};
 }
 
 GuidanceScales video_guidance(model::ModelRun & run, const model::Workload & w) {
@@ -312,6 +313,7 @@ void record_workload(model::ModelRun & run, const Request & r, const VideoModel 
     const auto & ds = p.guidance.ds;
     const auto & w = r.w;
     run.record_workload({{"model", kPlugin}, {"width", width}, {"height", height}, {"frames", frames}, {"fps", w.fps},
+                         {"duration_frames", geo.duration_frames},
                          {"latent", {{"frames", geo.latent_frames}, {"height", geo.latent_height},
                                      {"width", geo.latent_width}, {"audio_frames", geo.audio_frames},
                                      {"video_tokens", geo.video_tokens()}}},
@@ -775,7 +777,8 @@ void run_decode_only(model::ModelRun & run) {
     run.record_checkpoint({"vae", "audio_vae", "vocoder"});
     run.record_input("latents", run.decode_latents_file());
     const VideoModel m = VideoModel::open_decoders(run.model_dir());
-    const auto geo = latent_geometry(m.ratios(), d.frames, d.height, d.width, d.fps);
+    // The audio's duration: the frames the denoising run was asked for (files before it recorded none: on-grid).
+    const auto geo = latent_geometry(m.ratios(), r.l.workload.value("duration_frames", d.frames), d.height, d.width, d.fps);
     check_latents_fit(run, r, m, geo);
 
     RunPlan p;
@@ -795,7 +798,7 @@ void run_decode_only(model::ModelRun & run) {
                    "ignores decode_timestep");
     run.record_workload({{"model", kPlugin}, {"mode", "decode_only"}, {"latents_file", run.decode_latents_file().string()},
                          {"width", d.width}, {"height", d.height}, {"frames", d.frames}, {"fps", d.fps},
-                         {"latent", r.l.workload.at("latent")}, {"steps", d.steps}, {"seed", d.seed},
+                         {"duration_frames", geo.duration_frames}, {"latent", r.l.workload.at("latent")}, {"steps", d.steps}, {"seed", d.seed},
                          {"decode_timestep", p.guidance.decode_timestep}, {"dtype", c10::toString(w.dtype)},
                          {"latents_dtype", c10::toString(r.l.video.scalar_type())}, {"device", p.device.str()},
                          {"vae_strategy", video_vae_strategy_name(p.vae_choice.strategy)},
