@@ -39,6 +39,12 @@ Noise draw_noise(const LatentRatios & r, const LatentGeometry & g, int64_t batch
     return {pack_video(video).to(device), pack_audio_latents(audio).to(device)};
 }
 
+at::Tensor draw_decode_noise(const LatentRatios & r, const LatentGeometry & g, int64_t batch, at::Generator & gen,
+                             at::ScalarType dtype) {
+    return at::randn({batch, r.video_channels, g.latent_frames, g.latent_height, g.latent_width}, gen,
+                     at::TensorOptions().dtype(dtype));
+}
+
 at::Tensor pack_video(const at::Tensor & x) {
     // reshape(B, C, F, 1, H, 1, W, 1).permute(0, 2, 4, 6, 1, 3, 5, 7) with patch 1: [B, F, H, W, C] flattened.
     return x.permute({0, 2, 3, 4, 1}).flatten(1, 3).contiguous();

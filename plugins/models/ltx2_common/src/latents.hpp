@@ -44,6 +44,12 @@ Noise draw_noise(const LatentRatios & r, const LatentGeometry & g, int64_t batch
 at::Generator noise_generator(uint64_t seed);
 Noise draw_noise(const LatentRatios & r, const LatentGeometry & g, int64_t batch, at::Generator & gen, at::Device device);
 
+// LTX2Pipeline's decode noise (a timestep-conditioned VAE): randn(latents.shape, generator, dtype=latents.dtype)
+// drawn after denoising from the generator the noise came from: [B, video_channels, F', H', W'] on the CPU in
+// `dtype` (the unpacked latents' shape and compute dtype).
+at::Tensor draw_decode_noise(const LatentRatios & r, const LatentGeometry & g, int64_t batch, at::Generator & gen,
+                             at::ScalarType dtype);
+
 at::Tensor pack_video(const at::Tensor & x);                                   // [B,C,F,H,W] -> [B,FHW,C]
 at::Tensor unpack_video(const at::Tensor & x, const LatentGeometry & g);       // [B,FHW,C] -> [B,C,F,H,W]
 
