@@ -40,3 +40,20 @@ if(TARGET ltx2_video AND TARGET ddo-host AND TARGET ddo_media AND DDO_PYTHON)
   add_dependencies(ltx2_conditioning_test ddo-host ltx2_video linear vmm ddo_manifest_main ltx2_conditioning_fixtures
     ltx2_two_stage_fixtures)
 endif()
+
+# ddo-host --plugin ltx2 on checkpoints of other configurations than the pipeline fixtures' (issue 40 items 7, 8;
+# tools/reference/ltx2_checkpoint_fixtures.py): a VAE encoder the text-to-video run does not use, a Gemma-3 with
+# attention biases on every route, an off-grid frame count, decode_timestep / decode_noise_scale; each against
+# diffusers' LTX2Pipeline (WAV within 16-bit rounding, PNG frames within one 8-bit step, MP4 frame counts).
+if(TARGET ltx2_video AND TARGET ddo-host AND TARGET ddo_media AND DDO_PYTHON)
+  set(LTX2_CHECKPOINT_FIXTURE_DIR ${CMAKE_BINARY_DIR}/fixtures/ltx2_checkpoint)
+  ddo_reference_fixtures(ltx2_checkpoint SCRIPT ${CMAKE_SOURCE_DIR}/tools/reference/ltx2_checkpoint_fixtures.py
+    DIR ${LTX2_CHECKPOINT_FIXTURE_DIR} COMMENT "running LTX2Pipeline on tiny checkpoints of other configurations")
+  ddo_add_gtest(ltx2_checkpoints_test LABELS e2e TIMEOUT 1200
+    SOURCES ${CMAKE_CURRENT_LIST_DIR}/ltx2_checkpoints_test.cpp
+    LIBS ddo_model ddo_media PNG::PNG)
+  target_compile_definitions(ltx2_checkpoints_test PRIVATE
+    LTX2_CHECKPOINT_FIXTURE_DIR="${LTX2_CHECKPOINT_FIXTURE_DIR}" DDO_HOST_BIN="$<TARGET_FILE:ddo-host>")
+  ddo_test_uses_aten(ltx2_checkpoints_test)
+  add_dependencies(ltx2_checkpoints_test ddo-host ltx2_video linear vmm ddo_manifest_main ltx2_checkpoint_fixtures)
+endif()

@@ -341,7 +341,12 @@ TEST_F(Ltx2VideoVaeEncoder, ConfigRejectsUnsupportedValues) {
              {"block_out_channels", {16, 32, 64, 132}}}) {  // not a multiple of 8
         auto j = base;
         j[key] = value;
-        const auto e = error_of([&] { lt::VideoVaeConfig::from_json(j, file); });
+        // The decoder does not need the encoder: the config loads, and the encoder's first use refuses it (Note
+        // [Components validated when used]).
+        const auto c = lt::VideoVaeConfig::from_json(j, file);
+        EXPECT_FALSE(c.encoder_refusal.empty()) << key;
+        const auto e = error_of([&] { c.require_encoder("--image a.png"); });
+        EXPECT_NE(e.find("--image a.png"), std::string::npos) << e;
         std::cout << "[ error     ] " << key << ": " << e << "\n";
         EXPECT_EQ(e.rfind("usage: ", 0), 0u) << key << ": " << e;
         EXPECT_NE(e.find(file.string()), std::string::npos) << e;
@@ -350,7 +355,7 @@ TEST_F(Ltx2VideoVaeEncoder, ConfigRejectsUnsupportedValues) {
     // A block without downsampler (or with a stride-2 conv) keeps its width.
     auto j = base;
     j["spatio_temporal_scaling"] = {true, false, true, true};
-    const auto e = error_of([&] { lt::VideoVaeConfig::from_json(j, file); });
+    const auto e = error_of([&] { lt::VideoVaeConfig::from_json(j, file).require_encoder("encoding"); });
     EXPECT_NE(e.find("'block_out_channels'"), std::string::npos) << e;
     EXPECT_NE(e.find("encoder block 1"), std::string::npos) << e;
     // layers_per_block with one entry per block: the mid block takes the last (the pipelines' tiny VAEs).

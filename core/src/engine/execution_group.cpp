@@ -1,5 +1,6 @@
 #include "ddo/engine/execution_group.hpp"
 
+#include <unordered_map>
 #include <unordered_set>
 
 #include "ddo/error.hpp"
@@ -43,15 +44,25 @@ std::vector<GroupDecl> split_groups(const std::vector<GroupDecl> & decls, Granul
     std::vector<GroupDecl> out;
     for (const auto & d : decls) {
         auto label = [&](std::size_t i) { return g == Granularity::half ? (d.parts.empty() ? std::string() : d.parts[i]) : leaf_of(d.tensors[i]); };
+        // leaf: a leaf module's tensors gather in one group, at its first tensor's place, wherever the declaration
+        // lists them (a weight and its bias apart: Gemma-3's and Qwen3's attention biases follow every weight);
+        // half: one group per consecutive run of a label.
+        std::unordered_map<std::string, std::size_t> leaf_at;
         for (std::size_t i = 0; i < d.tensors.size(); ++i) {
-            std::string l = label(i);
-            if (out.empty() || i == 0 || l != label(i - 1)) {
-                GroupDecl sub;
-                sub.name = l.empty() ? d.name : d.name + "/" + l;
-                out.push_back(std::move(sub));
+            const std::string l = label(i);
+            const std::string name = l.empty() ? d.name : d.name + "/" + l;
+            std::size_t at = out.size();
+            if (g == Granularity::leaf) {
+                const auto [it, fresh] = leaf_at.emplace(l, out.size());
+                at = it->second;
+                if (fresh) out.push_back(GroupDecl{name, {}, {}});
+            } else if (i == 0 || l != label(i - 1)) {
+                out.push_back(GroupDecl{name, {}, {}});
+            } else {
+                at = out.size() - 1;
             }
-            out.back().tensors.push_back(d.tensors[i]);
-            out.back().parts.push_back(l);
+            out[at].tensors.push_back(d.tensors[i]);
+            out[at].parts.push_back(l);
         }
         if (d.tensors.empty()) out.push_back(GroupDecl{d.name, {}, {}});
     }

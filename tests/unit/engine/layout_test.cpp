@@ -23,6 +23,24 @@ TEST(ExecutionGroups, SplitHalfAndLeaf) {
     EXPECT_EQ(split_groups(d, Granularity::block).size(), 1u);
 }
 
+// A leaf's tensors declared apart (every weight, then every bias: Gemma-3's and Qwen3's attention biases) form one
+// leaf group, at its first tensor's place: one name each, nothing declared twice (issue 40 item 8).
+TEST(ExecutionGroups, LeafGathersAWeightAndItsBiasDeclaredApart) {
+    std::vector<GroupDecl> d{{"layers.0", {"l0.q.weight", "l0.k.weight", "l0.norm.weight", "l0.q.bias", "l0.k.bias"}, {}}};
+    const auto leaf = split_groups(d, Granularity::leaf);
+    ASSERT_EQ(leaf.size(), 3u);
+    EXPECT_EQ(leaf[0].name, "layers.0/l0.q");
+    EXPECT_EQ(leaf[0].tensors, (std::vector<std::string>{"l0.q.weight", "l0.q.bias"}));
+    EXPECT_EQ(leaf[1].name, "layers.0/l0.k");
+    EXPECT_EQ(leaf[1].tensors, (std::vector<std::string>{"l0.k.weight", "l0.k.bias"}));
+    EXPECT_EQ(leaf[2].name, "layers.0/l0.norm");
+    FakeSource s;
+    for (const auto & t : d[0].tensors) s.add(t, 64);
+    const auto l = ModelLayout::build(d, s, Granularity::leaf);
+    EXPECT_EQ(l.size(), 3u);
+    EXPECT_EQ(l.group_of("l0.q.bias"), l.group_of("l0.q.weight"));
+}
+
 TEST(ExecutionGroups, RejectsDuplicateTensorAndBadParts) {
     EXPECT_THROW(split_groups({{"a", {"x"}, {}}, {"b", {"x"}, {}}}, Granularity::block), ddo::UsageError);
     EXPECT_THROW(split_groups({{"a", {"x", "y"}, {"attn"}}}, Granularity::half), ddo::UsageError);

@@ -24,7 +24,8 @@ namespace ddo::engine {
 enum class Granularity {
     block,  // one group per declared group
     half,   // one group per consecutive run of equal `parts` labels (attention / MLP)
-    leaf,   // one group per leaf module: tensors sharing the name up to the last '.' ("...to_q")
+    leaf,   // one group per leaf module: tensors sharing the name up to the last '.' ("...to_q"), gathered
+            // where the declaration lists them apart
 };
 
 std::string_view to_string(Granularity g) noexcept;

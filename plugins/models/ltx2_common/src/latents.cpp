@@ -10,13 +10,15 @@ namespace ddo::ltx2 {
 
 LatentGeometry latent_geometry(const LatentRatios & r, int64_t frames, int64_t height, int64_t width, double fps) {
     LatentGeometry g;
-    g.frames = frames;
     g.height = height;
     g.width = width;
     g.latent_frames = (frames - 1) / r.temporal + 1;
+    g.frames = (g.latent_frames - 1) * r.temporal + 1;
+    g.duration_frames = frames;
     g.latent_height = height / r.spatial;
     g.latent_width = width / r.spatial;
-    // duration_s * sampling_rate / hop / temporal ratio, rounded half to even as Python's round().
+    // duration_s * sampling_rate / hop / temporal ratio, rounded half to even as Python's round(); duration_s is
+    // num_frames / frame_rate of the frames asked for.
     const double per_second = double(r.audio_sample_rate) / double(r.hop_length) / double(r.audio_temporal);
     g.audio_frames = int64_t(std::nearbyint(double(frames) / fps * per_second));
     g.latent_mel_bins = r.mel_bins / r.mel;
@@ -35,6 +37,12 @@ Noise draw_noise(const LatentRatios & r, const LatentGeometry & g, int64_t batch
     auto video = at::randn({batch, r.video_channels, g.latent_frames, g.latent_height, g.latent_width}, gen, f32);
     auto audio = at::randn({batch, r.audio_channels, g.audio_frames, g.latent_mel_bins}, gen, f32);
     return {pack_video(video).to(device), pack_audio_latents(audio).to(device)};
+}
+
+at::Tensor draw_decode_noise(const LatentRatios & r, const LatentGeometry & g, int64_t batch, at::Generator & gen,
+                             at::ScalarType dtype) {
+    return at::randn({batch, r.video_channels, g.latent_frames, g.latent_height, g.latent_width}, gen,
+                     at::TensorOptions().dtype(dtype));
 }
 
 at::Tensor pack_video(const at::Tensor & x) {

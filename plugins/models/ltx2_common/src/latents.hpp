@@ -19,14 +19,17 @@ struct LatentRatios {
 };
 
 struct LatentGeometry {
-    int64_t frames = 0, height = 0, width = 0;       // pixels (frames of the clip)
+    int64_t frames = 0, height = 0, width = 0;       // pixels: the clip's frames, on the latent grid (1 + temporal k)
+    int64_t duration_frames = 0;                     // the frames asked for: the audio lasts duration_frames / fps
     int64_t latent_frames = 0, latent_height = 0, latent_width = 0;
     int64_t audio_frames = 0;                        // latent audio frames: round(frames / fps * sr / hop / 4)
     int64_t latent_mel_bins = 0;
     int64_t video_tokens() const { return latent_frames * latent_height * latent_width; }
 };
 
-// prepare_latents / prepare_audio_latents sizes: F' = (F - 1) / temporal + 1, H' = H / spatial, ...
+// prepare_latents / prepare_audio_latents sizes for `frames` asked for: F' = (frames - 1) / temporal + 1 (the clip
+// then has (F' - 1) * temporal + 1 frames: the grid floors an off-grid count), H' = H / spatial, ..., and the audio of
+// frames / fps seconds: LTX2Pipeline takes the audio's duration from num_frames, not from the floored grid.
 LatentGeometry latent_geometry(const LatentRatios & r, int64_t frames, int64_t height, int64_t width, double fps);
 
 struct Noise {
@@ -40,6 +43,12 @@ Noise draw_noise(const LatentRatios & r, const LatentGeometry & g, int64_t batch
 // torch.Generator.
 at::Generator noise_generator(uint64_t seed);
 Noise draw_noise(const LatentRatios & r, const LatentGeometry & g, int64_t batch, at::Generator & gen, at::Device device);
+
+// LTX2Pipeline's decode noise (a timestep-conditioned VAE): randn(latents.shape, generator, dtype=latents.dtype)
+// drawn after denoising from the generator the noise came from: [B, video_channels, F', H', W'] on the CPU in
+// `dtype` (the unpacked latents' shape and compute dtype).
+at::Tensor draw_decode_noise(const LatentRatios & r, const LatentGeometry & g, int64_t batch, at::Generator & gen,
+                             at::ScalarType dtype);
 
 at::Tensor pack_video(const at::Tensor & x);                                   // [B,C,F,H,W] -> [B,FHW,C]
 at::Tensor unpack_video(const at::Tensor & x, const LatentGeometry & g);       // [B,FHW,C] -> [B,C,F,H,W]

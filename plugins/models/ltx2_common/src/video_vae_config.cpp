@@ -313,7 +313,6 @@ VideoVaeConfig VideoVaeConfig::from_json(const nlohmann::json & j, const std::fi
     read(j, "encoder_causal", c.encoder_causal, file);
     std::string enc_padding = "zeros";
     read(j, "encoder_spatial_padding_mode", enc_padding, file);
-    c.encoder_spatial_padding = padding_of(enc_padding, file, "encoder_spatial_padding_mode");
 
     std::vector<bool> noise(c.decoder_layers_per_block.size(), false);
     read_bools(j, "decoder_inject_noise", noise, c.decoder_layers_per_block.size(), file);
@@ -339,8 +338,24 @@ VideoVaeConfig VideoVaeConfig::from_json(const nlohmann::json & j, const std::fi
     if (c.temporal_compression_ratio <= 0) unsupported(file, "temporal_compression_ratio", "must be positive");
 
     derive_blocks(c);
-    derive_encoder_blocks(c);
+    // The encoder is validated when a run uses it (Note [Components validated when used]): a configuration it
+    // cannot run is kept as the reason require_encoder() gives.
+    try {
+        c.encoder_spatial_padding = padding_of(enc_padding, file, "encoder_spatial_padding_mode");
+        derive_encoder_blocks(c);
+    } catch (const UsageError & e) {
+        c.encoder_refusal = e.what();
+        c.down_blocks.clear();
+        c.encoder_mid_channels = 0;
+        c.encoder_mid_layers = 0;
+    }
     return c;
+}
+
+void VideoVaeConfig::require_encoder(const std::string & use) const {
+    if (encoder_refusal.empty()) return;
+    throw UsageError(use + " needs the video VAE's encoder, which ddo cannot run: " + encoder_refusal +
+                     " (runs that do not encode, such as text-to-video, do not use it)");
 }
 
 VideoVaeConfig VideoVaeConfig::load(const std::filesystem::path & vae_dir) {
@@ -413,6 +428,7 @@ VideoVaeWeightSpec video_vae_decoder_specs(const VideoVaeConfig & c) {
 }
 
 VideoVaeWeightSpec video_vae_encoder_specs(const VideoVaeConfig & c) {
+    c.require_encoder("the encoder's weight list");
     VideoVaeWeightSpec s;
     conv(s, "encoder.conv_in.conv", c.latent_channels, c.in_channels * c.patch_size * c.patch_size, 3);
     for (std::size_t i = 0; i < c.down_blocks.size(); ++i) {

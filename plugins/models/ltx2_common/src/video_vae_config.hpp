@@ -108,9 +108,18 @@ struct VideoVaeConfig {
     bool encodable_frames(int64_t frames) const;
     bool encodable_pixels(int64_t pixels) const;
 
-    // Throws UsageError naming `file` and the key for a value this decoder / encoder does not run (inject noise, an
-    // unknown up / down block or sampler type or padding mode, lists of the wrong length, widths the reference cannot
-    // run).
+    // Why the encoder cannot run (the UsageError's message naming `file` and the key: an unknown down block or
+    // downsampler type or padding mode, lists of the wrong length, widths the reference cannot run), or empty.
+    // from_json keeps it instead of throwing, since runs that never encode (text-to-video) do not need the encoder
+    // (Note [Components validated when used]); down_blocks is then empty.
+    std::string encoder_refusal;
+    // Throws UsageError with encoder_refusal when there is one, naming `use` (what needs the encoder, e.g. "--image
+    // a.png"). Every encoder path calls it first (VideoVaeEncoder, video_vae_encoder_specs).
+    void require_encoder(const std::string & use) const;
+
+    // Throws UsageError naming `file` and the key for a value this decoder does not run (inject noise, an unknown up
+    // block or sampler type or padding mode, lists of the wrong length, widths the reference cannot run); the
+    // encoder's are kept in encoder_refusal.
     static VideoVaeConfig from_json(const nlohmann::json & j, const std::filesystem::path & file);
     // <vae_dir>/config.json. Throws RuntimeError when it is missing or not JSON.
     static VideoVaeConfig load(const std::filesystem::path & vae_dir);

@@ -34,7 +34,9 @@ at::Tensor normalize_video_latents(const at::Tensor & latents, const at::Tensor 
     return (latents - m) * scaling_factor / s;
 }
 
-VideoVaeEncoder::VideoVaeEncoder(VideoVaeConfig config, Weights & weights) : config_(std::move(config)), w_(weights) {}
+VideoVaeEncoder::VideoVaeEncoder(VideoVaeConfig config, Weights & weights) : config_(std::move(config)), w_(weights) {
+    config_.require_encoder("encoding");
+}
 
 at::Tensor VideoVaeEncoder::conv(const at::Tensor & x, const std::string & p, int64_t stride) const {
     return video_vae_causal_conv(w_, x, p, config_.encoder_causal, config_.encoder_spatial_padding, stride);

@@ -207,6 +207,8 @@ RunPlan plan_run(model::ModelRun & run, const Request & r, const ImageModel & m)
     if (r.strength) p.slice = strength_sigmas(r.w.steps, *r.strength, "workload.strength");
     p.sigmas = p.slice ? p.slice->sigmas : asked ? std::move(*asked) : model::default_sigmas(r.w.steps);
     if (p.slice) {
+        // The VAE's encoder is validated now that the run uses it (Note [Components validated when used]).
+        m.vae_config.require_encoder("--image with workload.strength (image-to-image)");
         validate_video_vae_encoder_checkpoint(m.vae, m.vae_config);
         p.pixels = read_condition_image(run, p.size);
     }

@@ -156,7 +156,7 @@ std::optional<TwoStage> resolve_two_stage(model::ModelRun & run, const VideoMode
     ts.groups = latent_upsampler_groups(ts.config, f);
     ts.weights = f.file_of(f.names().front());
     const auto r = m.ratios();
-    ts.stage1 = latent_geometry(r, clip.frames, clip.height / 2, clip.width / 2, stage1.fps);
+    ts.stage1 = latent_geometry(r, clip.duration_frames, clip.height / 2, clip.width / 2, stage1.fps);
     if (ts.config.out_frames(ts.stage1.latent_frames) != clip.latent_frames ||
         ts.config.out_height(ts.stage1.latent_height) != clip.latent_height ||
         ts.config.out_width(ts.stage1.latent_width) != clip.latent_width)
@@ -201,7 +201,7 @@ at::Tensor upsample(model::ModelRun & run, const VideoModel & m, const TwoStage 
 
 }  // namespace
 
-Denoised denoise_clip(model::ModelRun & run, const ClipDenoise & d, const ConnectorsOutput & text) {
+ClipDenoised denoise_clip(model::ModelRun & run, const ClipDenoise & d, const ConnectorsOutput & text) {
     const auto & m = d.model;
     const auto & tc = m.transformer_config;
     auto dit = open_engine_component(run, d.transformer, "transformer", transformer_groups(tc), d.dtype);
@@ -242,7 +242,11 @@ Denoised denoise_clip(model::ModelRun & run, const ClipDenoise & d, const Connec
                       cb, i2v ? &s2.conditioning : nullptr);
     }
     unload(run, dit);
-    return out;
+    // LTX2Pipeline draws the decode noise after the loop, from the generator of the start noise (Note [LTX-2 decode
+    // noise]); resolve_decode_noise refuses it for the runs whose draws ddo does not carry that way.
+    ClipDenoised result{out, {}};
+    if (d.decode_noise) result.decode_noise = draw_decode_noise(r, d.geo, 1, gen, d.dtype);
+    return result;
 }
 
 }  // namespace ddo::ltx2

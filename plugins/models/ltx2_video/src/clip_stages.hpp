@@ -94,10 +94,16 @@ struct ClipDenoise {
     uint64_t seed = 0;
     double condition_noise_scale = 1.0;         // LTX2ConditionPipeline's noise_scale: the grid's first sigma
     at::ScalarType dtype = at::kFloat;
+    bool decode_noise = false;                  // draw LTX2Pipeline's decode noise after the last step
+};
+
+struct ClipDenoised {
+    Denoised latents;
+    at::Tensor decode_noise;  // draw_decode_noise from the run's generator when ClipDenoise::decode_noise, else undefined
 };
 
 // Phase "denoise" (stage 1), then for two stages "upsample" and "denoise_stage2"; the DiT is opened once and
 // unloaded after the last step. text: the connectors' output ([neg; pos] when either stage runs CFG).
-Denoised denoise_clip(model::ModelRun & run, const ClipDenoise & d, const ConnectorsOutput & text);
+ClipDenoised denoise_clip(model::ModelRun & run, const ClipDenoise & d, const ConnectorsOutput & text);
 
 }  // namespace ddo::ltx2

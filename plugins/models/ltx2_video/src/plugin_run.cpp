@@ -12,6 +12,7 @@
 
 #include <cmath>
 #include <filesystem>
+#include <optional>
 
 #include "audio_vae_decoder.hpp"
 #include "clip_stages.hpp"
@@ -107,7 +108,8 @@ Checkpoint open_checkpoint(model::ModelRun & run, const Request & r) {
 }
 
 // The clip in the pipeline's units: sizes are used as given (LTX2Pipeline floors them by integer division of the
-// latent grid; say so when that changes them).
+// latent grid; say so when that changes them). An off-grid frame count floors the video only: the audio lasts the
+// frames asked for, as LTX2Pipeline's (latent_geometry).
 struct Clip {
     int64_t width = 0, height = 0, frames = 0;
     LatentGeometry geo;
@@ -124,17 +126,17 @@ Clip resolve_clip(model::ModelRun & run, const model::Workload & w, const VideoM
                                         "LTX-2 sizes are multiples of the VAE's spatial compression " +
                                             std::to_string(ratios.spatial) + (two_stage ? ", times 2 for a two-stage "
                                             "run's half-size stage 1" : "") + " (the latent grid floors them)");
-    const int64_t frames = (w.frames - 1) / ratios.temporal * ratios.temporal + 1;
-    if (frames != w.frames)
-        run.adjust("workload.frames", w.frames, frames,
-                   "LTX-2 clips have 1 + " + std::to_string(ratios.temporal) + "k frames (the causal VAE's temporal "
-                   "compression); the latent grid floors the count");
     if (!(w.fps > 0)) throw UsageError(std::string(kPlugin) + ": workload.fps must be > 0");
-    const auto geo = latent_geometry(ratios, frames, size.height, size.width, w.fps);
+    const auto geo = latent_geometry(ratios, w.frames, size.height, size.width, w.fps);
+    if (geo.frames != w.frames)
+        run.adjust("workload.frames", w.frames, geo.frames,
+                   "LTX-2 clips have 1 + " + std::to_string(ratios.temporal) + "k frames (the causal VAE's temporal "
+                   "compression): the latent grid floors the video to " + std::to_string(geo.frames) + " frames, and "
+                   "the audio lasts the " + std::to_string(w.frames) + " frames asked for, as LTX2Pipeline's");
     if (geo.audio_frames < 1)
-        throw UsageError(std::string(kPlugin) + ": the clip (" + std::to_string(frames) + " frames at " +
+        throw UsageError(std::string(kPlugin) + ": the clip (" + std::to_string(w.frames) + " frames at " +
                          nlohmann::json(w.fps).dump() + " fps) is shorter than one audio latent frame; ask for more frames");
-    return {size.width, size.height, frames, geo};
+    return {size.width, size.height, geo.frames, geo};
 }
 
 GuidanceScales video_guidance(model::ModelRun & run, const model::Workload & w) {
@@ -170,11 +172,27 @@ std::vector<int64_t> existing_stg_blocks(model::ModelRun & run, const DenoiseSet
     return existing;
 }
 
-// The denoising settings (guidance scales, STG blocks, cross timestep) and the decode timestep.
+// The denoising settings (guidance scales, STG blocks, cross timestep), the decode timestep and the decode noise
+// scale (LTX2Pipeline's decode_noise_scale, which defaults to decode_timestep; none without a timestep-conditioned
+// VAE, whose decode takes neither).
 struct Guidance {
     DenoiseSettings ds;
     double decode_timestep = 0.0;
+    std::optional<double> decode_noise_scale;
+    bool decode_noise() const { return decode_noise_scale.value_or(0.0) != 0.0; }
 };
+
+nlohmann::json optional_json(const std::optional<double> & v) { return v ? nlohmann::json(*v) : nlohmann::json(nullptr); }
+
+// plugin.ltx2_video.decode_noise_scale: a number, or null / unset for the pipeline's default.
+std::optional<double> decode_noise_scale_option(model::ModelRun & run) {
+    const auto v = run.option<nlohmann::json>("decode_noise_scale", nullptr);
+    if (v.is_null()) return std::nullopt;
+    if (!v.is_number())
+        throw UsageError("plugin.ltx2_video.decode_noise_scale = " + v.dump() + ": a number (LTX2Pipeline's "
+                         "decode_noise_scale; unset, it is decode_timestep)");
+    return v.get<double>();
+}
 
 Guidance resolve_guidance(model::ModelRun & run, const model::Workload & w, const VideoModel & m) {
     Guidance g;
@@ -187,10 +205,19 @@ Guidance resolve_guidance(model::ModelRun & run, const model::Workload & w, cons
     ds.dtype = w.dtype;
     g.decode_timestep = run.option<double>("decode_timestep", 0.0);
     ds.stg_blocks = existing_stg_blocks(run, ds, m.transformer_config.num_layers);
-    if (!m.vae_config.timestep_conditioning && g.decode_timestep != 0.0)
+    const auto noise_scale = decode_noise_scale_option(run);
+    if (m.vae_config.timestep_conditioning) {
+        g.decode_noise_scale = noise_scale.value_or(g.decode_timestep);
+        return g;
+    }
+    if (g.decode_timestep != 0.0)
         run.adjust("plugin.ltx2_video.decode_timestep", g.decode_timestep, nullptr,
                    "the VAE is not timestep-conditioned (vae/config.json timestep_conditioning = false): LTX2Pipeline "
                    "ignores decode_timestep");
+    if (noise_scale)
+        run.adjust("plugin.ltx2_video.decode_noise_scale", *noise_scale, nullptr,
+                   "the VAE is not timestep-conditioned (vae/config.json timestep_conditioning = false): LTX2Pipeline "
+                   "ignores decode_noise_scale");
     return g;
 }
 
@@ -264,6 +291,8 @@ void plan_stages(model::ModelRun & run, const Request & r, const VideoModel & m,
                          "guidance while stage 1 does not (no negative prompt is encoded); use 1");
     const auto r_ = m.ratios();
     p.conditions = resolve_conditions(run, r_, p.two_stage ? p.two_stage->stage1 : p.clip.geo);
+    // The VAE's encoder is validated now that the run uses it (Note [Components validated when used]).
+    if (p.conditions.any()) m.vae_config.require_encoder("--image " + run.condition_images().front().path.string());
     if (p.two_stage && p.conditions.pipeline == ClipConditions::Pipeline::condition)
         throw UsageError("plugin.ltx2_video.upsampler with keyframe conditions (--image FILE@FRAME past frame 0, or "
                          "several images): a two-stage run takes one still on frame 0 (LTX2ImageToVideoPipeline)");
@@ -295,6 +324,15 @@ RunPlan plan_run(model::ModelRun & run, const Request & r, const VideoModel & m)
     p.vae_choice = choose_video_vae_strategy(p.vae, m.vae, m.vae_config, 1, p.clip.frames, p.clip.width,
                                              p.clip.height, r.w.dtype, p.vae.vae_tiles.temporal_frames);
     if (!r.prompt.encode_only) plan_stages(run, r, m, p);
+    // LTX2Pipeline's decode noise is reproduced where ddo carries the pipeline's generator as the reference does: a
+    // text-to-video run (Note [LTX-2 decode noise]).
+    if (p.guidance.decode_noise() && (p.conditions.any() || p.two_stage))
+        throw UsageError("plugin.ltx2_video.decode_timestep = " + nlohmann::json(p.guidance.decode_timestep).dump() +
+                         " with decode_noise_scale " + nlohmann::json(*p.guidance.decode_noise_scale).dump() + ": the "
+                         "decode noise of a run with " + (p.two_stage ? "plugin.ltx2_video.upsampler" : "--image") +
+                         " is not implemented (ddo draws LTX2Pipeline's decode noise in text-to-video runs); set "
+                         "plugin.ltx2_video.decode_noise_scale=0 to decode at the timestep without noise, or "
+                         "decode_timestep=0");
     return p;
 }
 
@@ -314,6 +352,7 @@ void record_workload(model::ModelRun & run, const Request & r, const VideoModel 
     const auto & ds = p.guidance.ds;
     const auto & w = r.w;
     run.record_workload({{"model", kPlugin}, {"width", width}, {"height", height}, {"frames", frames}, {"fps", w.fps},
+                         {"duration_frames", geo.duration_frames},
                          {"latent", {{"frames", geo.latent_frames}, {"height", geo.latent_height},
                                      {"width", geo.latent_width}, {"audio_frames", geo.audio_frames},
                                      {"video_tokens", geo.video_tokens()}}},
@@ -327,6 +366,7 @@ void record_workload(model::ModelRun & run, const Request & r, const VideoModel 
                          {"cfg_batch", p.passes.cfg}, {"stg_blocks", ds.stg_blocks},
                          {"stg_effective", p.passes.stg && m.transformer_config.perturbed_attn},
                          {"use_cross_timestep", ds.use_cross_timestep}, {"decode_timestep", p.guidance.decode_timestep},
+                         {"decode_noise_scale", optional_json(p.guidance.decode_noise_scale)},
                          {"dtype", c10::toString(w.dtype)}, {"device", p.device.str()},
                          {"vae_strategy", video_vae_strategy_name(p.vae_choice.strategy)},
                          {"vae_decision", vae_decision_json(p.vae_choice)},
@@ -370,18 +410,25 @@ std::optional<ConnectorsOutput> encode_text(model::ModelRun & run, const Request
 }
 
 // What the decode stages take (diffusers' output_type="latent"): the video latents [B, C, F', H', W'] and the audio
-// latents [B, C, L, M], both de-normalised, in the compute dtype. --save-latents writes exactly these and
-// --decode-latents reads them back, so a decode from the file is the one-shot run's decode.
+// latents [B, C, L, M], both de-normalised, in the compute dtype, the video with the decode noise mixed in when the
+// run has some. --save-latents writes exactly these and --decode-latents reads them back, so a decode from the file
+// is the one-shot run's decode.
 struct DecodeInputs {
     at::Tensor video, audio;
 };
 
 // The denoised (packed, normalised) latents unpacked and de-normalised with the VAEs' statistics (read from their
-// files; no weights load): the video as LTX2Pipeline unpacks then de-normalises it, the audio de-normalised while
-// packed, then unpacked.
+// files; no weights load): the video as LTX2Pipeline unpacks it, mixes in the decode noise ((1 - s) * z + s * noise
+// with s = decode_noise_scale, still normalised) and de-normalises it, the audio de-normalised while packed, then
+// unpacked.
 DecodeInputs decode_inputs(const VideoModel & m, const LatentGeometry & geo, at::ScalarType dtype,
-                           const Denoised & latents) {
+                           const ClipDenoised & denoised, const Guidance & g) {
+    const auto & latents = denoised.latents;
     auto z = unpack_video(latents.video, geo).to(dtype);
+    if (denoised.decode_noise.defined()) {
+        const auto s = at::full({1, 1, 1, 1, 1}, *g.decode_noise_scale, z.options());
+        z = (1 - s) * z + s * denoised.decode_noise.to(z.device(), dtype);
+    }
     const auto stats = read_video_latent_stats(m.vae, m.vae_config);
     z = denormalize_video_latents(z, stats.mean, stats.std, m.vae_config.scaling_factor);
     const auto & ac = m.audio_vae_config;
@@ -404,16 +451,8 @@ void decode_video_latents(model::ModelRun & run, const model::Workload & w, cons
     model::ComponentPlan vae_plan = p.vae;
     if (choice.strategy == VideoVaeStrategy::leaf_offload) vae_plan.route = engine::Route::dynamic;
     auto vae = open_engine_component(run, vae_plan, "vae", video_vae_leaf_groups(m.vae_config), w.dtype);
-    at::Tensor t;
-    const double decode_timestep = p.guidance.decode_timestep;
-    if (m.vae_config.timestep_conditioning) {
-        // decode_noise_scale defaults to decode_timestep; the noise is drawn after denoising (a new generator
-        // is not the reference's: with decode_timestep 0 it has no effect and is not drawn).
-        if (decode_timestep != 0.0)
-            throw UsageError("plugin.ltx2_video.decode_timestep = " + nlohmann::json(decode_timestep).dump() +
-                             ": decode noise (the pipeline's second draw from its generator) is not implemented; use 0");
-        t = at::full({1}, decode_timestep, z.options());
-    }
+    at::Tensor t;  // the decode noise is in z already (decode_inputs)
+    if (m.vae_config.timestep_conditioning) t = at::full({1}, p.guidance.decode_timestep, z.options());
     VideoVaeDecoder decoder(m.vae_config, *vae.view);
     decoder.set_stage_check(run.decode_stage_check());
     decode_video_frames(decoder, z, t, choice.strategy, choice.tiling, sink, run.decode_piece_progress("piece"));
@@ -589,7 +628,8 @@ void save_latents(model::ModelRun & run, const DecodeInputs & in) {
         {"format", kLatentsFormat},
         {"format_version", "1"},
         {"layout", "video_latents [B, C, F', H', W'] and audio_latents [B, C, L, M], de-normalised: what the video "
-                   "and audio VAE decoders take (diffusers LTX2Pipeline output_type=\"latent\")"},
+                   "and audio VAE decoders take (diffusers LTX2Pipeline output_type=\"latent\"; the video with the "
+                   "decode noise of workload.decode_noise_scale mixed in)"},
         {"workload", run.recorded_workload().dump()},
         {"decoders", decoders.dump()},
         {"plugin", kPlugin},
@@ -696,6 +736,7 @@ struct DecodeOnlyRequest {
     model::WorkloadDefaults d;
     model::Workload w;
     double decode_timestep = 0;
+    std::optional<double> decode_noise_scale;  // mixed into the file's video latents already
 };
 
 DecodeOnlyRequest resolve_decode_only(model::ModelRun & run) {
@@ -714,7 +755,7 @@ DecodeOnlyRequest resolve_decode_only(model::ModelRun & run) {
                          " (the latents file holds the denoised clip); drop it");
     for (const char * k : {"workload.prompt", "workload.negative_prompt", "workload.sigmas", "workload.guidance_scale"})
         run.refuse_if_set(k, what + " decodes the file only (its denoising is done); drop it");
-    DecodeOnlyRequest r{read_latents_file(file), {}, {}, 0};
+    DecodeOnlyRequest r{read_latents_file(file), {}, {}, 0, std::nullopt};
     const auto & lw = r.l.workload;
     auto & d = r.d;
     d.width = lw.at("width").get<int64_t>();
@@ -738,6 +779,10 @@ DecodeOnlyRequest resolve_decode_only(model::ModelRun & run) {
     r.decode_timestep = lw.at("decode_timestep").is_null() ? 0.0 : lw.at("decode_timestep").get<double>();
     conflict("plugin.ltx2_video.decode_timestep", run.option<double>("decode_timestep", r.decode_timestep),
              r.decode_timestep);
+    const auto held = lw.value("decode_noise_scale", nlohmann::json(nullptr));
+    if (held.is_number()) r.decode_noise_scale = held.get<double>();
+    if (const auto asked = decode_noise_scale_option(run))
+        conflict("plugin.ltx2_video.decode_noise_scale", *asked, held);
     return r;
 }
 
@@ -780,11 +825,13 @@ void run_decode_only(model::ModelRun & run) {
                             "; only the decoders run");
     run.record_input("latents", run.decode_latents_file());
     const VideoModel m = VideoModel::open_decoders(run.model_dir());
-    const auto geo = latent_geometry(m.ratios(), d.frames, d.height, d.width, d.fps);
+    // The audio's duration: the frames the denoising run was asked for (files before it recorded none: on-grid).
+    const auto geo = latent_geometry(m.ratios(), r.l.workload.value("duration_frames", d.frames), d.height, d.width, d.fps);
     check_latents_fit(run, r, m, geo);
 
     RunPlan p;
     p.guidance.decode_timestep = r.decode_timestep;
+    p.guidance.decode_noise_scale = r.decode_noise_scale;
     p.clip = {d.width, d.height, d.frames, geo};
     p.outputs = run.plan_outputs({"video.mp4", "audio.wav"});
     const OutputPlan o = plan_extra_outputs(run, p);
@@ -800,8 +847,10 @@ void run_decode_only(model::ModelRun & run) {
                    "ignores decode_timestep");
     run.record_workload({{"model", kPlugin}, {"mode", "decode_only"}, {"latents_file", run.decode_latents_file().string()},
                          {"width", d.width}, {"height", d.height}, {"frames", d.frames}, {"fps", d.fps},
-                         {"latent", r.l.workload.at("latent")}, {"steps", d.steps}, {"seed", d.seed},
-                         {"decode_timestep", p.guidance.decode_timestep}, {"dtype", c10::toString(w.dtype)},
+                         {"duration_frames", geo.duration_frames}, {"latent", r.l.workload.at("latent")}, {"steps", d.steps}, {"seed", d.seed},
+                         {"decode_timestep", p.guidance.decode_timestep},
+                         {"decode_noise_scale", optional_json(p.guidance.decode_noise_scale)},
+                         {"dtype", c10::toString(w.dtype)},
                          {"latents_dtype", c10::toString(r.l.video.scalar_type())}, {"device", p.device.str()},
                          {"vae_strategy", video_vae_strategy_name(p.vae_choice.strategy)},
                          {"vae_decision", vae_decision_json(p.vae_choice)},
@@ -828,9 +877,9 @@ void run_ltx2_video(model::ModelRun & run) {
     const auto condition_latents = encode_conditions(run, m, p.vae, p.conditions, r.w.dtype);
     const auto latents = denoise_clip(run, {m, p.transformer, p.clip.geo, p.sampling.schedule, p.guidance.ds,
                                             p.two_stage, p.conditions, condition_latents, r.w.seed,
-                                            double(p.sampling.sigmas.front()), r.w.dtype},
+                                            double(p.sampling.sigmas.front()), r.w.dtype, p.guidance.decode_noise()},
                                       *text);
-    const auto in = decode_inputs(m, p.clip.geo, r.w.dtype, latents);
+    const auto in = decode_inputs(m, p.clip.geo, r.w.dtype, latents, p.guidance);
     if (o.save_latents) save_latents(run, in);
     decode_and_write(run, r.w, m, p, o, in);
 }
