@@ -338,15 +338,20 @@ namespace {
 
 using Tensors = std::vector<ddo::bench::RawTensor>;
 
-// A copy of the component folder `src` in `dst` whose weights file holds the stored tensors as `edit` leaves them.
-fs::path damaged_copy(const fs::path & src, const fs::path & dst, const std::function<void(Tensors &)> & edit) {
-    const auto store = ddo::store::WeightStore::open_component(src);
+// Every stored tensor of `store` with its bytes, in the store's order.
+Tensors stored_tensors(const ddo::store::WeightStore & store) {
     Tensors t;
     for (const auto * info : store.tensors()) {
         std::vector<unsigned char> bytes(info->nbytes);
         store.read_tensor(*info, bytes.data(), ddo::store::ReadMode::pread);
         t.push_back({info->name, std::string(ddo::store::dtype_name(info->dtype)), info->shape, std::move(bytes)});
     }
+    return t;
+}
+
+// A copy of the component folder `src` in `dst` whose weights file holds the stored tensors as `edit` leaves them.
+fs::path damaged_copy(const fs::path & src, const fs::path & dst, const std::function<void(Tensors &)> & edit) {
+    auto t = stored_tensors(ddo::store::WeightStore::open_component(src));
     edit(t);
     fs::remove_all(dst);
     fs::create_directories(dst);
@@ -436,12 +441,7 @@ TEST_F(QuantParity, EveryDamagedFp8LayerIsRefusedNamingTheFileAndTheTensor) {
     fs::create_directories(tmp);
     const auto rewrite = [&](const std::string & file, const std::function<void(Tensors &)> & edit) {
         const auto store = ddo::store::WeightStore::open_file(kDir / "fp8" / file);
-        Tensors t;
-        for (const auto * info : store.tensors()) {
-            std::vector<unsigned char> bytes(info->nbytes);
-            store.read_tensor(*info, bytes.data(), ddo::store::ReadMode::pread);
-            t.push_back({info->name, std::string(ddo::store::dtype_name(info->dtype)), info->shape, std::move(bytes)});
-        }
+        auto t = stored_tensors(store);
         edit(t);
         std::vector<std::pair<std::string, std::string>> meta;
         for (const auto & f : store.files())
