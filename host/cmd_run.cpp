@@ -95,7 +95,8 @@ std::vector<std::string> all_sets(const RunArgs & a, std::optional<std::uint64_t
         {bool(a.negative_prompt), "workload.negative_prompt"}, {bool(a.num_images), "workload.num_images"},
         {bool(a.frames), "workload.frames"},         {bool(a.fps), "workload.fps"},
         {!a.loras.empty(), "lora.adapters"},          {a.lora_allow_unmatched, "lora.allow_unmatched"},
-        {!a.images.empty(), "workload.images"},       {bool(a.strength), "workload.strength"}};
+        {!a.images.empty(), "workload.images"},       {bool(a.strength), "workload.strength"},
+        {bool(a.cache), "cache.kind"}};
     for (const auto & [given, key] : shorthands)
         if (given)
             for (const auto & s : a.sets)
@@ -120,6 +121,7 @@ std::vector<std::string> all_sets(const RunArgs & a, std::optional<std::uint64_t
     if (!a.loras.empty()) sets.push_back("lora.adapters=" + nlohmann::json(a.loras).dump());
     if (a.lora_allow_unmatched) sets.push_back("lora.allow_unmatched=true");
     if (!a.images.empty()) sets.push_back("workload.images=" + nlohmann::json(a.images).dump());
+    if (a.cache) sets.push_back("cache.kind=" + quoted(*a.cache));
     if (a.strength) {
         std::ostringstream v;
         v.precision(17);
@@ -529,6 +531,8 @@ void install(CLI::App & app, HostOptions & options) {
         ->group(g);
     app.add_option("--image", a->images, "a condition image, FILE[@FRAME] (repeatable; PNG, JPEG or WebP; FRAME: the "
                                          "video frame it conditions, default 0; workload.images)")
+        ->group(g);
+    app.add_option("--cache", a->cache, "step cache: off, first_block or mag (cache.kind; docs/presets.md, [cache])")
         ->group(g);
     app.add_option("--strength", a->strength, "img2img strength in (0, 1] (workload.strength; unset = the plugin's "
                                               "default)")

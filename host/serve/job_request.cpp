@@ -88,7 +88,7 @@ double number_field(const json & v, const std::string & field, double lo, double
 // Preset keys a request may set. Keys that take a path (condition images, LoRA files, an upsampler) or that the
 // request's own fields carry are refused: a request names no file on the server (Note [Serving]).
 void check_set_key(const std::string & key, const std::string & field) {
-    static constexpr std::array allowed_prefixes{"capacities.", "planner.", "runtime.", "telemetry.", "vae.", "components.", "plugin."};
+    static constexpr std::array allowed_prefixes{"capacities.", "planner.", "runtime.", "telemetry.", "vae.", "components.", "plugin.", "cache."};
     static constexpr std::array allowed_keys{"workload.steps",     "workload.width",          "workload.height",
                                              "workload.frames",    "workload.fps",            "workload.seed",
                                              "workload.num_images", "workload.precision",     "workload.sigmas",
@@ -103,7 +103,8 @@ void check_set_key(const std::string & key, const std::string & field) {
     bool ok = std::find(allowed_keys.begin(), allowed_keys.end(), key) != allowed_keys.end();
     for (const char * p : allowed_prefixes) ok = ok || key.starts_with(p);
     if (!ok) bad(field, "'" + field + "." + key + "' cannot be set by a request (docs/presets.md lists the keys; a "
-                        "request may set capacities, planner, runtime, telemetry, vae, components, plugin and workload keys)");
+                        "request may set capacities, planner, runtime, telemetry, vae, components, plugin, cache and workload "
+                        "keys)");
 }
 
 // A --set value's text from a JSON scalar or an array of scalars.

@@ -70,6 +70,14 @@ if(TARGET qwen_image_21 AND TARGET ddo-host AND DDO_PYTHON AND TARGET qwen_image
   add_dependencies(qwen_image_21_component_file_test qwen_image_21_quant_fixtures)
 endif()
 
+# ddo-host --cache (issue 41) on the step-cache fixtures (tools/reference/qwen_image_21_cache_fixtures.py): the CLI
+# path's per-step pattern equals diffusers' hooks', the report, the engine's skipped bytes, calibration, refusals.
+if(TARGET qwen_image_21 AND TARGET ddo-host AND DDO_PYTHON AND TARGET qwen_image_21_cache_fixtures)
+  qi21_host_test(qwen_image_21_cache_test TIMEOUT 600 LIBS nlohmann_json::nlohmann_json)
+  target_compile_definitions(qwen_image_21_cache_test PRIVATE QI21C_FIXTURE_DIR="${CMAKE_BINARY_DIR}/fixtures/qwen_image_21_cache")
+  add_dependencies(qwen_image_21_cache_test qwen_image_21_cache_fixtures)
+endif()
+
 # LoRA through ddo-host (issue 27) against diffusers' load_lora_weights on qwen_image_21, ltx2_image and ltx2_video
 # (tools/reference/qwen_image_21_lora_fixtures.py, ltx2_lora_fixtures.py): every key family, every route, quantized
 # transformers, refusals.

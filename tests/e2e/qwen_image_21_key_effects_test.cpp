@@ -208,6 +208,15 @@ std::map<std::string, Effect> effects() {
     e["lora.allow_unmatched"].shown_by = "Qi21Lora.ALoraForAnotherModelIsRefusedBeforeAnythingIsComputed";
     e["workload.images"].shown_by = "Qi21Ref.EveryReferenceRunEqualsTheDiffusersPipeline";
     e["workload.strength"].shown_by = "Qi21Cli.ConditionImagesNeedATextPromptAndStrengthIsRefused";
+    // Step caching (issue 41): each key against diffusers' hooks or refused, in tests/e2e/qwen_image_21_cache_test.cpp.
+    e["cache.kind"].shown_by = "Qi21Cache.FirstBlockThroughTheHostReusesWhatTheHookReusesAndSkipsTheStreaming";
+    e["cache.threshold"].shown_by = "Qi21Cache.MagCalibrationWritesRatiosThatAPresetRunTakes";
+    e["cache.max_skip_steps"].shown_by = "Qi21Cache.MaxSkipStepsAndRetentionRatioChangeThePattern";
+    e["cache.retention_ratio"].shown_by = "Qi21Cache.MaxSkipStepsAndRetentionRatioChangeThePattern";
+    e["cache.mag_ratios"].shown_by = "Qi21Cache.MagCalibrationWritesRatiosThatAPresetRunTakes";
+    e["cache.calibrate"].shown_by = "Qi21Cache.MagCalibrationWritesRatiosThatAPresetRunTakes";
+    e["cache.min_steps"].shown_by = "Qi21Cache.EveryRefusedSettingExitsTwoNamingTheKeyWithTheReportWritten";
+    e["cache.allow_few_steps"].shown_by = "Qi21Cache.EveryRefusedSettingExitsTwoNamingTheKeyWithTheReportWritten";
     // The plugin's own option.
     e["plugin.qwen_image_21.use_kv_cache"] = {kStream, kStream + " --set plugin.qwen_image_21.use_kv_cache=false", true,
                                               differs("workload.kv_cache_used")};

@@ -29,3 +29,19 @@ if(TARGET qwen_image_21_impl)
   add_dependencies(qwen_image_21_quant_parity_test linear)
   ddo_test_uses_aten(qwen_image_21_quant_parity_test)
 endif()
+
+# Step caching (FirstBlockCache, MagCache) against diffusers 0.42.1's own cache hooks on the same tiny pipeline
+# (tools/reference/qwen_image_21_cache_fixtures.py, which builds on qwen_image_21_fixtures.py).
+if(TARGET qwen_image_21_impl)
+  set(QI21C_FIXTURE_DIR ${CMAKE_BINARY_DIR}/fixtures/qwen_image_21_cache)
+  ddo_reference_fixtures(qwen_image_21_cache SCRIPT ${CMAKE_SOURCE_DIR}/tools/reference/qwen_image_21_cache_fixtures.py
+    DIR ${QI21C_FIXTURE_DIR} DEPENDS ${CMAKE_SOURCE_DIR}/tools/reference/qwen_image_21_fixtures.py
+    COMMENT "running diffusers' FirstBlockCache and MagCache hooks on the tiny pipeline")
+  ddo_add_gtest(qwen_image_21_cache_parity_test LABELS parity
+    SOURCES ${CMAKE_CURRENT_LIST_DIR}/qwen_image_21_cache_parity_test.cpp
+    LIBS qwen_image_21_impl)
+  target_compile_definitions(qwen_image_21_cache_parity_test PRIVATE QI21C_FIXTURE_DIR="${QI21C_FIXTURE_DIR}"
+    QI21_PLUGIN_DIR="${CMAKE_BINARY_DIR}/lib/ddo/plugins")
+  add_dependencies(qwen_image_21_cache_parity_test linear)
+  ddo_test_uses_aten(qwen_image_21_cache_parity_test)
+endif()

@@ -541,6 +541,36 @@ void ComponentWeights::release(std::size_t i) {
     m.leases.erase(it);
 }
 
+std::uint64_t ComponentWeights::skip(std::size_t i) {
+    auto & m = *impl_;
+    begin_phase(m.component);
+    if (i >= m.specs.size())
+        throw UsageError(m.component + ": group index " + std::to_string(i) + " out of range (" +
+                         std::to_string(m.specs.size()) + " groups)");
+    if (m.tensors.count(i))
+        throw UsageError(m.component + ": group '" + m.specs[i].name + "' is skipped while acquired; release it first");
+    const auto & members = m.shared_with.at(i);
+    if (members.size() > 1) {
+        // Note [Blocks per group]: the engine group is skipped when none of its members ran in this pass; a lease a
+        // member of this pass holds for the next ones is returned when its last member is skipped (as release would).
+        const std::size_t g = m.groups_of.at(i).front();
+        if (m.held_by.count(g)) {
+            if (i == members.back() && m.users[g] == 0) {
+                const std::size_t holder = m.held_by.at(g);
+                for (auto & l : m.leases[holder]) l.release();
+                m.leases.erase(holder);
+                m.held_by.erase(g);
+                m.users.erase(g);
+            }
+            return 0;
+        }
+        return i == members.back() ? m.engine->skip(g) : 0;
+    }
+    std::uint64_t bytes = 0;
+    for (std::size_t g : m.groups_of.at(i)) bytes += m.engine->skip(g);
+    return bytes;
+}
+
 std::string ComponentWeights::route() const { return to_string(impl_->engine->plan().route); }
 
 std::uint64_t ComponentWeights::bytes_streamed() const {

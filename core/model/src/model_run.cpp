@@ -9,6 +9,7 @@
 #include <cstdlib>
 #include <fstream>
 #include <optional>
+#include <sstream>
 #include <thread>
 
 #include <unistd.h>
@@ -403,9 +404,74 @@ void ModelRun::step(int step, int total) {
         last = {now_at.bytes_streamed, now_at.stall_s.value_or(0.0)};
         engine[w->component()] = std::move(e);
     }
-    if (ctx_.tracker) ctx_.tracker->step(phase_name_, step - 1, dt, std::nullopt, {{"engine", std::move(engine)}});
+    nlohmann::json extra = {{"engine", std::move(engine)}};
+    if (step_cache_) {
+        extra["cache"] = step_cache_->take_step_records();
+        if (ctx_.tracker) ctx_.tracker->set_step_cache(step_cache_->summary());
+    }
+    if (ctx_.tracker) ctx_.tracker->step(phase_name_, step - 1, dt, std::nullopt, std::move(extra));
     log(1, phase_name_ + " step " + std::to_string(step) + "/" + std::to_string(total));  // the host draws progress
     if (ctx_.progress) ctx_.progress(ProgressEvent{phase_name_, step, total, dt, since});
+}
+
+StepCache * ModelRun::step_cache(int steps) {
+    if (step_cache_) {
+        step_cache_->reset();
+        return step_cache_.get();
+    }
+    auto settings = StepCacheSettings::read(*ctx_.settings);
+    if (settings.kind == StepCacheKind::off) return nullptr;
+    step_cache_ = std::make_unique<StepCache>(std::move(settings), steps);
+    if (step_cache_->settings().kind == StepCacheKind::mag && step_cache_->settings().calibrate) {
+        const fs::path p = (ctx_.output_dir.empty() ? fs::current_path() : ctx_.output_dir) / "mag_ratios.toml";
+        std::error_code ec;
+        if (!ctx_.report_path.empty() &&
+            fs::weakly_canonical(fs::absolute(p), ec) == fs::weakly_canonical(fs::absolute(ctx_.report_path), ec))
+            throw UsageError("cache.calibrate: " + p.string() + " is the report file (--report); choose another --report");
+        if (fs::exists(p) && !ctx_.overwrite)
+            throw UsageError("cache.calibrate writes " + p.string() + ", which exists; pass --overwrite to replace it, "
+                             "or choose another --output");
+        fs::create_directories(p.parent_path(), ec);
+        calibration_lock_ = PathLock::acquire(p, "output");
+        calibration_file_ = p;
+    }
+    if (ctx_.tracker) ctx_.tracker->set_step_cache(step_cache_->summary());
+    return step_cache_.get();
+}
+
+void ModelRun::refuse_step_cache(const std::string & why) const {
+    const auto kind = ctx_.settings->get_optional<std::string>("cache.kind");
+    if (!kind || *kind == "off") return;
+    throw UsageError("cache.kind = \"" + *kind + "\" (" + ctx_.settings->at("cache.kind").provenance.to_string() +
+                     "): plugin '" + plugin_ + "' cannot honour it: " + why + "; use --cache off");
+}
+
+void ModelRun::finish_step_cache() {
+    if (!step_cache_) return;
+    auto summary = step_cache_->summary();
+    if (!calibration_file_.empty() && generation_ == 1) {
+        const auto cal = step_cache_->calibration();
+        if (cal.empty() || cal.front().second.empty())
+            throw RuntimeError("cache.calibrate: no pass was calibrated; the denoising loop ran no step");
+        std::ostringstream t;
+        t.precision(9);
+        t << "# MagCache ratios measured by ddo-host (" << plugin_ << ", " << step_cache_->steps()
+          << " steps, branch " << cal.front().first << "; docs/presets.md, [cache]).\n"
+          << "# Inherit this file from a preset (inherits = [\"mag_ratios.toml\"]) to run the cache on them.\n"
+          << "schema_version = 1\n"
+          << "description = \"MagCache ratios of " << model_dir().filename().string() << " at "
+          << step_cache_->steps() << " steps (" << plugin_ << ")\"\n\n[cache]\nkind = \"mag\"\nmag_ratios = [";
+        for (std::size_t i = 0; i < cal.front().second.size(); ++i) t << (i ? ", " : "") << cal.front().second[i];
+        t << "]\n";
+        const std::string text = t.str();
+        write_text_atomically(calibration_file_, text, "calibration file");
+        if (ctx_.tracker)
+            ctx_.tracker->add_output_written(calibration_file_, "application/toml", text.size(),
+                                             sha256_hex(text.data(), text.size()),
+                                             {{"role", "mag_ratios"}, {"branch", cal.front().first}});
+        summary["calibration_file"] = calibration_file_.string();
+    }
+    if (ctx_.tracker) ctx_.tracker->set_step_cache(std::move(summary));
 }
 
 void ModelRun::check_interrupted(const std::string & where) const {

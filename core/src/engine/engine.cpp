@@ -474,6 +474,18 @@ Lease Engine::acquire(std::size_t g) {
     return Lease(this, g, si, s.buf.data());
 }
 
+std::uint64_t Engine::skip(std::size_t g) {
+    Impl & m = *impl_;
+    if (m.closed) throw UsageError("engine: skip after close");
+    if (g >= m.layout.size()) throw UsageError("engine: group index " + std::to_string(g) + " out of range (" + std::to_string(m.layout.size()) + " groups)");
+    if (!m.prepared) m.prepare();
+    ++m.c.skipped_groups;
+    if (m.is_resident(g)) return 0;
+    const std::uint64_t b = m.layout.group(g).bytes;
+    m.c.bytes_skipped += b;
+    return b;
+}
+
 void Engine::release_lease(Lease & l) noexcept {
     Impl & m = *impl_;
     if (m.live_leases > 0) --m.live_leases;

@@ -46,6 +46,8 @@ nlohmann::json EngineCounters::to_json() const {
     else { j["stall_s"] = nullptr; j["stall_s_reason"] = stall_reason; }
     j["hits"] = hits;
     j["misses"] = misses;
+    j["skipped_groups"] = skipped_groups;
+    j["bytes_skipped"] = bytes_skipped;
     j["pinned_bytes"] = pinned_bytes;
     j["pageable_bytes"] = pageable_bytes;
     j["registered_bytes"] = registered_bytes;

@@ -184,6 +184,39 @@ void add_workload_keys(std::vector<KeyDef> & s) {
                         "warning, recorded in the report. --lora-allow-unmatched sets it."));
 }
 
+// Step caching (issue 41; Note [Step caching] in docs/architecture.md). Each kind's keys carry diffusers' names and
+// defaults (FirstBlockCacheConfig, MagCacheConfig); a key of another kind than cache.kind is refused by the kit.
+void add_cache_keys(std::vector<KeyDef> & s) {
+    const std::string by = "model plugins with a denoising loop";
+    s.push_back(choice("cache.kind", {"off", "first_block", "mag"}, "off",
+                       "Step cache: reuse transformer work between denoising steps (its skipped blocks are neither "
+                       "computed nor streamed). off = every block of every step; first_block = diffusers' "
+                       "FirstBlockCache (block 0 always runs; the rest are reused while its residual changes less than "
+                       "threshold); mag = MagCache (whole steps reused by the accumulated error of mag_ratios). "
+                       "--cache KIND sets it.",
+                       by));
+    s.push_back(num("cache.threshold", 0, 100, nullptr,
+                    "first_block: relative L1 change of block 0's residual below which the other blocks are reused "
+                    "(default 0.05); mag: accumulated error up to which a step is reused (default 0.06).",
+                    by));
+    s.push_back(integer("cache.max_skip_steps", 1, 1000, 3, "mag: consecutive steps reused at most.", by));
+    s.push_back(num("cache.retention_ratio", 0, 1, 0.2,
+                    "mag: the first round(retention_ratio x steps) steps are always computed.", by));
+    s.push_back(KeyDef{"cache.mag_ratios", KeyType::number_list, 0.0, 100.0, {}, nullptr,
+                       "mag: the checkpoint's per-step magnitude ratios (resampled to the run's steps as diffusers "
+                       "does). Required unless calibrate; a calibration run writes them to mag_ratios.toml.",
+                       by});
+    s.push_back(boolean("cache.calibrate", false,
+                        "mag: compute every step and measure the ratios; written to the report and to "
+                        "<output>/mag_ratios.toml, a preset to inherit.",
+                        by));
+    s.push_back(integer("cache.min_steps", 1, 10000, 10,
+                        "A schedule shorter than this is refused with a cache on (distilled few-step runs have little "
+                        "to reuse and run slower), unless allow_few_steps.",
+                        by));
+    s.push_back(boolean("cache.allow_few_steps", false, "Run a cache on a schedule shorter than cache.min_steps.", by));
+}
+
 }  // namespace
 
 const std::vector<KeyDef> & preset_schema() {
@@ -191,6 +224,7 @@ const std::vector<KeyDef> & preset_schema() {
         std::vector<KeyDef> s;
         add_run_keys(s);
         add_workload_keys(s);
+        add_cache_keys(s);
         return s;
     }();
     return schema;

@@ -144,6 +144,7 @@ struct RunTracker::Impl {
     json command_line = json::array();
     json notes = json::object();
     json adjustments = json::array();
+    json step_cache;  // null: no step cache ran
     json environment;
     bool dry_run = false;
 
@@ -557,6 +558,11 @@ void RunTracker::note(const std::string & key, json value) {
     impl_->notes[key] = std::move(value);
 }
 
+void RunTracker::set_step_cache(json summary) {
+    std::lock_guard lk(impl_->mu);
+    impl_->step_cache = std::move(summary);
+}
+
 void RunTracker::add_adjustment(const std::string & key, json requested, json effective, const std::string & reason) {
     std::lock_guard lk(impl_->mu);
     json a = {{"key", key}, {"requested", std::move(requested)}, {"effective", std::move(effective)}, {"reason", reason}};
@@ -727,6 +733,10 @@ json RunTracker::to_json() const {
     r["outputs"] = m.outputs;
     r["notes"] = m.notes;
     r["adjustments"] = m.adjustments;
+    r["step_cache"] = m.step_cache;
+    r["step_cache_reason"] = m.step_cache.is_null()
+                                 ? json("no step cache ran (cache.kind = off, or the run ended before denoising)")
+                                 : json(nullptr);
     if (!m.journal.path().empty())
         r["journal"] = {{"path", m.journal.path().string()},
                         {"records", m.journal.records()},

@@ -144,6 +144,10 @@ public:
     // Starts the uploads of the next prefetch_depth streamed groups in execution order (wrapping
     // into the next step). Throws RuntimeError when the upload failed (naming the group).
     Lease acquire(std::size_t group);
+    // Group i does not run in this pass (a step cache reuses its output; Note [Step caching]): nothing is acquired or
+    // uploaded for it, and what a prefetch already put in a slot stays there for the next pass that runs it. Returns
+    // the group's payload when it streams (counted in bytes_skipped), 0 for a resident group.
+    std::uint64_t skip(std::size_t group);
     // Drains uploads, frees `component` buffers, records outstanding owners (returned; must be 0).
     std::uint64_t end_phase();
     // OK, or DDO_STATUS_BUSY while a lease or upload is pending (counted as a close refusal).

@@ -35,6 +35,8 @@ struct EngineCounters {
     std::string stall_reason;
     std::uint64_t hits = 0;                    // acquire found the group resident or prefetched
     std::uint64_t misses = 0;                  // acquire had to start the upload itself
+    std::uint64_t skipped_groups = 0;          // groups the compute did not run in a pass (Engine::skip: a step cache)
+    std::uint64_t bytes_skipped = 0;           // payload of the skipped groups that stream (residents skip 0 bytes)
     std::uint64_t pinned_bytes = 0;            // pinned host memory held for streamed groups (actually pinned)
     std::uint64_t pageable_bytes = 0;          // pageable host copies held for streamed groups (fallbacks included)
     std::uint64_t registered_bytes = 0;        // of pageable_bytes: page-locked by the registration route

@@ -112,6 +112,9 @@ public:
     void set_command_line(std::vector<std::string> argv);
     void set_dry_run(bool dry_run);
     void note(const std::string & key, nlohmann::json value);  // free-form "notes" object
+    // The report's step_cache: the step cache's settings and summary (model::StepCache::summary); null, with
+    // step_cache_reason, when none ran.
+    void set_step_cache(nlohmann::json summary);
     // A value the run changed from what was requested (size floored to the model's multiple, guidance without a
     // negative prompt, ...): "adjustments" gets {key, requested, effective, reason}; a second one for the same key
     // replaces the first.

@@ -57,6 +57,7 @@ public:
         weights_.erase(i);
         w_.release(std::size_t(i));
     }
+    uint64_t skip(int64_t i) override { return w_.skip(std::size_t(i)); }
     std::string route() const override { return w_.route(); }
     uint64_t bytes_streamed() const override { return w_.bytes_streamed(); }
     uint64_t finish() override {

@@ -25,6 +25,8 @@ public:
     virtual ~BlockSource() = default;
     virtual const TransformerBlockWeights & acquire(int64_t index) = 0;
     virtual void release(int64_t index) = 0;
+    // Block `index` does not run in this pass (a step cache reuses it): the bytes of its weights not streamed.
+    virtual uint64_t skip(int64_t /*index*/) { return 0; }
     virtual std::string route() const = 0;
     // Bytes of block weights moved to the compute device or read from disk so far.
     virtual uint64_t bytes_streamed() const = 0;

@@ -47,10 +47,11 @@ std::optional<at::Tensor> mask_or_none(const TensorFile & f, const std::string &
 // One transformer forward. With a KV cache: extract writes each layer's prefix K/V (then moved to host memory when
 // the cache lives there); cached reads it (copied to the device per layer when it lives on the host).
 at::Tensor run_transformer(const Transformer & tr, BlockSource & blocks, const TransformerInputs & in, KvMode mode,
-                           std::vector<KvLayerCache> * caches, const PipelineOptions & o, KvCacheStats & stats) {
+                           std::vector<KvLayerCache> * caches, const PipelineOptions & o, KvCacheStats & stats,
+                           const char * branch, int step) {
     auto st = tr.prepare(in, mode);
     const auto host = at::TensorOptions().device(at::kCPU).pinned_memory(o.kv_cache_pinned);
-    for (int64_t i = 0; i < tr.config().num_layers; ++i) {
+    auto block = [&](int64_t i, const at::Tensor & x) {
         const auto & w = blocks.acquire(i);
         KvLayerCache * cache = caches ? &(*caches)[size_t(i)] : nullptr;
         KvLayerCache on_device;
@@ -59,9 +60,9 @@ at::Tensor run_transformer(const Transformer & tr, BlockSource & blocks, const T
             stats.bytes_to_device += uint64_t(cache->k.nbytes() + cache->v.nbytes());
             cache = &on_device;
         }
-        st.x = run_block(tr.config(), w, st.x, st.ctx, cache);
+        auto out = run_block(tr.config(), w, x, st.ctx, cache);
         blocks.release(i);
-        if (!caches) continue;
+        if (!caches) return out;
         auto & kept = (*caches)[size_t(i)];
         if (mode == KvMode::extract) {
             ++stats.extracts;
@@ -73,6 +74,19 @@ at::Tensor run_transformer(const Transformer & tr, BlockSource & blocks, const T
         } else if (mode == KvMode::cached) {
             ++stats.hits;
         }
+        return out;
+    };
+    const int64_t layers = tr.config().num_layers;
+    if (o.step_cache) {
+        // Note [Step caching]: the block is single-stream (the joint text + image sequence is its one hidden state).
+        // A prefix layer the cache skips keeps the K/V extracted at step 0, which later steps read unchanged.
+        st.x = o.step_cache
+                   ->run(branch, step, {st.x}, layers,
+                         [&](int64_t i, const model::Streams & x) { return model::Streams{block(i, x.front())}; },
+                         [&](int64_t i) { return blocks.skip(i); })
+                   .front();
+    } else {
+        for (int64_t i = 0; i < layers; ++i) st.x = block(i, st.x);
     }
     return tr.finish(st);
 }
@@ -256,12 +270,12 @@ at::Tensor denoise(const ModelFiles & m, const Transformer & transformer, BlockS
         const KvMode mode = cache_on ? (i == 0 ? KvMode::extract : KvMode::cached) : KvMode::off;
         auto timestep = (at::full({B}, double(sched.timesteps[size_t(i)]), opts.dtype(at::kFloat)).to(o.dtype)) / 1000;
         TransformerInputs in{model_input(latents), pos.embeds, timestep, shapes, pos.img_mask, pos.mask};
-        auto noise_pred = run_transformer(transformer, blocks, in, mode, cache_on ? &pos_cache : nullptr, o, stats);
+        auto noise_pred = run_transformer(transformer, blocks, in, mode, cache_on ? &pos_cache : nullptr, o, stats, "cond", i);
         if (i == 0 && cache_on) stats.prefix_tokens = pos_cache.front().k.size(1);
         noise_pred = noise_pred.slice(1, noise_pred.size(1) - latents.size(1));
         if (cfg) {
             TransformerInputs nin{model_input(latents), neg.embeds, timestep, shapes, neg.img_mask, neg.mask};
-            auto neg_pred = run_transformer(transformer, blocks, nin, mode, cache_on ? &neg_cache : nullptr, o, stats);
+            auto neg_pred = run_transformer(transformer, blocks, nin, mode, cache_on ? &neg_cache : nullptr, o, stats, "uncond", i);
             neg_pred = neg_pred.slice(1, neg_pred.size(1) - latents.size(1));
             noise_pred = neg_pred + o.true_cfg_scale * (noise_pred - neg_pred);
         }

@@ -9,6 +9,8 @@
 
 #include <ATen/ATen.h>
 
+#include "ddo/model/step_cache.hpp"
+
 #include "block_source.hpp"
 #include "checkpoint.hpp"
 #include "config.hpp"
@@ -54,6 +56,9 @@ struct PipelineOptions {
     bool kv_cache_pinned = false;
     at::ScalarType dtype = at::kFloat;
     at::Device device = at::kCPU;
+    // cache.* (ModelRun::step_cache): the block loop of each pass goes through it, per guidance branch ("cond",
+    // "uncond", as the pipeline's cache_context names them). Borrowed; null: every block of every step.
+    model::StepCache * step_cache = nullptr;
 };
 
 struct PipelineCallbacks {

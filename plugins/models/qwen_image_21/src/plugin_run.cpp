@@ -59,7 +59,8 @@ Request resolve_workload(model::ModelRun & run) {
     r.prompt.require(run, "qwen_image_21: no prompt: give -p/--prompt TEXT (the checkpoint's Qwen3-VL text encoder "
                           "encodes it) or --prompt-embeds FILE (ddo-host encode writes one)");
     if (r.prompt.encode_only) {
-        for (const char * k : {"workload.width", "workload.height", "workload.steps", "workload.sigmas", "workload.num_images"})
+        for (const char * k : {"workload.width", "workload.height", "workload.steps", "workload.sigmas", "workload.num_images",
+                               "cache.kind"})
             run.refuse_if_set(k, "ddo-host encode only encodes the prompt; give it to the run that uses the embeddings");
         if (!run.latents_file().empty()) throw UsageError("ddo-host encode: --latents belongs to a generating run");
     }
@@ -165,6 +166,8 @@ RunPlan plan_run(model::ModelRun & run, Request & r, const ModelFiles & m, Grid 
     }
     if (r.prompt.encode_only) run.plan_tensor_file();
     else if (r.prompt.given()) run.plan_images(r.w.num_images);
+    // cache.* checked now (a refused setting before anything loads); the denoising loop runs through it.
+    if (!r.prompt.encode_only) r.o.step_cache = run.step_cache(r.o.steps);
     p.transformer = run.plan("transformer");
     p.vae = run.plan("vae");
     if (r.refs.any()) p.vision = run.plan("vision_tower");
@@ -349,6 +352,7 @@ at::Tensor denoise_latents(model::ModelRun & run, const ModelFiles & m, LoadedTr
     cb.on_step = [&](int step, int total) { run.step(step, total); };
     KvCacheStats stats;
     auto latents = denoise(m, t.transformer, *t.blocks, embeds, o, cb, refs, &stats);
+    run.finish_step_cache();
     run.record_counters("kv_cache", kv_cache_json(kv, stats));
     if (last) {
         t.blocks.reset();
@@ -424,6 +428,7 @@ void run_qwen_image_21(model::ModelRun & run) {
     const int generations = run.generations();
     for (int g = 1; g <= generations; ++g) {
         run.begin_generation(g);
+        if (g > 1 && r.o.step_cache) r.o.step_cache->reset();  // each generation starts with no kept residuals
         const auto latents = denoise_latents(run, m, transformer, embeds, r.o, g == generations,
                                              ref_latents ? &*ref_latents : nullptr, kv);
         const auto image = decode_image(run, m, p, latents, r.o);

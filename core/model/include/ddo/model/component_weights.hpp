@@ -86,6 +86,10 @@ public:
     // dtype, converted otherwise. The first acquire begins the engine phase (host copies, resident uploads).
     const GroupTensors & acquire(std::size_t i);
     void release(std::size_t i);
+    // Group i does not run in this pass (a step cache reuses its output; Note [Step caching]): the engine acquires
+    // and streams nothing for it. Returns the bytes of its weights that stream (0 for a resident group, and for a
+    // member of a shared engine group another member of this pass acquired). UsageError while i is acquired.
+    std::uint64_t skip(std::size_t i);
 
     std::string route() const;              // the route the engine executes
     std::uint64_t bytes_streamed() const;   // bytes moved to the compute device or read from disk so far

@@ -38,6 +38,7 @@
 #include "ddo/model/condition_image.hpp"
 #include "ddo/model/device_placement.hpp"
 #include "ddo/model/lora_adapters.hpp"
+#include "ddo/model/step_cache.hpp"
 #include "ddo/model/tensor_output.hpp"
 #include "ddo/run_context.hpp"
 #include "ddo/store/component_source.hpp"
@@ -185,6 +186,19 @@ public:
     void begin_phase(const std::string & name);
     void end_phase();
     const std::string & phase() const noexcept { return phase_name_; }
+    // cache.* (--cache KIND; Note [Step caching]) for a denoising loop of `steps` steps, checked before anything
+    // loads: null when cache.kind = off; UsageError (exit 2) naming the key for a refused setting (a kind's key set
+    // for another kind, mag without ratios, a schedule below cache.min_steps). With calibrate, the mag_ratios.toml
+    // it will write beside the outputs is claimed now (exists without --overwrite: UsageError). The cache's records
+    // of each pass go into the next step()'s report entry (steps[].cache), its summary into the report's step_cache.
+    // Owned by the run; one per run (a second call returns the same cache, reset, for a new generation).
+    StepCache * step_cache(int steps);
+    // A plugin whose loop does not run through the step cache (yet): UsageError (exit 2) naming cache.kind and `why`
+    // when it is set to another kind than off.
+    void refuse_step_cache(const std::string & why) const;
+    // After the denoising loop: records the summary; a mag calibration writes mag_ratios.toml (a preset to inherit:
+    // [cache] kind = "mag", mag_ratios = the first branch's ratios) and records it in the outputs.
+    void finish_step_cache();
     // Step `step` of `total` of the open phase is done: report step time, log a line, progress event.
     void step(int step, int total);
     // Throws Error(interrupted) naming `where` when the host saw SIGINT.
@@ -309,6 +323,9 @@ private:
     PathLock latents_lock_;               // its claim
     bool latents_files_accepted_ = false;
     std::vector<PathLock> frame_locks_;   // plan_frame_files' claim
+    std::unique_ptr<StepCache> step_cache_;
+    std::filesystem::path calibration_file_;  // mag calibration's mag_ratios.toml (empty: none)
+    PathLock calibration_lock_;
     nlohmann::json workload_;
     nlohmann::json checkpoint_ = nlohmann::json::object();
     LoraAdapters loras_;

@@ -1,0 +1,101 @@
+// Step caching (cache.* in docs/presets.md; Note [Step caching] in docs/architecture.md): reuse transformer work
+// between denoising steps, as diffusers' hooks do (FirstBlockCacheConfig, MagCacheConfig), and skip the blocks'
+// weights with their compute. The kit owns the method's state and decisions; a plugin hands its block loop to
+// StepCache::run, which calls back to compute a block or to skip it (the engine then neither acquires nor streams
+// that block's execution group: ComponentWeights::skip).
+//
+//   auto * cache = run.step_cache(steps);             // null: cache.kind = off (the loop is as before)
+//   x = cache->run("cond", step, {x}, blocks,
+//                  [&](int64_t i, const Streams & in) { acquire i; auto y = block(i, in); release i; return y; },
+//                  [&](int64_t i) { return weights.skip(i); });
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <ATen/core/Tensor.h>
+#include <nlohmann/json.hpp>
+
+namespace ddo {
+class ResolvedSettings;
+}
+
+namespace ddo::model {
+
+enum class StepCacheKind { off, first_block, mag };
+const char * to_string(StepCacheKind k);
+
+// cache.*, resolved and checked. A key that belongs to another kind than cache.kind is refused, not ignored.
+struct StepCacheSettings {
+    StepCacheKind kind = StepCacheKind::off;
+    double threshold = 0;            // cache.threshold (first_block: 0.05, mag: 0.06 when unset)
+    int max_skip_steps = 3;          // mag: consecutive steps reused at most
+    double retention_ratio = 0.2;    // mag: the first round(retention_ratio * steps) steps are always computed
+    std::vector<double> mag_ratios;  // mag: per-step magnitude ratios (interpolated to the run's steps)
+    bool calibrate = false;          // mag: compute every step, measure the ratios, write them out
+    int min_steps = 10;              // a schedule shorter than this is refused (unless allow_few_steps)
+    bool allow_few_steps = false;
+    std::map<std::string, std::string> provenance;  // key -> where its value came from (set keys only)
+
+    // From the resolved settings; UsageError (exit 2) naming the key, what was given and what is accepted.
+    static StepCacheSettings read(const ResolvedSettings & settings);
+    nlohmann::json to_json() const;
+};
+
+// The hidden-state streams one block takes and returns, in the block's order; stream 0 is the one whose residual is
+// the cache's signal (the image tokens, or the joint sequence of a single-stream block).
+using Streams = std::vector<at::Tensor>;
+
+// diffusers' nearest_interp: `ratios` resampled to `length` entries, computed in float32 as torch does.
+std::vector<float> nearest_interp(const std::vector<double> & ratios, int length);
+
+class StepCache {
+public:
+    // steps: the run's denoising steps. UsageError (exit 2) naming cache.min_steps for a shorter schedule (unless
+    // cache.allow_few_steps), and cache.mag_ratios for mag without ratios and without calibrate.
+    StepCache(StepCacheSettings settings, int steps);
+
+    using ComputeFn = std::function<Streams(std::int64_t block, const Streams & in)>;
+    // Block `block` does not run in this pass; returns the bytes of its weights that were therefore not streamed.
+    using SkipFn = std::function<std::uint64_t(std::int64_t block)>;
+
+    // One pass of the block stack [0, blocks) for guidance branch `branch` (state is kept per branch, as diffusers
+    // keeps it per cache_context) at denoising step `step` (0-based). Returns the streams after the last block.
+    Streams run(const std::string & branch, int step, Streams x, std::int64_t blocks, const ComputeFn & compute,
+                const SkipFn & skip);
+
+    const StepCacheSettings & settings() const noexcept { return s_; }
+    int steps() const noexcept { return steps_; }
+    // The per-pass records since the last call (ModelRun::step puts them in the step's report entry).
+    nlohmann::json take_step_records();
+    // {"kind", settings, "passes", "computed_block_fraction", "bytes_not_streamed", "memory", "fired", ...}
+    nlohmann::json summary() const;
+    // mag with calibrate: the measured ratios per branch, in the order the branches first ran.
+    std::vector<std::pair<std::string, std::vector<double>>> calibration() const;
+    // Clears every branch's state (a new generation on the same weights; diffusers resets at the last step).
+    void reset();
+
+private:
+    struct Branch;
+    Branch & branch(const std::string & name);
+    Streams run_first_block(Branch & b, nlohmann::json & rec, Streams x, std::int64_t blocks, const ComputeFn & compute,
+                            const SkipFn & skip);
+    Streams run_mag(Branch & b, nlohmann::json & rec, Streams x, std::int64_t blocks, const ComputeFn & compute,
+                    const SkipFn & skip);
+    void account_memory();
+
+    StepCacheSettings s_;
+    int steps_;
+    std::vector<float> ratios_;  // mag: interpolated to steps_
+    std::vector<std::pair<std::string, std::shared_ptr<Branch>>> branches_;
+    nlohmann::json pending_ = nlohmann::json::array();
+    std::uint64_t passes_ = 0, reused_passes_ = 0, block_steps_ = 0, computed_block_steps_ = 0;
+    std::uint64_t bytes_not_streamed_ = 0, memory_bytes_ = 0, peak_memory_bytes_ = 0;
+};
+
+}  // namespace ddo::model

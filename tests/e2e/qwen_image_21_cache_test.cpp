@@ -1,0 +1,156 @@
+// ddo-host --cache on qwen_image_21 (issue 41, Note [Step caching]), on the step-cache parity fixtures
+// (tools/reference/qwen_image_21_cache_fixtures.py: 20 steps, CFG, diffusers' hooks): the per-step pattern of the
+// whole CLI path equals the hook's, the report carries every pass (steps[].extra.cache) and the summary (step_cache), the
+// engine skips what the cache skips on the disk route, a MagCache calibration writes mag_ratios.toml that a preset
+// run takes, and every refused setting exits 2 naming the key with the report written.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "e2e/host_run.hpp"
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+namespace {
+
+const fs::path kDir = QI21C_FIXTURE_DIR;
+
+json reference() {
+    std::ifstream in(kDir / "reference.json");
+    return json::parse(in);
+}
+
+std::string base_args(int steps = 20) {
+    const auto r = reference();
+    return "--plugin qwen_image --model '" + (kDir / "checkpoint").string() + "' --prompt-embeds '" +
+           (kDir / "prompt_embeds.safetensors").string() + "' --steps " + std::to_string(steps) + " --width " +
+           std::to_string(r.at("width").get<int>()) + " --height " + std::to_string(r.at("height").get<int>()) +
+           " --cfg-scale " + std::to_string(r.at("true_cfg_scale").get<double>()) +
+           " --set plugin.qwen_image_21.use_kv_cache=false --set workload.precision=\"fp32\"";
+}
+
+// "C"/"R" per step and branch from the report's steps[].cache records.
+std::map<std::string, std::string> pattern_of(const json & report) {
+    std::map<std::string, std::string> out;
+    for (const auto & s : report.at("steps")) {
+        if (!s.at("extra").contains("cache")) continue;
+        for (const auto & r : s.at("extra").at("cache")) out[r.at("branch").get<std::string>()] += r.at("computed").get<bool>() ? 'C' : 'R';
+    }
+    return out;
+}
+
+void expect_refused(const std::string & tag, const std::string & args, const std::string & key) {
+    const auto r = ddo::test::run_ddo_host("cache_bad_" + tag, base_args() + " " + args);
+    EXPECT_EQ(r.exit_code, 2) << tag << "\n" << r.log;
+    EXPECT_NE(r.log.find(key), std::string::npos) << tag << ": the error does not name " << key << "\n" << r.log;
+    ASSERT_TRUE(r.report.is_object()) << tag << ": no report was written\n" << r.log;
+    EXPECT_EQ(r.report.value("exit_code", json()).dump(), "2") << tag << " " << r.report.value("status", json()).dump();
+}
+
+}  // namespace
+
+TEST(Qi21Cache, FirstBlockThroughTheHostReusesWhatTheHookReusesAndSkipsTheStreaming) {
+    const auto ref = reference().at("runs").at("fbc_hi");
+    const auto r = ddo::test::run_ddo_host(
+        "cache_fbc", base_args() + " --cache first_block --set cache.threshold=" +
+                         std::to_string(ref.at("params").at("threshold").get<double>()) +
+                         " --set components.transformer.route=disk");
+    ASSERT_EQ(r.exit_code, 0) << r.log;
+    const auto pattern = pattern_of(r.report);
+    EXPECT_EQ(pattern.at("cond"), ref.at("pattern_string").at("cond").get<std::string>());
+    EXPECT_EQ(pattern.at("uncond"), ref.at("pattern_string").at("uncond").get<std::string>());
+    const auto & sc = r.report.at("step_cache");
+    EXPECT_EQ(sc.at("kind"), "first_block");
+    EXPECT_EQ(sc.at("passes").get<int>(), 40);
+    EXPECT_TRUE(sc.at("fired").get<bool>());
+    EXPECT_LT(sc.at("computed_block_fraction").get<double>(), 1.0);
+    EXPECT_EQ(sc.at("source").at("cache.kind").get<std::string>(), "--set");
+    // The disk route streams every block it runs: what the cache skipped, the engine did not read.
+    const auto & c = r.report.at("counters").at("transformer").at("engine").at("counters");
+    EXPECT_GT(c.at("bytes_skipped").get<uint64_t>(), 0u) << c.dump();
+    EXPECT_EQ(c.at("bytes_skipped").get<uint64_t>(), sc.at("bytes_not_streamed").get<uint64_t>()) << sc.dump();
+    const auto off = ddo::test::run_ddo_host("cache_off", base_args() + " --set components.transformer.route=disk");
+    ASSERT_EQ(off.exit_code, 0) << off.log;
+    EXPECT_TRUE(off.report.at("step_cache").is_null());
+    const auto & c_off = off.report.at("counters").at("transformer").at("engine").at("counters");
+    EXPECT_LT(c.at("bytes_moved").at("file").get<uint64_t>(), c_off.at("bytes_moved").at("file").get<uint64_t>())
+        << c.dump() << "\n" << c_off.dump();
+    std::cout << "[ disk      ] cache " << c.at("bytes_moved").dump() << " vs off " << c_off.at("bytes_moved").dump()
+              << "; computed fraction " << sc.at("computed_block_fraction") << "\n";
+}
+
+TEST(Qi21Cache, MagCalibrationWritesRatiosThatAPresetRunTakes) {
+    const auto ref = reference().at("runs");
+    std::string toml;
+    const auto cal = ddo::test::run_ddo_host("cache_calibrate", base_args() + " --cache mag --set cache.calibrate=true",
+                                             [&](const fs::path & dir) {
+                                                 std::ifstream in(dir / "mag_ratios.toml");
+                                                 toml.assign(std::istreambuf_iterator<char>(in), {});
+                                             });
+    ASSERT_EQ(cal.exit_code, 0) << cal.log;
+    ASSERT_FALSE(toml.empty()) << "no mag_ratios.toml";
+    EXPECT_EQ(pattern_of(cal.report).at("cond"), std::string(20, 'C'));
+    const auto ours = cal.report.at("step_cache").at("calibration").at("cond").get<std::vector<double>>();
+    const auto theirs = ref.at("mag_calibrate").at("calibration").at("cond").get<std::vector<double>>();
+    ASSERT_EQ(ours.size(), theirs.size());
+    for (size_t i = 0; i < ours.size(); ++i) EXPECT_NEAR(ours[i], theirs[i], 1e-5 * std::abs(theirs[i])) << i;
+    bool listed = false;
+    for (const auto & o : cal.report.at("outputs")) listed = listed || o.dump().find("mag_ratios.toml") != std::string::npos;
+    EXPECT_TRUE(listed) << cal.report.at("outputs").dump();
+    // The file is a preset: a run on it reuses what diffusers' MagCache reuses with the reference's ratios.
+    const fs::path preset = fs::temp_directory_path() / ("ddo_cache_preset_" + std::to_string(::getpid()) + ".toml");
+    std::ofstream(preset) << toml;
+    const auto mag = ref.at("mag_hi");
+    const auto run = ddo::test::run_ddo_host(
+        "cache_mag", base_args() + " --preset '" + preset.string() + "' --set cache.threshold=" +
+                         std::to_string(mag.at("params").at("threshold").get<double>()));
+    fs::remove(preset);
+    ASSERT_EQ(run.exit_code, 0) << run.log;
+    EXPECT_EQ(pattern_of(run.report).at("cond"), mag.at("pattern_string").at("cond").get<std::string>());
+    EXPECT_EQ(pattern_of(run.report).at("uncond"), mag.at("pattern_string").at("uncond").get<std::string>());
+    EXPECT_EQ(run.report.at("step_cache").at("kind"), "mag");
+}
+
+TEST(Qi21Cache, MaxSkipStepsAndRetentionRatioChangeThePattern) {
+    const auto mag = reference().at("runs").at("mag_hi");
+    const std::string args = base_args() + " --cache mag --set 'cache.mag_ratios=" +
+                             mag.at("params").at("mag_ratios").dump() + "' --set cache.threshold=" +
+                             std::to_string(mag.at("params").at("threshold").get<double>());
+    const auto base = ddo::test::run_ddo_host("cache_mag_base", args);
+    const auto one = ddo::test::run_ddo_host("cache_mag_one", args + " --set cache.max_skip_steps=1");
+    const auto late = ddo::test::run_ddo_host("cache_mag_late", args + " --set cache.retention_ratio=0.5");
+    ASSERT_EQ(base.exit_code, 0) << base.log;
+    ASSERT_EQ(one.exit_code, 0) << one.log;
+    ASSERT_EQ(late.exit_code, 0) << late.log;
+    const auto p = pattern_of(base.report).at("cond");
+    EXPECT_EQ(p, mag.at("pattern_string").at("cond").get<std::string>());
+    EXPECT_NE(p.find("RR"), std::string::npos) << p;
+    const auto p1 = pattern_of(one.report).at("cond");
+    EXPECT_EQ(p1.find("RR"), std::string::npos) << "max_skip_steps = 1 reused two steps in a row: " << p1;
+    EXPECT_NE(p1.find('R'), std::string::npos) << p1;
+    const auto pl = pattern_of(late.report).at("cond");
+    EXPECT_EQ(pl.substr(0, 10), std::string(10, 'C')) << "retention_ratio 0.5 of 20 steps keeps the first 10: " << pl;
+    EXPECT_NE(pl, p);
+}
+
+TEST(Qi21Cache, EveryRefusedSettingExitsTwoNamingTheKeyWithTheReportWritten) {
+    expect_refused("unknown_kind", "--cache teacache", "cache.kind");
+    expect_refused("nan_threshold", "--cache first_block --set cache.threshold=nan", "cache.threshold");
+    expect_refused("negative_threshold", "--cache first_block --set cache.threshold=-0.1", "cache.threshold");
+    expect_refused("mag_without_ratios", "--cache mag", "cache.mag_ratios");
+    expect_refused("other_kinds_key", "--cache first_block --set cache.max_skip_steps=2", "cache.max_skip_steps");
+    expect_refused("key_without_kind", "--set cache.threshold=0.1", "cache.threshold");
+    expect_refused("min_steps", "--cache first_block --set cache.min_steps=25", "cache.min_steps");
+    const auto few = ddo::test::run_ddo_host("cache_few_steps", base_args(8) + " --cache first_block");
+    EXPECT_EQ(few.exit_code, 2) << few.log;
+    EXPECT_NE(few.log.find("cache.min_steps"), std::string::npos) << few.log;
+    const auto allowed =
+        ddo::test::run_ddo_host("cache_few_allowed", base_args(8) + " --cache first_block --set cache.allow_few_steps=true");
+    EXPECT_EQ(allowed.exit_code, 0) << allowed.log;
+}

@@ -1,0 +1,181 @@
+// qwen_image_21 with a step cache (issue 41, Note [Step caching]) against diffusers 0.42.1's own hooks
+// (tools/reference/qwen_image_21_cache_fixtures.py: FirstBlockCache at two thresholds, MagCache calibrating and at two
+// thresholds, on the tiny pipeline with CFG, 20 steps, the 2.1 block registered in diffusers' TransformerBlockRegistry
+// as the single-stream block it is). Per run: the latents within 1e-4 of the reference's (the dense ladder's
+// tolerance, fp32), and the per-step, per-branch computed/reused pattern identical (the fixture keeps every threshold
+// 1e-3 relative away from the values it is compared with). Every engine route gives latents bitwise equal to the
+// resident blocks' with the cache on, and the blocks the cache skips are neither acquired nor streamed.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <map>
+#include <string>
+#include <vector>
+
+#include <ATen/ATen.h>
+
+#include "block_source.hpp"
+#include "cpu_plan.hpp"
+#include "ddo/model/step_cache.hpp"
+#include "parity/parity_support.hpp"
+#include "pipeline.hpp"
+#include "qwen_image_21_run_options.hpp"
+
+namespace qi = ddo::qwen_image_21;
+namespace fs = std::filesystem;
+using ddo::model::StepCache;
+using ddo::model::StepCacheKind;
+using ddo::model::StepCacheSettings;
+using ddo::test::expect_close;
+
+namespace {
+
+const fs::path kDir = QI21C_FIXTURE_DIR;
+
+class Qi21CacheParity : public ddo::test::ParitySuite {
+protected:
+    Qi21CacheParity() : ParitySuite(kDir, "qwen_image_21_cache_fixtures") {}
+    const nlohmann::json & reference() const { return ddo::test::reference_of(kDir, "qwen_image_21_cache_fixtures"); }
+
+    qi::PipelineOptions options() const {
+        nlohmann::json r = reference();
+        return ddo::test::qwen_image_21_run_options(r);
+    }
+};
+
+// The fixture's run parameters (diffusers' names) as cache.* settings.
+StepCacheSettings settings_of(const nlohmann::json & run) {
+    StepCacheSettings s;
+    const auto kind = run.at("kind").get<std::string>();
+    const auto & p = run.at("params");
+    s.min_steps = 1;
+    if (kind == "first_block_cache") {
+        s.kind = StepCacheKind::first_block;
+        s.threshold = p.at("threshold").get<double>();
+    } else {
+        s.kind = StepCacheKind::mag;
+        s.calibrate = p.value("calibrate", false);
+        s.threshold = p.value("threshold", 0.06);
+        s.max_skip_steps = p.value("max_skip_steps", 3);
+        s.retention_ratio = p.value("retention_ratio", 0.2);
+        if (p.contains("mag_ratios")) s.mag_ratios = p.at("mag_ratios").get<std::vector<double>>();
+    }
+    return s;
+}
+
+// "C"/"R" per step for each branch, from the cache's pass records.
+std::map<std::string, std::string> pattern_of(const nlohmann::json & records, int steps) {
+    std::map<std::string, std::string> out;
+    for (const auto & r : records) {
+        auto & s = out[r.at("branch").get<std::string>()];
+        if (s.empty()) s.assign(size_t(steps), '?');
+        s.at(size_t(r.at("step").get<int>())) = r.at("computed").get<bool>() ? 'C' : 'R';
+    }
+    return out;
+}
+
+struct Tiny {
+    qi::ModelFiles m = qi::ModelFiles::open(kDir / "checkpoint");
+    qi::Transformer transformer{m.transformer_config,
+                                qi::load_transformer_globals(m.transformer, m.transformer_config, at::kFloat)};
+    qi::PromptEmbeds embeds = qi::load_prompt_embeds(kDir / "prompt_embeds.safetensors", m.transformer_config.context_in_dim);
+};
+
+}  // namespace
+
+TEST_F(Qi21CacheParity, EveryCacheRunEqualsDiffusersHookWithTheSamePattern) {
+    Tiny t;
+    const auto want = qi::TensorFile::open_file(kDir / "pipeline.safetensors");
+    const int steps = reference().at("steps").get<int>();
+    ASSERT_GE(steps, 20);
+    ASSERT_TRUE(reference().at("true_cfg_scale").get<double>() > 1.0);
+    auto src = qi::make_resident_blocks(t.m.transformer, t.m.transformer_config, at::kFloat, at::kCPU);
+    const auto off = qi::denoise(t.m, t.transformer, *src, t.embeds, options());
+    expect_close("off latents", off, want.read("off.latents"), 1e-4);
+    int runs = 0;
+    for (const auto & [name, run] : reference().at("runs").items()) {
+        if (name == "off") continue;
+        ++runs;
+        StepCache cache(settings_of(run), steps);
+        auto o = options();
+        o.step_cache = &cache;
+        const auto got = qi::denoise(t.m, t.transformer, *src, t.embeds, o);
+        expect_close(name + " latents", got, want.read(name + ".latents"), 1e-4);
+        const auto records = cache.take_step_records();
+        const auto pattern = pattern_of(records, steps);
+        for (const auto & branch : {"cond", "uncond"}) {
+            EXPECT_EQ(pattern.at(branch), run.at("pattern_string").at(branch).get<std::string>()) << name << " " << branch;
+            std::cout << "[ pattern   ] " << name << " " << branch << " " << pattern.at(branch) << "\n";
+        }
+        // The signal the decision read, against the hook's own (fp32: the same reductions, 1e-5 relative).
+        const std::string sig = run.at("signals").contains("relative_l1") ? "relative_l1" : "accumulated_err_compared";
+        for (const auto & r : records) {
+            const auto & ref = run.at("signals").at(sig).at(r.at("branch").get<std::string>()).at(r.at("step").get<size_t>());
+            if (ref.is_null() || !r.contains("signal") || r.at("signal").is_null()) {
+                EXPECT_EQ(ref.is_null(), !r.contains("signal") || r.at("signal").is_null()) << name << " " << r.dump();
+                continue;
+            }
+            EXPECT_NEAR(r.at("signal").get<double>(), ref.get<double>(), 1e-5 * std::abs(ref.get<double>()) + 1e-7)
+                << name << " " << r.dump();
+        }
+        if (name == "mag_calibrate") {
+            EXPECT_TRUE(at::equal(got, off)) << "a calibration run computes every step: equal to no cache bitwise";
+            for (const auto & [branch, ratios] : cache.calibration()) {
+                const auto ref = run.at("calibration").at(branch).get<std::vector<double>>();
+                ASSERT_EQ(ratios.size(), ref.size()) << branch;
+                for (size_t i = 0; i < ratios.size(); ++i) EXPECT_NEAR(ratios[i], ref[i], 1e-5 * std::abs(ref[i])) << branch << " " << i;
+            }
+        } else {
+            EXPECT_FALSE(at::equal(got, off)) << name << ": the cache reused nothing";
+        }
+    }
+    EXPECT_GE(runs, 5);
+}
+
+TEST_F(Qi21CacheParity, EveryRouteWithTheCacheEqualsResidentBitwiseAndStreamsNoSkippedBlock) {
+    const ddo_allocator_vtable * linear = ddo::test::linear_allocator(QI21_PLUGIN_DIR);
+    ASSERT_NE(linear, nullptr);
+    Tiny t;
+    const int steps = reference().at("steps").get<int>();
+    const int64_t layers = t.m.transformer_config.num_layers;
+    for (const std::string name : {"fbc_hi", "mag_hi"}) {
+        const auto & run = reference().at("runs").at(name);
+        auto resident = qi::make_resident_blocks(t.m.transformer, t.m.transformer_config, at::kFloat, at::kCPU);
+        StepCache ref_cache(settings_of(run), steps);
+        auto o = options();
+        o.step_cache = &ref_cache;
+        const auto want = qi::denoise(t.m, t.transformer, *resident, t.embeds, o);
+        const auto records = ref_cache.take_step_records();
+        uint64_t skipped_blocks = 0;
+        for (const auto & r : records) skipped_blocks += uint64_t(layers - r.at("blocks_computed").get<int64_t>());
+        ASSERT_GT(skipped_blocks, 0u) << name;
+        for (const auto route : {ddo::Route::resident, ddo::Route::dynamic, ddo::Route::disk, ddo::Route::group_block,
+                                 ddo::Route::group_leaf}) {
+            const auto plan = ddo::test::cpu_plan("transformer", route, linear, route == ddo::Route::dynamic ? 1e-5 : 0);
+            auto src = qi::make_engine_blocks(kDir / "checkpoint" / "transformer", t.m.transformer_config, at::kFloat, plan);
+            StepCache cache(settings_of(run), steps);
+            o.step_cache = &cache;
+            const auto got = qi::denoise(t.m, t.transformer, *src, t.embeds, o);
+            EXPECT_EQ(src->finish(), 0u);
+            EXPECT_TRUE(at::equal(want, got)) << name << " route " << ddo::to_string(route) << " differs from resident";
+            EXPECT_EQ(pattern_of(cache.take_step_records(), steps), pattern_of(records, steps)) << ddo::to_string(route);
+            const auto c = src->report().at("engine").at("counters");
+            // Every block the cache skipped was told to the engine, and nothing else was: acquires + skips = the
+            // block-steps of every pass (hits + misses count the acquires).
+            const uint64_t passes = records.size();
+            // group_leaf: a block is several leaf groups, each skipped.
+            if (route == ddo::Route::group_leaf) EXPECT_GT(c.at("skipped_groups").get<uint64_t>(), skipped_blocks) << c.dump();
+            else EXPECT_EQ(c.at("skipped_groups").get<uint64_t>(), skipped_blocks) << c.dump();
+            if (route != ddo::Route::group_leaf)
+                EXPECT_EQ(c.at("hits").get<uint64_t>() + c.at("misses").get<uint64_t>() + c.at("skipped_groups").get<uint64_t>(),
+                          passes * uint64_t(layers))
+                    << c.dump();
+            const bool streams = route != ddo::Route::resident;
+            if (streams) EXPECT_GT(c.at("bytes_skipped").get<uint64_t>(), 0u) << ddo::to_string(route) << " " << c.dump();
+            else EXPECT_EQ(c.at("bytes_skipped").get<uint64_t>(), 0u) << c.dump();
+            std::cout << "[ routes    ] " << name << " " << ddo::to_string(route) << " == resident bitwise; skipped "
+                      << c.at("skipped_groups") << " groups, " << c.at("bytes_skipped") << " bytes not streamed, "
+                      << c.at("bytes_moved") << " bytes moved\n";
+        }
+    }
+}
