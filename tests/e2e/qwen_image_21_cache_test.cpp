@@ -70,7 +70,7 @@ TEST(Qi21Cache, FirstBlockThroughTheHostReusesWhatTheHookReusesAndSkipsTheStream
     EXPECT_EQ(sc.at("passes").get<int>(), 40);
     EXPECT_TRUE(sc.at("fired").get<bool>());
     EXPECT_LT(sc.at("computed_block_fraction").get<double>(), 1.0);
-    EXPECT_EQ(sc.at("source").at("cache.kind").get<std::string>(), "--set");
+    EXPECT_EQ(sc.at("source").at("cache.kind").get<std::string>().rfind("--set", 0), 0u) << sc.at("source").dump();
     // The disk route streams every block it runs: what the cache skipped, the engine did not read.
     const auto & c = r.report.at("counters").at("transformer").at("engine").at("counters");
     EXPECT_GT(c.at("bytes_skipped").get<uint64_t>(), 0u) << c.dump();

@@ -639,6 +639,36 @@ TEST(Serve, WeightsAndPromptEmbeddingsAreKeptBetweenJobs) {
     EXPECT_EQ(summary["session"]["weights"]["transformer"].value("reused", 0), 2) << summary["session"].dump();
 }
 
+// Step caching under serve (issue 41): a job's cache.* comes from its request, its per-pass records reach the event
+// stream with each step (journal records), and its state dies with the job: the next job on the kept weights, without
+// a cache, is the CLI's image without one.
+TEST(Serve, AStepCacheIsPerJobAndItsPassesAreStreamed) {
+    REQUIRE_READY();
+    Server s("cache", "");
+    ASSERT_GT(s.port, 0) << slurp(s.dir / "stderr");
+    json req = {{"prompt", kPrompt}, {"negative_prompt", kNegative}, {"width", 64}, {"height", 64},
+                {"steps", 4},        {"seed", 7},                    {"guidance_scale", 4}};
+    req["set"] = {{"cache.kind", "first_block"}, {"cache.threshold", 0.9}, {"cache.allow_few_steps", true}};
+    auto post = curl(s, "POST", "/v1/jobs", req.dump());
+    ASSERT_EQ(post.status, 202) << post.body;
+    const std::string id = post.j.at("id");
+    auto ev = curl(s, "GET", "/v1/jobs/" + id + "/events", "", "-N");
+    EXPECT_NE(ev.body.find("\"cache\":[{\"blocks_computed\""), std::string::npos) << ev.body.substr(0, 2000);
+    const json j = wait_status(s, id, "finished");
+    ASSERT_EQ(j.value("status", ""), "completed") << j.dump().substr(0, 600);
+    const json sc = j.at("report").at("step_cache");
+    EXPECT_EQ(sc.value("kind", ""), "first_block") << sc.dump();
+    EXPECT_EQ(sc.value("passes", 0), 8) << sc.dump();
+    req.erase("set");
+    const Done next = run_job(s, req);
+    EXPECT_TRUE(next.report.at("step_cache").is_null()) << next.report.at("step_cache").dump();
+    EXPECT_EQ(next.image.pixels, cli_png("cache_next_cli", "-p " + q(kPrompt) + " -n " + q(kNegative) +
+                                                              " --width 64 --height 64 --steps 4 --cfg-scale 4 --seed 7")
+                                     .pixels)
+        << "the job after a cached one differs from the CLI's image without a cache";
+    EXPECT_EQ(s.stop(), 0);
+}
+
 // --keep-weights none --embeddings-cache-mb 0: every job loads what it needs and encodes its prompt, as a CLI run.
 TEST(Serve, KeepWeightsNoneLoadsEveryJob) {
     REQUIRE_READY();

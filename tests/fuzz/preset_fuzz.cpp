@@ -4,12 +4,14 @@
 // Input: the preset file's text up to the first NUL byte; after it, one argument per line: "DDO_NAME=value" is an
 // environment variable, anything else a --set argument. The preset is written to a scratch file per input (the
 // resolver reads files: `inherits` names files next to it). An accepted resolution must be readable through every
-// accessor the host and the engine use (routes, capacities, VAE strategy, plugin options, the report's JSON).
+// accessor the host and the engine use (routes, capacities, VAE strategy, plugin options, the report's JSON) and the
+// step cache's reading of cache.* (StepCacheSettings::read: accepted or refused naming the key).
 #include <filesystem>
 #include <fstream>
 #include <vector>
 
 #include "ddo/preset/preset_resolver.hpp"
+#include "ddo/preset/step_cache_settings.hpp"
 #include "fuzz_support.hpp"
 
 namespace {
@@ -28,6 +30,8 @@ void use(const ddo::ResolvedSettings & s) {
     (void)s.vae_strategy();
     (void)s.plugin_options("ltx2_video");
     (void)s.to_json().dump();  // what the run report records
+    // cache.* as a model run reads them (issue 41): accepted, or refused with ddo::Error naming the key.
+    ddo::fuzz::accepted([&] { (void)ddo::StepCacheSettings::read(s).to_json().dump(); });
 }
 
 void resolve(ddo::ResolveRequest rq) {

@@ -181,6 +181,20 @@ def write_presets():
         '[components.vae]\nroute = "resident"\n\n[vae]\nstrategy = "tiled"\ntile_size = 256\ntile_overlap = 32\n\n'
         '[plugin.ltx2_video]\nstg_scale = 1.0\nstg_blocks = [28]\n'
         "\0DDO_VAE_TILE_SIZE=512\nplugin.qwen_image_21.use_kv_cache=false\n")
+    # Step caching (issue 41): every cache.* key, each kind, the refusals StepCacheSettings::read makes.
+    put("preset", "cache_mag.toml",
+        'schema_version = 1\ndescription = "fuzz seed: MagCache with ratios"\n\n[cache]\nkind = "mag"\n'
+        'threshold = 0.1\nmax_skip_steps = 2\nretention_ratio = 0.25\nmag_ratios = [1.0, 1.21, 0.98, 0.89]\n'
+        'min_steps = 4\nallow_few_steps = false\n'
+        "\0cache.threshold=0.2\nDDO_CACHE_MAX_SKIP_STEPS=3\n")
+    put("preset", "cache_first_block.toml",
+        'schema_version = 1\ndescription = "fuzz seed: FirstBlockCache"\n\n[cache]\nkind = "first_block"\n'
+        'threshold = 0.05\n'
+        "\0cache.calibrate=true\ncache.kind=\"mag\"\n")
+    put("preset", "cache_refused.toml",
+        'schema_version = 1\ndescription = "fuzz seed: a key of another kind"\n\n[cache]\nkind = "off"\n'
+        'max_skip_steps = 4\n'
+        "\0cache.mag_ratios=[1.0, 2.0]\ncache.calibrate=true\nDDO_CACHE_KIND=mag\n")
     put("preset", "auto_self.toml",
         'schema_version = 1\ndescription = "fuzz seed: an auto preset"\n\n[auto]\nlinux = "one_shot_fast"\n'
         'wsl = "wsl_compat"\nother = "off"\n')

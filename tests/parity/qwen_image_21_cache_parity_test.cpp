@@ -108,8 +108,11 @@ TEST_F(Qi21CacheParity, EveryCacheRunEqualsDiffusersHookWithTheSamePattern) {
             std::cout << "[ pattern   ] " << name << " " << branch << " " << pattern.at(branch) << "\n";
         }
         // The signal the decision read, against the hook's own (fp32: the same reductions, 1e-5 relative).
-        const std::string sig = run.at("signals").contains("relative_l1") ? "relative_l1" : "accumulated_err_compared";
+        const std::string sig = !run.contains("signals")                   ? ""
+                                : run.at("signals").contains("relative_l1") ? "relative_l1"
+                                                                             : "accumulated_err_compared";
         for (const auto & r : records) {
+            if (sig.empty()) break;  // calibration compares nothing
             const auto & ref = run.at("signals").at(sig).at(r.at("branch").get<std::string>()).at(r.at("step").get<size_t>());
             if (ref.is_null() || !r.contains("signal") || r.at("signal").is_null()) {
                 EXPECT_EQ(ref.is_null(), !r.contains("signal") || r.at("signal").is_null()) << name << " " << r.dump();

@@ -370,7 +370,10 @@ std::unique_ptr<ComponentWeights> ComponentWeights::open(const store::ComponentS
     }
 
     const auto & k = plan.capacities;
-    const auto cfg = engine_config(plan);
+    auto cfg = engine_config(plan);
+    for (const auto & name : plan.resident_first)  // the engine groups of each named declared group
+        for (std::size_t i = 0; i < m.specs.size(); ++i)
+            if (m.specs[i].name == name) cfg.resident_first.insert(cfg.resident_first.end(), m.groups_of[i].begin(), m.groups_of[i].end());
     const c10::Device d = plan.placement.device();
     auto caps = en::Capacities::observe_host();
     if (d.is_cuda()) {

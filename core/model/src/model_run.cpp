@@ -102,6 +102,11 @@ Workload ModelRun::workload(const WorkloadDefaults & d) {
             if (!file->empty())
                 throw UsageError(std::string(flag) + " " + file->string() + ": plugin " + plugin_ +
                                  " does not write or decode latents files (ltx2_video does); drop the flag");
+    if (!step_cache_accepted_)
+        if (const auto kind = ctx_.settings->get_optional<std::string>("cache.kind"); kind && *kind != "off")
+            throw UsageError("cache.kind = \"" + *kind + "\" (" + ctx_.settings->at("cache.kind").provenance.to_string() +
+                             "): plugin '" + plugin_ + "' does not run its denoising loop through the step cache (Note "
+                             "[Step caching]); use --cache off");
     const auto & s = *ctx_.settings;
     auto pick = [&](const char * key, auto fallback) {
         using T = decltype(fallback);
@@ -227,6 +232,7 @@ std::string ModelRun::weights_key(const ComponentPlan & plan, const store::Compo
                         k.host_registration_ceiling_gb, k.allocator, int(k.allocator_backend), int(k.selection)}},
         {"use_stream", plan.use_stream},
         {"blocks_per_group", plan.blocks_per_group},
+        {"resident_first", plan.resident_first},
         {"device", plan.placement.device().str()},
         {"allocator", plan.allocator_name},
         {"allocator_options", plan.allocator_options},
@@ -415,6 +421,9 @@ void ModelRun::step(int step, int total) {
 }
 
 StepCache * ModelRun::step_cache(int steps) {
+    if (!step_cache_accepted_)
+        throw UsageError(plugin_ + ": step_cache() without accept_step_cache() before workload(); this is a bug in the "
+                         "model plugin");
     if (step_cache_) {
         step_cache_->reset();
         return step_cache_.get();
@@ -437,13 +446,6 @@ StepCache * ModelRun::step_cache(int steps) {
     }
     if (ctx_.tracker) ctx_.tracker->set_step_cache(step_cache_->summary());
     return step_cache_.get();
-}
-
-void ModelRun::refuse_step_cache(const std::string & why) const {
-    const auto kind = ctx_.settings->get_optional<std::string>("cache.kind");
-    if (!kind || *kind == "off") return;
-    throw UsageError("cache.kind = \"" + *kind + "\" (" + ctx_.settings->at("cache.kind").provenance.to_string() +
-                     "): plugin '" + plugin_ + "' cannot honour it: " + why + "; use --cache off");
 }
 
 void ModelRun::finish_step_cache() {

@@ -155,7 +155,7 @@ std::optional<std::uint64_t> device_capacity(const EngineConfig & cfg, const Cap
 }
 
 // Why step 2 made a group resident or streamed it; step 5 words it.
-enum class ResidentWhy { route_resident, route_component, whole_fits, selected, over_budget, route_streams };
+enum class ResidentWhy { route_resident, route_component, whole_fits, selected, first, over_budget, route_streams };
 
 struct Residents {
     std::vector<ResidentWhy> why;       // per group
@@ -198,11 +198,19 @@ Residents select_residents(const ModelLayout & layout, const EngineConfig & cfg,
     r.why.assign(n, ResidentWhy::over_budget);
     std::vector<std::size_t> all(n);
     std::iota(all.begin(), all.end(), 0);
+    for (auto i : cfg.resident_first)  // a step cache's always-run blocks first (Note [Step caching])
+        if (i < n && r.why[i] != ResidentWhy::first && r.bytes + b.resident[i] <= r.budget) {
+            r.why[i] = ResidentWhy::first;
+            r.bytes += b.resident[i];
+        }
     if (r.budget > 0)
         for (auto i : policy_order(all, b.resident, cfg.policy, r.budget))
-            if (r.bytes + b.resident[i] <= r.budget) { r.why[i] = ResidentWhy::selected; r.bytes += b.resident[i]; }
+            if (r.why[i] == ResidentWhy::over_budget && r.bytes + b.resident[i] <= r.budget) {
+                r.why[i] = ResidentWhy::selected;
+                r.bytes += b.resident[i];
+            }
     for (std::size_t i = 0; i < n; ++i)
-        if (r.why[i] != ResidentWhy::selected) r.streamed.push_back(i);
+        if (r.why[i] != ResidentWhy::selected && r.why[i] != ResidentWhy::first) r.streamed.push_back(i);
     return r;
 }
 
@@ -363,6 +371,9 @@ std::string resident_reason(ResidentWhy why, const EngineConfig & cfg, const Res
         case ResidentWhy::whole_fits:
             return "resident: the whole component (" + format_mib(resident_total) + ") fits the device capacity " + format_mib(device_cap.value_or(0));
         case ResidentWhy::selected: return "resident: selected by policy " + policy + " within the " + r.budget_note;
+        case ResidentWhy::first:
+            return "resident first, before policy " + policy + ": the step cache runs it on every step (Note [Step "
+                   "caching]), within the " + r.budget_note;
         case ResidentWhy::over_budget:
             return r.budget == 0 ? "streamed: " + r.budget_note : "streamed: does not fit the rest of the " + r.budget_note + " (policy " + policy + ")";
         case ResidentWhy::route_streams: break;

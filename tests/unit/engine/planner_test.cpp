@@ -157,3 +157,24 @@ TEST(Planner, ResidentBytesBudgetResidentsAtTheirConvertedSize) {
     cfg.resident_bytes.assign(5, 200 * MiB);
     EXPECT_THROW(plan_residency(f.layout, cfg, caps({}, 8000 * MiB)), ddo::UsageError);
 }
+
+// Note [Step caching]: the blocks a step cache runs on every step are kept resident before the policy picks, each
+// when it fits; the rest of the budget goes by the policy as before.
+TEST(Planner, ResidentFirstGroupsComeBeforeThePolicy) {
+    Fixture f;  // 6 groups of 100 MiB
+    EngineConfig cfg;
+    cfg.route = Route::dynamic;
+    cfg.device_budget = 400 * MiB;  // 2 slots + 200 MiB of residents
+    cfg.device_headroom = 0;
+    cfg.policy = SelectionPolicy::spread;
+    EXPECT_EQ(residencies(plan_residency(f.layout, cfg, caps({}, 8000 * MiB))), "re pi pi pi pi re ");
+    cfg.resident_first = {2};
+    const Plan p = plan_residency(f.layout, cfg, caps({}, 8000 * MiB));
+    EXPECT_EQ(residencies(p), "re pi re pi pi pi ");
+    EXPECT_NE(p.groups[2].reason.find("step cache"), std::string::npos) << p.groups[2].reason;
+    EXPECT_NE(p.groups[0].reason.find("policy spread"), std::string::npos) << p.groups[0].reason;
+    cfg.resident_first = {4, 2, 1};  // in order, each while it fits: 4 and 2
+    EXPECT_EQ(residencies(plan_residency(f.layout, cfg, caps({}, 8000 * MiB))), "pi pi re pi re pi ");
+    cfg.resident_first = {9};  // out of range: ignored
+    EXPECT_EQ(residencies(plan_residency(f.layout, cfg, caps({}, 8000 * MiB))), "re pi pi pi pi re ");
+}

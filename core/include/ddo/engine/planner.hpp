@@ -46,6 +46,9 @@ struct EngineConfig {
     // converts once into a wider compute dtype, Note [Converted residents] in docs/architecture.md); empty: the
     // layout's. Residents are budgeted with these; slots and host copies keep the layout's bytes.
     std::vector<std::uint64_t> resident_bytes;
+    // Groups the dynamic route keeps resident before the policy picks the rest, in this order, each when it fits the
+    // resident budget: the blocks that run on every step while a step cache skips others (Note [Step caching]).
+    std::vector<std::size_t> resident_first;
 };
 using PlannerInput = EngineConfig;
 

@@ -53,7 +53,6 @@ Request resolve_request(model::ModelRun & run) {
     run.check_class("transformer/config.json", {"LTX2ImageTransformer2DModel"});
     run.check_class("connectors/config.json", {"LTX2ImageTextConnectors"});
     run.check_class("vae/config.json", {"AutoencoderKLLTX2Video"});
-    run.refuse_step_cache("its denoising loop does not run through the step cache yet (issue 41: qwen_image_21 has it)");
     run.refuse_if_set("workload.frames", "ltx2_image makes one image (one latent frame); use ltx2_video for clips");
     run.refuse_if_set("workload.fps", "ltx2_image makes one image (its time coordinates are one frame at 24 fps); "
                                       "use ltx2_video for clips");

@@ -62,7 +62,6 @@ Request resolve_request(model::ModelRun & run) {
     run.check_class("audio_vae/config.json", {"AutoencoderKLLTX2Audio"});
     run.check_class("connectors/config.json", {"LTX2TextConnectors"});
     run.check_class("vocoder/config.json", {"LTX2Vocoder", "LTX2VocoderWithBWE"});
-    run.refuse_step_cache("its denoising loop does not run through the step cache yet (issue 41: qwen_image_21 has it)");
     run.refuse_if_set("workload.strength", "ltx2_video conditions on each image at strength 1 (the pipelines' "
                                            "default); --strength is ltx2_image's img2img");
     // Where the prompt comes from: text (the checkpoint's Gemma-3 encodes it) or a --prompt-embeds file.

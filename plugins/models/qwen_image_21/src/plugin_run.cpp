@@ -33,6 +33,7 @@ struct Request {
 };
 
 Request resolve_workload(model::ModelRun & run) {
+    run.accept_step_cache();  // the denoising loop runs through run.step_cache (cache.*)
     Request r{run.workload({.width = 1024, .height = 1024, .steps = 40, .seed = 0}), {}, {}, {}, {}};
     // Where the prompt comes from: text (the Qwen3-VL encoder runs here) or a --prompt-embeds file.
     r.prompt = model::PromptSource::of(run, r.w);
@@ -333,10 +334,15 @@ struct LoadedTransformer {
     std::unique_ptr<BlockSource> blocks;
 };
 
-LoadedTransformer open_transformer(model::ModelRun & run, const ModelFiles & m, const RunPlan & p, at::ScalarType dtype) {
+LoadedTransformer open_transformer(model::ModelRun & run, const ModelFiles & m, const RunPlan & p, at::ScalarType dtype,
+                                   const model::StepCache * step_cache) {
     const auto & tc = m.transformer_config;
+    // A step cache's always-run blocks resident first on the dynamic route (Note [Step caching]).
+    auto plan = p.transformer;
+    if (const auto * cache = step_cache)
+        for (const int64_t i : cache->always_run()) plan.resident_first.push_back("transformer_blocks." + std::to_string(i));
     LoadedTransformer t{Transformer(tc, load_transformer_globals(m.transformer, tc, dtype, run.lora("transformer", dtype).get(), run.device().device())),
-                        run.open_weights(p.transformer, run.component("transformer"), transformer_groups(tc), dtype),
+                        run.open_weights(plan, run.component("transformer"), transformer_groups(tc), dtype),
                         nullptr};
     t.blocks = engine_blocks(*t.weights, tc);
     return t;
@@ -409,7 +415,7 @@ void run_qwen_image_21(model::ModelRun & run) {
     std::optional<ReferenceLatents> ref_latents;
     if (r.refs.any() && !run.dry_run())
         ref_latents = encode_reference_latents(run, m, p.vae, r.refs, r.o.dtype, r.o.device);
-    auto transformer = open_transformer(run, m, p, r.o.dtype);
+    auto transformer = open_transformer(run, m, p, r.o.dtype, r.o.step_cache);
     if (run.dry_run()) {
         run.log(2, r.prompt.dry_run_summary());
         return;

@@ -40,6 +40,9 @@ struct ComponentPlan {
     // route; and why.
     int prefetch_depth() const;
     std::string prefetch_reason() const;
+    // Declared groups (GroupSpec names) the dynamic route keeps resident before the policy picks, when they fit: the
+    // blocks a step cache runs on every step (StepCache::always_run; Note [Step caching]). Empty: none.
+    std::vector<std::string> resident_first;
     DevicePlacement placement;                     // where it computes (one device per run)
     VaeStrategyKind vae_strategy = VaeStrategyKind::automatic;  // vae.strategy (VAE components)
     std::string vae_strategy_source;

@@ -114,6 +114,9 @@ public:
     // The plugin honours --save-latents / --decode-latents: without this call (before workload()) workload() refuses them
     // (UsageError naming the flag and the plugin).
     void accept_latents_files() noexcept { latents_files_accepted_ = true; }
+    // The plugin's denoising loop runs through step_cache(): without this call (before workload()) workload() refuses
+    // a cache.kind other than off (UsageError naming the key and the plugin), so no plugin ignores it silently.
+    void accept_step_cache() noexcept { step_cache_accepted_ = true; }
     RunTracker * tracker() const noexcept { return ctx_.tracker; }
     // The checkpoint directory, checked: UsageError (exit 2) naming --model when it was not given or is no directory.
     const std::filesystem::path & require_model_dir() const;
@@ -193,9 +196,6 @@ public:
     // of each pass go into the next step()'s report entry (steps[].cache), its summary into the report's step_cache.
     // Owned by the run; one per run (a second call returns the same cache, reset, for a new generation).
     StepCache * step_cache(int steps);
-    // A plugin whose loop does not run through the step cache (yet): UsageError (exit 2) naming cache.kind and `why`
-    // when it is set to another kind than off.
-    void refuse_step_cache(const std::string & why) const;
     // After the denoising loop: records the summary; a mag calibration writes mag_ratios.toml (a preset to inherit:
     // [cache] kind = "mag", mag_ratios = the first branch's ratios) and records it in the outputs.
     void finish_step_cache();
@@ -322,6 +322,7 @@ private:
     std::filesystem::path latents_out_;   // plan_latents_file's path
     PathLock latents_lock_;               // its claim
     bool latents_files_accepted_ = false;
+    bool step_cache_accepted_ = false;
     std::vector<PathLock> frame_locks_;   // plan_frame_files' claim
     std::unique_ptr<StepCache> step_cache_;
     std::filesystem::path calibration_file_;  // mag calibration's mag_ratios.toml (empty: none)

@@ -21,31 +21,13 @@
 #include <ATen/core/Tensor.h>
 #include <nlohmann/json.hpp>
 
-namespace ddo {
-class ResolvedSettings;
-}
+#include "ddo/preset/step_cache_settings.hpp"
 
 namespace ddo::model {
 
-enum class StepCacheKind { off, first_block, mag };
-const char * to_string(StepCacheKind k);
-
-// cache.*, resolved and checked. A key that belongs to another kind than cache.kind is refused, not ignored.
-struct StepCacheSettings {
-    StepCacheKind kind = StepCacheKind::off;
-    double threshold = 0;            // cache.threshold (first_block: 0.05, mag: 0.06 when unset)
-    int max_skip_steps = 3;          // mag: consecutive steps reused at most
-    double retention_ratio = 0.2;    // mag: the first round(retention_ratio * steps) steps are always computed
-    std::vector<double> mag_ratios;  // mag: per-step magnitude ratios (interpolated to the run's steps)
-    bool calibrate = false;          // mag: compute every step, measure the ratios, write them out
-    int min_steps = 10;              // a schedule shorter than this is refused (unless allow_few_steps)
-    bool allow_few_steps = false;
-    std::map<std::string, std::string> provenance;  // key -> where its value came from (set keys only)
-
-    // From the resolved settings; UsageError (exit 2) naming the key, what was given and what is accepted.
-    static StepCacheSettings read(const ResolvedSettings & settings);
-    nlohmann::json to_json() const;
-};
+// cache.* as a run resolved them (core: ddo/preset/step_cache_settings.hpp).
+using ddo::StepCacheKind;
+using ddo::StepCacheSettings;
 
 // The hidden-state streams one block takes and returns, in the block's order; stream 0 is the one whose residual is
 // the cache's signal (the image tokens, or the joint sequence of a single-stream block).
@@ -70,6 +52,9 @@ public:
                 const SkipFn & skip);
 
     const StepCacheSettings & settings() const noexcept { return s_; }
+    // The blocks every pass runs (first_block: block 0; mag reuses whole passes: none), for the planner to keep
+    // resident first (ComponentPlan::resident_first).
+    std::vector<std::int64_t> always_run() const;
     int steps() const noexcept { return steps_; }
     // The per-pass records since the last call (ModelRun::step puts them in the step's report entry).
     nlohmann::json take_step_records();

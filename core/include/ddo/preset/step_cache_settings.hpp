@@ -1,0 +1,36 @@
+// cache.* resolved and checked (docs/presets.md, [cache]; Note [Step caching] in docs/architecture.md): which step
+// cache a run asked for, with each kind's parameters under diffusers' names and defaults. Torch-free, so that the
+// preset fuzz target checks what a run would refuse; the cache itself is the model kit's (ddo/model/step_cache.hpp).
+#pragma once
+
+#include <map>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+namespace ddo {
+
+class ResolvedSettings;
+
+enum class StepCacheKind { off, first_block, mag };
+const char * to_string(StepCacheKind k);
+
+// cache.*, resolved and checked. A key that belongs to another kind than cache.kind is refused, not ignored.
+struct StepCacheSettings {
+    StepCacheKind kind = StepCacheKind::off;
+    double threshold = 0;            // cache.threshold (first_block: 0.05, mag: 0.06 when unset)
+    int max_skip_steps = 3;          // mag: consecutive steps reused at most
+    double retention_ratio = 0.2;    // mag: the first round(retention_ratio * steps) steps are always computed
+    std::vector<double> mag_ratios;  // mag: per-step magnitude ratios (interpolated to the run's steps)
+    bool calibrate = false;          // mag: compute every step, measure the ratios, write them out
+    int min_steps = 10;              // a schedule shorter than this is refused (unless allow_few_steps)
+    bool allow_few_steps = false;
+    std::map<std::string, std::string> provenance;  // key -> where its value came from (set keys only)
+
+    // From the resolved settings; UsageError (exit 2) naming the key, what was given and what is accepted.
+    static StepCacheSettings read(const ResolvedSettings & settings);
+    nlohmann::json to_json() const;
+};
+
+}  // namespace ddo
