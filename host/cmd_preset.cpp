@@ -43,6 +43,11 @@ std::string effective_text(const ResolvedSettings & s, const std::string & key, 
     }
     if (key.starts_with("workload.") && v.is_null()) return "(the plugin's default)";
     if (key == "lora.adapters" && v.is_null()) return "(none)";
+    if (key == "cache.threshold" && v.is_null()) {  // the kind's default (StepCacheSettings)
+        const auto kind = s.get_optional<std::string>("cache.kind").value_or("off");
+        return kind == "mag" ? "0.06 (mag's default)" : kind == "first_block" ? "0.05 (first_block's default)" : "(not used: cache.kind off)";
+    }
+    if (key == "cache.mag_ratios" && v.is_null()) return "(none: mag needs them or cache.calibrate)";
     if (key.ends_with("_budget_gb") && v.is_number() && v.get<double>() == 0)
         return "0 (auto: from the machine at run start)";
     return value_text(v);

@@ -85,6 +85,27 @@ TEST(Qi21Cache, FirstBlockThroughTheHostReusesWhatTheHookReusesAndSkipsTheStream
               << "; computed fraction " << sc.at("computed_block_fraction") << "\n";
 }
 
+// With the prefix KV cache on (the plugin's default; diffusers' hooks fail there, so no reference exists) the cache
+// works on the rows each pass computes (Note [Step caching]): both kinds run, reuse passes, and skip streaming.
+TEST(Qi21Cache, BothKindsRunWithThePrefixKvCache) {
+    const auto r = reference();
+    std::string args = base_args();
+    const std::string kv_off = " --set plugin.qwen_image_21.use_kv_cache=false";
+    args.replace(args.find(kv_off), kv_off.size(), "");
+    ASSERT_EQ(args.find("use_kv_cache"), std::string::npos) << args;
+    const auto fbc = ddo::test::run_ddo_host("cache_kv_fbc", args + " --cache first_block --set cache.threshold=0.865 "
+                                                                    "--set components.transformer.route=disk");
+    ASSERT_EQ(fbc.exit_code, 0) << fbc.log;
+    EXPECT_TRUE(fbc.report.at("workload").value("kv_cache_used", false)) << fbc.report.at("workload").dump();
+    EXPECT_TRUE(fbc.report.at("step_cache").at("fired").get<bool>()) << fbc.report.at("step_cache").dump();
+    EXPECT_GT(fbc.report.at("step_cache").at("bytes_not_streamed").get<uint64_t>(), 0u);
+    const auto mag = ddo::test::run_ddo_host(
+        "cache_kv_mag", args + " --cache mag --set 'cache.mag_ratios=" +
+                            r.at("runs").at("mag_hi").at("params").at("mag_ratios").dump() + "' --set cache.threshold=1.0");
+    ASSERT_EQ(mag.exit_code, 0) << mag.log;
+    EXPECT_TRUE(mag.report.at("step_cache").at("fired").get<bool>()) << mag.report.at("step_cache").dump();
+}
+
 TEST(Qi21Cache, MagCalibrationWritesRatiosThatAPresetRunTakes) {
     const auto ref = reference().at("runs");
     std::string toml;

@@ -1,0 +1,1 @@
+run_qwen_image_21_cpu.sh
