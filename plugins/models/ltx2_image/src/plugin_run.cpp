@@ -53,7 +53,6 @@ Request resolve_request(model::ModelRun & run) {
     run.check_class("transformer/config.json", {"LTX2ImageTransformer2DModel"});
     run.check_class("connectors/config.json", {"LTX2ImageTextConnectors"});
     run.check_class("vae/config.json", {"AutoencoderKLLTX2Video"});
-    run.refuse_step_cache("its denoising loop does not run through the step cache yet (issue 41: qwen_image_21 has it)");
     run.refuse_if_set("workload.frames", "ltx2_image makes one image (one latent frame); use ltx2_video for clips");
     run.refuse_if_set("workload.fps", "ltx2_image makes one image (its time coordinates are one frame at 24 fps); "
                                       "use ltx2_video for clips");
@@ -79,7 +78,7 @@ Request resolve_request(model::ModelRun & run) {
     r.prompt = model::PromptSource::of(run, r.w);
     if (r.prompt.encode_only)
         for (const char * k : {"workload.width", "workload.height", "workload.steps", "workload.sigmas",
-                               "workload.images", "workload.strength"})
+                               "workload.images", "workload.strength", "cache.kind"})
             run.refuse_if_set(k, "ddo-host encode only encodes the prompt; give it to the run that uses the embeddings");
     r.max_sequence_length = max_sequence_length(run, "the image pipeline");
     if (r.w.num_images != 1)
@@ -175,6 +174,8 @@ struct RunPlan {
     // [-1, 1], CPU float32).
     std::optional<StrengthSigmas> slice;
     at::Tensor pixels;
+    // cache.* (Note [Step caching]): the denoising loop's steps (img2img: the strength's kept steps) run through it.
+    model::StepCache * step_cache = nullptr;
 };
 
 // The condition image (read and recorded by run.condition_images before any weight loads), as the original
@@ -217,6 +218,8 @@ RunPlan plan_run(model::ModelRun & run, const Request & r, const ImageModel & m)
     p.mu = ltx2_mu(m.scheduler_json, p.geo.tokens());
     if (r.prompt.encode_only) run.plan_tensor_file();
     else if (r.prompt.given()) run.plan_images(1);
+    // cache.* checked now (a refused setting before anything loads), on the steps the loop denoises.
+    if (!r.prompt.encode_only) p.step_cache = run.step_cache(int(p.sigmas.size()));
     p.connectors = run.plan("connectors");
     p.transformer = run.plan("transformer");
     p.vae = run.plan("vae");
@@ -320,8 +323,10 @@ at::Tensor denoise_image(model::ModelRun & run, const model::Workload & w, const
     ds.dtype = w.dtype;
     ds.check_interrupted = [&](int step) { run.check_interrupted("at step " + std::to_string(step + 1)); };
     ds.on_step = [&](int step, int total) { run.step(step, total); };
+    ds.step_cache = p.step_cache;
     const auto noise = start ? *start : draw_image_noise(tc.in_channels, p.geo, 1, w.seed, p.device);
     auto latents = image_denoise(tc, *dit.view, text, p.geo, noise, p.schedule, ds);
+    run.finish_step_cache();
     unload(run, dit);
     return latents;
 }
