@@ -119,6 +119,23 @@ TEST(Ltx2ImageCache, MagCalibrationWritesRatiosThatAPresetRunTakes) {
     EXPECT_EQ(run.report.at("step_cache").at("kind"), "mag");
 }
 
+// Img2img runs the same loop on the strength's kept steps: the cache runs on those (20 steps at strength 0.6 keep 12,
+// above cache.min_steps), one pass per kept step, and reuses some. No hook fixture covers img2img (the reference's
+// loop is the same; Note [Step caching], LTX-2): this checks the plumbing, not the numbers.
+TEST(Ltx2ImageCache, Img2ImgRunsTheCacheOnTheKeptSteps) {
+    const auto ref = reference().at("runs").at("fbc_hi");
+    const auto r = ddo::test::run_ddo_host(
+        "ltx2_image_cache_img2img", base_args() + " --image " + quoted(fs::path(LTX2_IMAGE_IMG2IMG_FIXTURE_DIR) / "input.png") +
+                                        " --strength 0.6 --cache first_block --set cache.threshold=" +
+                                        json(ref.at("params").at("threshold")).dump());
+    ASSERT_EQ(r.exit_code, 0) << r.log;
+    const auto & sc = r.report.at("step_cache");
+    EXPECT_EQ(sc.at("steps").get<int>(), 12) << sc.dump();
+    EXPECT_EQ(sc.at("passes").get<int>(), 12) << sc.dump();
+    EXPECT_EQ(pattern_of(r.report).at(kBranch).size(), 12u);
+    std::cout << "[ img2img   ] " << pattern_of(r.report).at(kBranch) << "\n";
+}
+
 TEST(Ltx2ImageCache, RefusedSettingsExitTwoNamingTheKeyWithTheReportWritten) {
     // The plugin's default 8 steps (the distilled schedule) are below cache.min_steps.
     expect_refused("few_steps", base_args(8) + " --cache first_block", "cache.min_steps");
