@@ -63,7 +63,8 @@ endif()
 if(TARGET ltx2_video AND TARGET ddo-host AND DDO_PYTHON AND TARGET ltx2_video_cache_fixtures)
   ddo_add_gtest(ltx2_video_cache_test LABELS e2e TIMEOUT 600
     SOURCES ${CMAKE_CURRENT_LIST_DIR}/ltx2_video_cache_test.cpp
-    LIBS nlohmann_json::nlohmann_json)
+    LIBS ddo_model nlohmann_json::nlohmann_json)
+  ddo_test_uses_aten(ltx2_video_cache_test)
   target_compile_definitions(ltx2_video_cache_test PRIVATE
     LTX2_VIDEO_CACHE_FIXTURE_DIR="${CMAKE_BINARY_DIR}/fixtures/ltx2_video_cache" DDO_HOST_BIN="$<TARGET_FILE:ddo-host>")
   add_dependencies(ltx2_video_cache_test ddo-host ltx2_video linear vmm ddo_manifest_main ltx2_video_cache_fixtures)

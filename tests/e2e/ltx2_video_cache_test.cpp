@@ -1,8 +1,9 @@
 // ddo-host --cache on ltx2_video (issue 41, Note [Step caching]), on the step-cache parity fixtures
 // (tools/reference/ltx2_video_cache_fixtures.py: LTX2Pipeline with diffusers' hooks, 20 steps, CFG + STG + modality
 // isolation, contexts "cond_uncond", "uncond_stg", "uncond_modality"): the per-step pattern of every context through
-// the whole CLI path equals the hook's, the engine skips what the cache skips on the disk route, and the settings the
-// plugin does not implement with a cache (two-stage, image conditions) exit 2 naming the key, the report written.
+// the whole CLI path equals the hook's, the engine skips what the cache skips on the disk route, image-to-video equals
+// the hooks on LTX2ImageToVideoPipeline (pattern and latents), and the settings the plugin does not implement with a
+// cache (two-stage, keyframe conditions) exit 2 naming the key, the report written.
 #include <gtest/gtest.h>
 
 #include <filesystem>
@@ -13,6 +14,11 @@
 
 #include <nlohmann/json.hpp>
 
+#include <unistd.h>
+
+#include <ATen/ATen.h>
+
+#include "ddo/model/tensor_file.hpp"
 #include "e2e/host_run.hpp"
 
 namespace fs = std::filesystem;
@@ -84,11 +90,47 @@ TEST(Ltx2VideoCache, FirstBlockThroughTheHostReusesWhatTheHookReusesInEveryConte
               << sc.at("computed_block_fraction") << "\n";
 }
 
-TEST(Ltx2VideoCache, TwoStageAndImageConditionsAreRefusedNamingTheKey) {
+// Image-to-video (LTX2ImageToVideoPipeline: the still as latent frame 0, same cache contexts): the pattern of every
+// context and the latents (--save-latents: de-normalised, as the pipeline's output_type="latent") equal the hooks'.
+TEST(Ltx2VideoCache, ImageToVideoEqualsTheHooks) {
+    for (const std::string name : {"i2v_fbc_hi", "i2v_mag_hi"}) {
+        const auto ref = reference().at("runs").at(name);
+        const auto & p = ref.at("params");
+        std::string cache = " --cache first_block --set cache.threshold=" + json(p.at("threshold")).dump();
+        if (ref.at("kind") == "mag_cache")
+            cache = " --cache mag --set cache.threshold=" + json(p.at("threshold")).dump() + " --set 'cache.mag_ratios=" +
+                    p.at("mag_ratios").dump() + "'";
+        const fs::path latents = fs::temp_directory_path() / ("ddo_ltx2_cache_" + name + "_" + std::to_string(::getpid()) +
+                                                              ".safetensors");
+        fs::remove(latents);
+        const auto r = ddo::test::run_ddo_host("ltx2_video_cache_" + name, base_args() + " --image " +
+                                                   quoted(kDir / "still.png") + " --set plugin.ltx2_video.image_crf=0" + cache +
+                                                   " --save-latents " +
+                                                   quoted(latents));
+        ASSERT_EQ(r.exit_code, 0) << r.log;
+        const auto pattern = pattern_of(r.report);
+        for (const auto & b : reference().at("cache_contexts"))
+            EXPECT_EQ(pattern.at(b.get<std::string>()), ref.at("pattern_string").at(b.get<std::string>()).get<std::string>())
+                << name << " " << b;
+        const auto got = ddo::model::TensorFile::open_file(latents);
+        const auto want = ddo::model::TensorFile::open_file(kDir / "pipeline.safetensors");
+        const double ev = (got.read("video_latents")[0].to(at::kDouble) - want.read(name + ".latents").to(at::kDouble))
+                              .abs().max().item<double>();
+        const double ea = (got.read("audio_latents")[0].to(at::kDouble) -
+                           want.read(name + ".audio_latents").to(at::kDouble)).abs().max().item<double>();
+        EXPECT_LE(ev, 1e-4) << name;
+        EXPECT_LE(ea, 1e-4) << name;
+        std::cout << "[ i2v       ] " << name << " " << pattern.at("cond_uncond") << ": video latents max abs error " << ev
+                  << ", audio " << ea << " (tolerance 1e-4)\n";
+        fs::remove(latents);
+    }
+}
+
+TEST(Ltx2VideoCache, TwoStageAndKeyframesAreRefusedNamingTheKey) {
     expect_refused("two_stage", base_args() + " --cache first_block --set plugin.ltx2_video.upsampler=" +
                                     quoted(kDir / "checkpoint"),
                    "plugin.ltx2_video.upsampler");
-    const fs::path still = kDir / "still.png";
-    expect_refused("image", base_args() + " --cache first_block --image " + quoted(still), "workload.images");
+    expect_refused("keyframe", base_args() + " --cache first_block --image " + quoted(kDir / "keyframe.png") + "@3",
+                   "workload.images");
     expect_refused("few_steps", base_args(8) + " --cache first_block", "cache.min_steps");
 }

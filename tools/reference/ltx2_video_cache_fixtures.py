@@ -31,12 +31,15 @@ math (signal, residuals, decisions, MagCache's accumulation) is diffusers' hooks
 the pipeline through the wrappers without a cache equals the plain pipeline bit for bit.
 
 Runs: off, fbc_lo / fbc_hi (FirstBlockCacheConfig at two thresholds), mag_calibrate (MagCacheConfig(calibrate=True):
-equal to off bit for bit, asserted), mag / mag_hi (the cond_uncond context's calibrated ratios at two thresholds).
+equal to off bit for bit, asserted), mag / mag_hi (the cond_uncond context's calibrated ratios at two thresholds);
+image-to-video (LTX2ImageToVideoPipeline, still.png of ltx2_conditioning_fixtures.images() as latent frame 0,
+image_crf 0): i2v_off, i2v_fbc_hi (fbc_hi's threshold), i2v_mag_hi (mag_hi's parameters).
 No threshold lies within 1e-3 (relative) of a value compared with it (asserted).
 
 Files written:
   checkpoint/                 the LTX-2.3 tiny checkpoint (save_pretrained), NUM_LAYERS blocks
   prompt_embeds.safetensors   ltx2_pipeline_fixtures.prompt_embeds()
+  still.png, keyframe.png     ltx2_conditioning_fixtures.images() (the i2v runs take still.png)
   pipeline.safetensors        "<run>.latents" (de-normalised [C, F', H', W'], output_type="latent") and
                               "<run>.audio_latents" (de-normalised [C, L, M])
   reference.json              written last: versions, settings, seed, runs (kind, params, pattern per context,
@@ -58,13 +61,15 @@ import torch.nn as nn
 from safetensors.torch import save_file
 
 import diffusers
-from diffusers import FlowMatchEulerDiscreteScheduler, LTX2Pipeline, LTX2VideoTransformer3DModel
+from diffusers import (FlowMatchEulerDiscreteScheduler, LTX2ImageToVideoPipeline, LTX2Pipeline,
+                       LTX2VideoTransformer3DModel)
 from diffusers.hooks import FirstBlockCacheConfig, MagCacheConfig
 from diffusers.hooks._helpers import TransformerBlockMetadata, TransformerBlockRegistry
 from diffusers.hooks.first_block_cache import FBCHeadBlockHook, apply_first_block_cache
 from diffusers.hooks.mag_cache import MagCacheBlockHook, MagCacheHeadHook, apply_mag_cache
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+import ltx2_conditioning_fixtures as cf  # noqa: E402
 import ltx2_pipeline_fixtures as pl  # noqa: E402
 
 SEED = pl.SEED
@@ -190,7 +195,7 @@ def build_transformer():
         perturbed_attn=True)
 
 
-def make_pipeline(base, wrap, cache_config=None):
+def make_pipeline(base, wrap, cache_config=None, cls=LTX2Pipeline):
     """A pipeline on a copy of `base`'s transformer; `wrap`: its blocks through HookedBlock (with the cache)."""
     tr = copy.deepcopy(base.transformer)
     if wrap:
@@ -202,19 +207,23 @@ def make_pipeline(base, wrap, cache_config=None):
         elif isinstance(cache_config, MagCacheConfig):
             apply_mag_cache(holder, cache_config)
         tr._ddo_holder = [holder]  # kept alive beside the transformer (not a submodule)
-    pipe = LTX2Pipeline(scheduler=FlowMatchEulerDiscreteScheduler(), vae=base.vae, audio_vae=base.audio_vae,
+    pipe = cls(scheduler=FlowMatchEulerDiscreteScheduler(), vae=base.vae, audio_vae=base.audio_vae,
                         text_encoder=None, tokenizer=None, connectors=base.connectors, transformer=tr,
                         vocoder=base.vocoder)
     pipe.set_progress_bar_config(disable=True)
     return pipe
 
 
-def run(base, embeds, cache_config, wrap=True):
+def run(base, embeds, cache_config, wrap=True, still=None):
+    """One seeded call (output_type="latent"); `still`: LTX2ImageToVideoPipeline with it as latent frame 0 (image_crf
+    0, as ltx2_conditioning_fixtures' i2v cases)."""
     global REC
     REC = Recorder()
-    pipe = make_pipeline(base, wrap, cache_config)
+    cls = LTX2Pipeline if still is None else LTX2ImageToVideoPipeline
+    pipe = make_pipeline(base, wrap, cache_config, cls)
+    extra = {} if still is None else dict(image=still, image_crf=0)
     with torch.no_grad():
-        lat = pipe(**embeds, **SETTINGS, generator=torch.Generator().manual_seed(SEED), output_type="latent")
+        lat = pipe(**embeds, **SETTINGS, **extra, generator=torch.Generator().manual_seed(SEED), output_type="latent")
     rec, REC = REC, None
     return lat.frames[0].contiguous(), lat.audio[0].contiguous(), rec
 
@@ -298,6 +307,31 @@ def main():
                       "pattern": rec.pattern,
                       "signals": {"accumulated_err_compared": rec.mag_err_compared,
                                   "accumulated_err_after": rec.mag_err_after}}
+
+    # Image-to-video (LTX2ImageToVideoPipeline, the same cache contexts): still.png of ltx2_conditioning_fixtures as
+    # latent frame 0; uncached (wrapped == plain asserted), FirstBlockCache at fbc_hi's threshold, MagCache at mag_hi's.
+    still, _ = cf.images(out)
+    plain_v, plain_a, _ = run(base, embeds, None, wrap=False, still=still)
+    v, a, _ = run(base, embeds, None, still=still)
+    assert torch.equal(v, plain_v) and torch.equal(a, plain_a), "the HookedBlock wrappers changed the i2v pipeline"
+    tensors["i2v_off.latents"], tensors["i2v_off.audio_latents"] = v, a
+    runs["i2v_off"] = {"kind": "none", "params": {}, "image": "still.png"}
+    for name, cfg, params in (
+            ("i2v_fbc_hi", FirstBlockCacheConfig(threshold=FBC_THRESHOLDS["fbc_hi"]),
+             {"threshold": FBC_THRESHOLDS["fbc_hi"]}),
+            ("i2v_mag_hi", MagCacheConfig(**runs["mag_hi"]["params"]), runs["mag_hi"]["params"])):
+        v, a, rec = run(base, embeds, cfg, still=still)
+        for b in BRANCHES:
+            assert len(rec.pattern[b]) == STEPS, (name, b, rec.pattern[b])
+            values = rec.fbc_signal[b] if "fbc" in name else rec.mag_err_compared[b]
+            check_margin(f"{name}/{b}", params["threshold"], values)
+        assert any(not f for f in rec.pattern["cond_uncond"]), f"{name} reused nothing"
+        tensors[f"{name}.latents"], tensors[f"{name}.audio_latents"] = v, a
+        runs[name] = {"kind": "first_block_cache" if "fbc" in name else "mag_cache", "params": params,
+                      "image": "still.png", "pattern": rec.pattern,
+                      "signals": ({"relative_l1": rec.fbc_signal} if "fbc" in name else
+                                  {"accumulated_err_compared": rec.mag_err_compared,
+                                   "accumulated_err_after": rec.mag_err_after})}
 
     for name, r in runs.items():
         if "pattern" in r:
