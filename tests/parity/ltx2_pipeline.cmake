@@ -27,6 +27,7 @@ if(TARGET ddo_ltx2_pipeline)
   set(LTX2_VIDEO_CACHE_FIXTURE_DIR ${CMAKE_BINARY_DIR}/fixtures/ltx2_video_cache)
   ddo_reference_fixtures(ltx2_video_cache SCRIPT ${CMAKE_SOURCE_DIR}/tools/reference/ltx2_video_cache_fixtures.py
     DIR ${LTX2_VIDEO_CACHE_FIXTURE_DIR} DEPENDS ${CMAKE_SOURCE_DIR}/tools/reference/ltx2_pipeline_fixtures.py
+            ${CMAKE_SOURCE_DIR}/tools/reference/ltx2_conditioning_fixtures.py
     COMMENT "running diffusers' FirstBlockCache and MagCache hooks on the tiny LTX2Pipeline")
   ddo_add_gtest(ltx2_video_cache_parity_test LABELS parity
     SOURCES ${CMAKE_CURRENT_LIST_DIR}/ltx2_video_cache_parity_test.cpp
