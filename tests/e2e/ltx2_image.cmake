@@ -33,3 +33,15 @@ if(TARGET ltx2_image AND TARGET ddo-host AND TARGET ddo_ltx2_image AND DDO_PYTHO
   ddo_test_uses_aten(ltx2_image_img2img_test)
   add_dependencies(ltx2_image_img2img_test ddo-host ltx2_image linear vmm ddo_manifest_main ltx2_image_img2img_fixtures)
 endif()
+# --cache (issue 41) through ddo-host on the step-cache fixtures (tools/reference/ltx2_image_cache_fixtures.py): the
+# per-step pattern equals diffusers' hooks', the report, the engine's skipped bytes, calibration, refusals.
+if(TARGET ltx2_image AND TARGET ddo-host AND TARGET ddo_ltx2_image AND DDO_PYTHON AND TARGET ltx2_image_cache_fixtures)
+  ddo_add_gtest(ltx2_image_cache_test LABELS e2e TIMEOUT 600
+    SOURCES ${CMAKE_CURRENT_LIST_DIR}/ltx2_image_cache_test.cpp
+    LIBS nlohmann_json::nlohmann_json)
+  target_compile_definitions(ltx2_image_cache_test PRIVATE
+    LTX2_IMAGE_CACHE_FIXTURE_DIR="${CMAKE_BINARY_DIR}/fixtures/ltx2_image_cache"
+    LTX2_IMAGE_IMG2IMG_FIXTURE_DIR="${CMAKE_BINARY_DIR}/fixtures/ltx2_image_img2img" DDO_HOST_BIN="$<TARGET_FILE:ddo-host>")
+  add_dependencies(ltx2_image_cache_test ddo-host ltx2_image linear vmm ddo_manifest_main ltx2_image_cache_fixtures
+    ltx2_image_img2img_fixtures)
+endif()

@@ -57,3 +57,15 @@ if(TARGET ltx2_video AND TARGET ddo-host AND TARGET ddo_media AND DDO_PYTHON)
   ddo_test_uses_aten(ltx2_checkpoints_test)
   add_dependencies(ltx2_checkpoints_test ddo-host ltx2_video linear vmm ddo_manifest_main ltx2_checkpoint_fixtures)
 endif()
+
+# --cache (issue 41) through ddo-host on the step-cache fixtures (tools/reference/ltx2_video_cache_fixtures.py): the
+# per-step pattern of every cache context equals diffusers' hooks', the engine's skipped bytes, refusals.
+if(TARGET ltx2_video AND TARGET ddo-host AND DDO_PYTHON AND TARGET ltx2_video_cache_fixtures)
+  ddo_add_gtest(ltx2_video_cache_test LABELS e2e TIMEOUT 600
+    SOURCES ${CMAKE_CURRENT_LIST_DIR}/ltx2_video_cache_test.cpp
+    LIBS ddo_model nlohmann_json::nlohmann_json)
+  ddo_test_uses_aten(ltx2_video_cache_test)
+  target_compile_definitions(ltx2_video_cache_test PRIVATE
+    LTX2_VIDEO_CACHE_FIXTURE_DIR="${CMAKE_BINARY_DIR}/fixtures/ltx2_video_cache" DDO_HOST_BIN="$<TARGET_FILE:ddo-host>")
+  add_dependencies(ltx2_video_cache_test ddo-host ltx2_video linear vmm ddo_manifest_main ltx2_video_cache_fixtures)
+endif()

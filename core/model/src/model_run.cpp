@@ -448,6 +448,13 @@ StepCache * ModelRun::step_cache(int steps) {
     return step_cache_.get();
 }
 
+void ModelRun::refuse_step_cache(const std::string & why) const {
+    const auto kind = ctx_.settings->get_optional<std::string>("cache.kind");
+    if (!kind || *kind == "off") return;
+    throw UsageError("cache.kind = \"" + *kind + "\" (" + ctx_.settings->at("cache.kind").provenance.to_string() +
+                     "): plugin '" + plugin_ + "' cannot honour it: " + why + "; use --cache off");
+}
+
 void ModelRun::finish_step_cache() {
     if (!step_cache_) return;
     auto summary = step_cache_->summary();

@@ -115,7 +115,7 @@ at::Tensor image_denoise(const TransformerConfig & c, Weights & dit, const Image
             in.pag_blocks = s.guidance.pag_blocks;
             in.perturbation_mask = pmask;
         }
-        auto v = image_forward(c, dit, in).to(at::kFloat);
+        auto v = image_forward(c, dit, in, s.step_cache, "cond_uncond", i).to(at::kFloat);
         if (cfg || pag) {
             const auto parts = v.chunk(mult, 0);
             Predictions p;

@@ -70,6 +70,10 @@ struct ImageDenoiseSettings {
     at::ScalarType dtype = at::kFloat;  // the transformer's dtype (latent_model_input.to(dtype))
     std::function<void(int step)> check_interrupted;
     std::function<void(int step, int total)> on_step;
+    // cache.* (ModelRun::step_cache; Note [Step caching]): each step's one transformer pass goes through it as branch
+    // "cond_uncond" (the guidance batch is one forward, as LTX2Pipeline's cache_context names it). Borrowed; null:
+    // every block of every step.
+    model::StepCache * step_cache = nullptr;
 };
 
 // text: the connectors' output for the guidance batch (image_text_batch). Returns the packed latents [B, h*w, C]

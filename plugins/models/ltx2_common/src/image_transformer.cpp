@@ -153,9 +153,24 @@ at::Tensor image_finish(const TransformerConfig & /*c*/, Weights & w, const Imag
     return linear(w, "proj_out", n * (1 + v.select(2, 1)) + v.select(2, 0));
 }
 
-at::Tensor image_forward(const TransformerConfig & c, Weights & w, const ImageTransformerInputs & in) {
+at::Tensor image_forward(const TransformerConfig & c, Weights & w, const ImageTransformerInputs & in,
+                         model::StepCache * cache, const std::string & branch, int step) {
     auto s = image_prepare(c, w, in);
-    for (int64_t i = 0; i < c.num_layers; ++i) image_run_block(c, w, i, s);
+    if (cache) {
+        // The block is single-stream (the image tokens; the text is read, not returned): its one hidden state is the
+        // cache's stream, over the whole guidance batch as the reference's one forward under cache_context.
+        s.x = cache
+                  ->run(branch, step, {s.x}, c.num_layers,
+                        [&](int64_t i, const model::Streams & x) {
+                            s.x = x.front();
+                            image_run_block(c, w, i, s);
+                            return model::Streams{s.x};
+                        },
+                        [&](int64_t i) { return w.skip(dit_block_prefix(i)); })
+                  .front();
+    } else {
+        for (int64_t i = 0; i < c.num_layers; ++i) image_run_block(c, w, i, s);
+    }
     return image_finish(c, w, s);
 }
 

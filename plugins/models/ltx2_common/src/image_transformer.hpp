@@ -19,6 +19,7 @@
 #include <nlohmann/json.hpp>
 
 #include "ddo/model/component_weights.hpp"
+#include "ddo/model/step_cache.hpp"
 #include "ddo/model/tensor_file.hpp"
 
 #include "attention.hpp"
@@ -71,6 +72,9 @@ ImageTransformerState image_prepare(const TransformerConfig & c, Weights & w, co
 void image_run_block(const TransformerConfig & c, Weights & w, int64_t i, ImageTransformerState & state);
 // Velocity [B, N, out_channels].
 at::Tensor image_finish(const TransformerConfig & c, Weights & w, const ImageTransformerState & state);
-at::Tensor image_forward(const TransformerConfig & c, Weights & w, const ImageTransformerInputs & in);
+// `cache` (borrowed; null: every block runs): the block loop goes through the step cache as one pass of branch
+// `branch` at denoising step `step` (Note [Step caching]); a block it skips is told to the weights (Weights::skip).
+at::Tensor image_forward(const TransformerConfig & c, Weights & w, const ImageTransformerInputs & in,
+                         model::StepCache * cache = nullptr, const std::string & branch = {}, int step = 0);
 
 }  // namespace ddo::ltx2

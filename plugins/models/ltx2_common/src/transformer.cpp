@@ -409,9 +409,26 @@ std::pair<at::Tensor, at::Tensor> finish(const TransformerConfig & /*c*/, Weight
             out("audio_scale_shift_table", s.audio_embedded_timestep, s.a, "audio_proj_out")};
 }
 
-std::pair<at::Tensor, at::Tensor> forward(const TransformerConfig & c, Weights & w, const TransformerInputs & in) {
+std::pair<at::Tensor, at::Tensor> forward(const TransformerConfig & c, Weights & w, const TransformerInputs & in,
+                                          model::StepCache * cache, const std::string & branch, int step) {
     auto s = prepare(c, w, in);
-    for (int64_t i = 0; i < c.num_layers; ++i) run_block(c, w, i, s);
+    if (cache) {
+        // The block is dual-stream: (video, audio) in and out; the video stream is the hooks' hidden_states (the
+        // signal), the audio stream their second returned stream (Note [Step caching], LTX-2).
+        auto out = cache->run(
+            branch, step, {s.x, s.a}, c.num_layers,
+            [&](int64_t i, const model::Streams & x) {
+                s.x = x.at(0);
+                s.a = x.at(1);
+                run_block(c, w, i, s);
+                return model::Streams{s.x, s.a};
+            },
+            [&](int64_t i) { return w.skip(dit_block_prefix(i)); });
+        s.x = out.at(0);
+        s.a = out.at(1);
+    } else {
+        for (int64_t i = 0; i < c.num_layers; ++i) run_block(c, w, i, s);
+    }
     return finish(c, w, s);
 }
 

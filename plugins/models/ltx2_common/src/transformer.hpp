@@ -18,6 +18,7 @@
 #include <ATen/ATen.h>
 
 #include "ddo/model/component_weights.hpp"
+#include "ddo/model/step_cache.hpp"
 #include "ddo/model/tensor_file.hpp"
 
 #include "attention.hpp"
@@ -89,7 +90,11 @@ TransformerState prepare(const TransformerConfig & c, Weights & w, const Transfo
 void run_block(const TransformerConfig & c, Weights & w, int64_t i, TransformerState & state);
 // (video velocity [B, N_v, out_channels], audio velocity [B, N_a, audio_out_channels]).
 std::pair<at::Tensor, at::Tensor> finish(const TransformerConfig & c, Weights & w, const TransformerState & state);
-// prepare, every block, finish.
-std::pair<at::Tensor, at::Tensor> forward(const TransformerConfig & c, Weights & w, const TransformerInputs & in);
+// prepare, every block, finish. `cache` (borrowed; null: every block runs): the block loop goes through the step
+// cache as one pass of branch `branch` at denoising step `step` (Note [Step caching]), the streams (video, audio) --
+// the video's residual is the signal; a block it skips is told to the weights (Weights::skip).
+std::pair<at::Tensor, at::Tensor> forward(const TransformerConfig & c, Weights & w, const TransformerInputs & in,
+                                          model::StepCache * cache = nullptr, const std::string & branch = {},
+                                          int step = 0);
 
 }  // namespace ddo::ltx2

@@ -46,7 +46,7 @@ struct StepInputs {
 std::pair<at::Tensor, at::Tensor> pass(const TransformerConfig & c, Weights & dit, const at::Tensor & video,
                                        const at::Tensor & audio, const at::Tensor & text_v, const at::Tensor & text_a,
                                        const at::Tensor & mask, const StepInputs & step, const LatentGeometry & g,
-                                       const DenoiseSettings & s, bool isolate, bool stg) {
+                                       const DenoiseSettings & s, bool isolate, bool stg, int step_index) {
     TransformerInputs in;
     in.hidden_states = video.to(s.dtype);
     in.audio_hidden_states = audio.to(s.dtype);
@@ -66,7 +66,9 @@ std::pair<at::Tensor, at::Tensor> pass(const TransformerConfig & c, Weights & di
     in.isolate_modalities = isolate;
     if (stg) in.spatio_temporal_guidance_blocks = s.stg_blocks;
     in.use_cross_timestep = s.use_cross_timestep;
-    auto [v, a] = forward(c, dit, in);
+    // LTX2Pipeline's cache_context names (pipeline_ltx2.py): one state per kind of pass.
+    const char * branch = stg ? "uncond_stg" : isolate ? "uncond_modality" : "cond_uncond";
+    auto [v, a] = forward(c, dit, in, s.step_cache, branch, step_index);
     return {v.to(at::kFloat), a.to(at::kFloat)};
 }
 
@@ -132,7 +134,7 @@ Denoised denoise(const TransformerConfig & c, Weights & dit, const ConnectorsOut
         Predictions pv, pa;
         if (passes.cfg) {
             auto [v, a] = pass(c, dit, at::cat({latents, latents}), at::cat({audio_latents, audio_latents}),
-                               text.video, text.audio, text.mask, step, g, s, false, false);
+                               text.video, text.audio, text.mask, step, g, s, false, false, i);
             auto vc = v.chunk(2, 0), ac = a.chunk(2, 0);
             pv.uncond = vc[0];
             pv.cond = vc[1];
@@ -140,17 +142,17 @@ Denoised denoise(const TransformerConfig & c, Weights & dit, const ConnectorsOut
             pa.cond = ac[1];
         } else {
             std::tie(pv.cond, pa.cond) =
-                pass(c, dit, latents, audio_latents, text.video, text.audio, text.mask, step, g, s, false, false);
+                pass(c, dit, latents, audio_latents, text.video, text.audio, text.mask, step, g, s, false, false, i);
         }
         // The extra passes take the first half of the CFG batch's timesteps and coordinates (the pipelines' chunk).
         const auto step1 = passes.cfg ? step_inputs(c, timestep, B, g, s, cond, f32) : step;
         if (passes.stg) {
-            auto [v, a] = pass(c, dit, latents, audio_latents, pos_v, pos_a, pos_mask, step1, g, s, false, true);
+            auto [v, a] = pass(c, dit, latents, audio_latents, pos_v, pos_a, pos_mask, step1, g, s, false, true, i);
             pv.stg = v;
             pa.stg = a;
         }
         if (passes.isolate) {
-            auto [v, a] = pass(c, dit, latents, audio_latents, pos_v, pos_a, pos_mask, step1, g, s, true, false);
+            auto [v, a] = pass(c, dit, latents, audio_latents, pos_v, pos_a, pos_mask, step1, g, s, true, false, i);
             pv.isolated = v;
             pa.isolated = a;
         }

@@ -56,6 +56,11 @@ void EngineWeights::leave(const std::string & module) {
     w_.release(it->second);
 }
 
+std::uint64_t EngineWeights::skip(const std::string & module) {
+    const auto it = index_.find(module);
+    return it == index_.end() ? 0 : w_.skip(it->second);
+}
+
 at::Tensor EngineWeights::get(const std::string & name) {
     for (auto it = open_.rbegin(); it != open_.rend(); ++it) {
         if (it->second->contains(name)) return it->second->at(name);

@@ -8,6 +8,7 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 #include <map>
 #include <memory>
 #include <string>
@@ -32,6 +33,9 @@ public:
     virtual const model::LoraDelta * lora(const std::string & /*name*/) { return nullptr; }
     virtual at::Device device() const = 0;
     virtual at::ScalarType dtype() const = 0;
+    // Module `module` (an execution-group name) does not run in this pass: a step cache reuses its output (Note [Step
+    // caching]). Returns the bytes of its weights therefore not streamed; a resident source streams nothing (0).
+    virtual std::uint64_t skip(const std::string & /*module*/) { return 0; }
 
     // RAII: the weights of module `module` (an execution-group name) are needed until the scope ends.
     class Scope {
@@ -81,6 +85,9 @@ public:
     const model::LoraDelta * lora(const std::string & name) override;
     at::Device device() const override { return device_; }
     at::ScalarType dtype() const override { return dtype_; }
+    // ComponentWeights::skip for the group `module` names (the engine neither acquires nor streams it); a module that
+    // names no group: 0.
+    std::uint64_t skip(const std::string & module) override;
 
 protected:
     void enter(const std::string & module) override;

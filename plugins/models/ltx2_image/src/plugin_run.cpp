@@ -48,6 +48,7 @@ struct Request {
 };
 
 Request resolve_request(model::ModelRun & run) {
+    run.accept_step_cache();  // the denoising loop runs through run.step_cache (cache.*)
     Request r{run.workload(kDefaults), {}, 0, std::nullopt};
     run.require_model_dir();
     run.check_class("transformer/config.json", {"LTX2ImageTransformer2DModel"});
@@ -78,7 +79,7 @@ Request resolve_request(model::ModelRun & run) {
     r.prompt = model::PromptSource::of(run, r.w);
     if (r.prompt.encode_only)
         for (const char * k : {"workload.width", "workload.height", "workload.steps", "workload.sigmas",
-                               "workload.images", "workload.strength"})
+                               "workload.images", "workload.strength", "cache.kind"})
             run.refuse_if_set(k, "ddo-host encode only encodes the prompt; give it to the run that uses the embeddings");
     r.max_sequence_length = max_sequence_length(run, "the image pipeline");
     if (r.w.num_images != 1)
@@ -174,6 +175,8 @@ struct RunPlan {
     // [-1, 1], CPU float32).
     std::optional<StrengthSigmas> slice;
     at::Tensor pixels;
+    // cache.* (Note [Step caching]): the denoising loop's steps (img2img: the strength's kept steps) run through it.
+    model::StepCache * step_cache = nullptr;
 };
 
 // The condition image (read and recorded by run.condition_images before any weight loads), as the original
@@ -216,6 +219,8 @@ RunPlan plan_run(model::ModelRun & run, const Request & r, const ImageModel & m)
     p.mu = ltx2_mu(m.scheduler_json, p.geo.tokens());
     if (r.prompt.encode_only) run.plan_tensor_file();
     else if (r.prompt.given()) run.plan_images(1);
+    // cache.* checked now (a refused setting before anything loads), on the steps the loop denoises.
+    if (!r.prompt.encode_only) p.step_cache = run.step_cache(int(p.sigmas.size()));
     p.connectors = run.plan("connectors");
     p.transformer = run.plan("transformer");
     p.vae = run.plan("vae");
@@ -319,8 +324,10 @@ at::Tensor denoise_image(model::ModelRun & run, const model::Workload & w, const
     ds.dtype = w.dtype;
     ds.check_interrupted = [&](int step) { run.check_interrupted("at step " + std::to_string(step + 1)); };
     ds.on_step = [&](int step, int total) { run.step(step, total); };
+    ds.step_cache = p.step_cache;
     const auto noise = start ? *start : draw_image_noise(tc.in_channels, p.geo, 1, w.seed, p.device);
     auto latents = image_denoise(tc, *dit.view, text, p.geo, noise, p.schedule, ds);
+    run.finish_step_cache();
     unload(run, dit);
     return latents;
 }

@@ -231,6 +231,7 @@ ClipDenoised denoise_clip(model::ModelRun & run, const ClipDenoise & d, const Co
     const VideoConditioning * cond1 = c.any() ? &s1.conditioning : nullptr;
     auto out = denoise(tc, *dit.view, text_for(d.settings, text), g1, {s1.video, s1.audio}, d.schedule, d.settings, cb,
                        cond1);
+    run.finish_step_cache();
     if (d.two_stage) {
         const auto & ts = *d.two_stage;
         run.begin_phase("upsample");

@@ -55,6 +55,7 @@ struct Request {
 };
 
 Request resolve_request(model::ModelRun & run) {
+    run.accept_step_cache();  // one-stage denoising runs through run.step_cache (cache.*); the rest refuse below
     Request r{run.workload(kDefaults), {}, 0};
     run.require_model_dir();
     run.check_class("transformer/config.json", {"LTX2VideoTransformer3DModel"});
@@ -62,13 +63,17 @@ Request resolve_request(model::ModelRun & run) {
     run.check_class("audio_vae/config.json", {"AutoencoderKLLTX2Audio"});
     run.check_class("connectors/config.json", {"LTX2TextConnectors"});
     run.check_class("vocoder/config.json", {"LTX2Vocoder", "LTX2VocoderWithBWE"});
+    // cache.* (Note [Step caching]): one-stage runs, text-to-video and image-to-video. A two-stage run's second
+    // stage is another, few-step schedule on other latents: refused (keyframe conditions: plan_run).
+    if (!run.option<std::string>("upsampler", "").empty())
+        run.refuse_step_cache("a two-stage run (plugin.ltx2_video.upsampler) is not implemented with a step cache");
     run.refuse_if_set("workload.strength", "ltx2_video conditions on each image at strength 1 (the pipelines' "
                                            "default); --strength is ltx2_image's img2img");
     // Where the prompt comes from: text (the checkpoint's Gemma-3 encodes it) or a --prompt-embeds file.
     r.prompt = model::PromptSource::of(run, r.w);
     if (r.prompt.encode_only)
         for (const char * k : {"workload.width", "workload.height", "workload.frames", "workload.fps", "workload.steps",
-                               "workload.sigmas", "workload.images"})
+                               "workload.sigmas", "workload.images", "cache.kind"})
             run.refuse_if_set(k, "ddo-host encode only encodes the prompt; give it to the run that uses the embeddings");
     r.max_sequence_length = max_sequence_length(run, "LTX2Pipeline");
     if (r.w.num_images != 1)
@@ -324,6 +329,15 @@ RunPlan plan_run(model::ModelRun & run, const Request & r, const VideoModel & m)
     p.vae_choice = choose_video_vae_strategy(p.vae, m.vae, m.vae_config, 1, p.clip.frames, p.clip.width,
                                              p.clip.height, r.w.dtype, p.vae.vae_tiles.temporal_frames);
     if (!r.prompt.encode_only) plan_stages(run, r, m, p);
+    // cache.* checked now (a refused setting before anything loads); the denoising loop runs through it. Keyframe
+    // conditions (LTX2ConditionPipeline: appended keyframe tokens) have no hook fixture yet: refused.
+    if (!r.prompt.encode_only) {
+        if (p.conditions.pipeline == ClipConditions::Pipeline::condition)
+            run.refuse_step_cache("keyframe conditions (workload.images: an image past frame 0, or several images; "
+                                  "LTX2ConditionPipeline) are not implemented with a step cache; one still on frame 0 "
+                                  "(image-to-video) is");
+        p.guidance.ds.step_cache = run.step_cache(int(p.sampling.sigmas.size()));
+    }
     // LTX2Pipeline's decode noise is reproduced where ddo carries the pipeline's generator as the reference does: a
     // text-to-video run (Note [LTX-2 decode noise]).
     if (p.guidance.decode_noise() && (p.conditions.any() || p.two_stage))
@@ -753,7 +767,8 @@ DecodeOnlyRequest resolve_decode_only(model::ModelRun & run) {
         throw UsageError(what + ": a decode-only run takes no " +
                          std::string(run.prompt_embeds().empty() ? "--latents" : "--prompt-embeds") +
                          " (the latents file holds the denoised clip); drop it");
-    for (const char * k : {"workload.prompt", "workload.negative_prompt", "workload.sigmas", "workload.guidance_scale"})
+    for (const char * k : {"workload.prompt", "workload.negative_prompt", "workload.sigmas", "workload.guidance_scale",
+                           "cache.kind"})
         run.refuse_if_set(k, what + " decodes the file only (its denoising is done); drop it");
     DecodeOnlyRequest r{read_latents_file(file), {}, {}, 0, std::nullopt};
     const auto & lw = r.l.workload;

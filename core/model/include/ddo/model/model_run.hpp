@@ -196,6 +196,9 @@ public:
     // of each pass go into the next step()'s report entry (steps[].cache), its summary into the report's step_cache.
     // Owned by the run; one per run (a second call returns the same cache, reset, for a new generation).
     StepCache * step_cache(int steps);
+    // A configuration of an accepting plugin that cannot run with the step cache (a two-stage run, say): UsageError
+    // (exit 2) naming cache.kind and `why` when it is set to another kind than off.
+    void refuse_step_cache(const std::string & why) const;
     // After the denoising loop: records the summary; a mag calibration writes mag_ratios.toml (a preset to inherit:
     // [cache] kind = "mag", mag_ratios = the first branch's ratios) and records it in the outputs.
     void finish_step_cache();

@@ -1,0 +1,147 @@
+// ddo-host --cache on ltx2_image (issue 41, Note [Step caching]), on the step-cache parity fixtures
+// (tools/reference/ltx2_image_cache_fixtures.py: 20 steps, CFG 3, diffusers' hooks, one cache context "cond_uncond"
+// for the guidance batch): the per-step pattern of the whole CLI path equals the hook's, the report carries every pass
+// (steps[].extra.cache) and the summary (step_cache), the engine skips what the cache skips on the disk route, a
+// MagCache calibration writes mag_ratios.toml that a preset run takes, and the refused settings exit 2 naming the key
+// with the report written.
+#include <gtest/gtest.h>
+
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <map>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "e2e/host_run.hpp"
+
+namespace fs = std::filesystem;
+using ddo::test::quoted;
+using nlohmann::json;
+
+namespace {
+
+const fs::path kDir = LTX2_IMAGE_CACHE_FIXTURE_DIR;
+const char * kBranch = "cond_uncond";
+
+json reference() {
+    std::ifstream in(kDir / "reference.json");
+    return json::parse(in);
+}
+
+std::string base_args(int steps = 20) {
+    const auto r = reference();
+    const auto & s = r.at("runs").at("off").at("settings");
+    return "--plugin ltx2_image --model " + quoted(kDir / "checkpoint") + " --prompt-embeds " +
+           quoted(kDir / "prompt_embeds.safetensors") + " --seed " + std::to_string(r.at("seed").get<int>()) +
+           " --steps " + std::to_string(steps) + " --width " + std::to_string(r.at("width").get<int>()) +
+           " --height " + std::to_string(r.at("height").get<int>()) + " --cfg-scale " +
+           json(s.at("guidance_scale")).dump() + " --set plugin.ltx2_image.guidance_rescale=" +
+           json(s.at("guidance_rescale")).dump() + " --set plugin.ltx2_image.pag_scale=0";
+}
+
+std::map<std::string, std::string> pattern_of(const json & report) {
+    std::map<std::string, std::string> out;
+    for (const auto & s : report.at("steps")) {
+        if (!s.at("extra").contains("cache")) continue;
+        for (const auto & r : s.at("extra").at("cache"))
+            out[r.at("branch").get<std::string>()] += r.at("computed").get<bool>() ? 'C' : 'R';
+    }
+    return out;
+}
+
+void expect_refused(const std::string & tag, const std::string & args, const std::string & key) {
+    const auto r = ddo::test::run_ddo_host("ltx2_image_cache_bad_" + tag, args);
+    EXPECT_EQ(r.exit_code, 2) << tag << "\n" << r.log;
+    EXPECT_NE(r.log.find(key), std::string::npos) << tag << ": the error does not name " << key << "\n" << r.log;
+    ASSERT_TRUE(r.report.is_object()) << tag << ": no report was written\n" << r.log;
+    EXPECT_EQ(r.report.value("exit_code", json()).dump(), "2") << tag << " " << r.report.value("status", json()).dump();
+}
+
+}  // namespace
+
+TEST(Ltx2ImageCache, FirstBlockThroughTheHostReusesWhatTheHookReusesAndSkipsTheStreaming) {
+    const auto ref = reference().at("runs").at("fbc_hi");
+    const auto r = ddo::test::run_ddo_host(
+        "ltx2_image_cache_fbc", base_args() + " --cache first_block --set cache.threshold=" +
+                                    json(ref.at("params").at("threshold")).dump() +
+                                    " --set components.transformer.route=disk");
+    ASSERT_EQ(r.exit_code, 0) << r.log;
+    const auto pattern = pattern_of(r.report);
+    ASSERT_EQ(pattern.size(), 1u) << "one branch: the guidance batch is one forward";
+    EXPECT_EQ(pattern.at(kBranch), ref.at("pattern_string").at(kBranch).get<std::string>());
+    const auto & sc = r.report.at("step_cache");
+    EXPECT_EQ(sc.at("kind"), "first_block");
+    EXPECT_EQ(sc.at("passes").get<int>(), 20);
+    EXPECT_TRUE(sc.at("fired").get<bool>());
+    EXPECT_LT(sc.at("computed_block_fraction").get<double>(), 1.0);
+    const auto & c = r.report.at("counters").at("transformer").at("engine").at("counters");
+    EXPECT_GT(c.at("bytes_skipped").get<uint64_t>(), 0u) << c.dump();
+    EXPECT_EQ(c.at("bytes_skipped").get<uint64_t>(), sc.at("bytes_not_streamed").get<uint64_t>()) << sc.dump();
+    const auto off = ddo::test::run_ddo_host("ltx2_image_cache_off", base_args() + " --set components.transformer.route=disk");
+    ASSERT_EQ(off.exit_code, 0) << off.log;
+    EXPECT_TRUE(off.report.at("step_cache").is_null());
+    const auto & c_off = off.report.at("counters").at("transformer").at("engine").at("counters");
+    EXPECT_LT(c.at("bytes_moved").at("file").get<uint64_t>(), c_off.at("bytes_moved").at("file").get<uint64_t>())
+        << c.dump() << "\n" << c_off.dump();
+    std::cout << "[ disk      ] cache " << c.at("bytes_moved").dump() << " vs off " << c_off.at("bytes_moved").dump()
+              << "; computed fraction " << sc.at("computed_block_fraction") << "\n";
+}
+
+TEST(Ltx2ImageCache, MagCalibrationWritesRatiosThatAPresetRunTakes) {
+    const auto ref = reference().at("runs");
+    std::string toml;
+    const auto cal = ddo::test::run_ddo_host("ltx2_image_cache_calibrate",
+                                             base_args() + " --cache mag --set cache.calibrate=true",
+                                             [&](const fs::path & dir) {
+                                                 std::ifstream in(dir / "mag_ratios.toml");
+                                                 toml.assign(std::istreambuf_iterator<char>(in), {});
+                                             });
+    ASSERT_EQ(cal.exit_code, 0) << cal.log;
+    ASSERT_FALSE(toml.empty()) << "no mag_ratios.toml";
+    EXPECT_EQ(pattern_of(cal.report).at(kBranch), std::string(20, 'C'));
+    const auto ours = cal.report.at("step_cache").at("calibration").at(kBranch).get<std::vector<double>>();
+    const auto theirs = ref.at("mag_calibrate").at("calibration").at(kBranch).get<std::vector<double>>();
+    ASSERT_EQ(ours.size(), theirs.size());
+    for (size_t i = 0; i < ours.size(); ++i) EXPECT_NEAR(ours[i], theirs[i], 1e-5 * std::abs(theirs[i])) << i;
+    const fs::path preset = fs::temp_directory_path() / ("ddo_ltx2_cache_preset_" + std::to_string(::getpid()) + ".toml");
+    std::ofstream(preset) << toml;
+    const auto mag = ref.at("mag_hi");
+    const auto run = ddo::test::run_ddo_host("ltx2_image_cache_mag",
+                                             base_args() + " --preset " + quoted(preset) + " --set cache.threshold=" +
+                                                 json(mag.at("params").at("threshold")).dump());
+    fs::remove(preset);
+    ASSERT_EQ(run.exit_code, 0) << run.log;
+    EXPECT_EQ(pattern_of(run.report).at(kBranch), mag.at("pattern_string").at(kBranch).get<std::string>());
+    EXPECT_EQ(run.report.at("step_cache").at("kind"), "mag");
+}
+
+// Img2img runs the same loop on the strength's kept steps: the cache runs on those (20 steps at strength 0.6 keep 12,
+// above cache.min_steps), one pass per kept step, and reuses some. No hook fixture covers img2img (the reference's
+// loop is the same; Note [Step caching], LTX-2): this checks the plumbing, not the numbers.
+TEST(Ltx2ImageCache, Img2ImgRunsTheCacheOnTheKeptSteps) {
+    const auto ref = reference().at("runs").at("fbc_hi");
+    const auto r = ddo::test::run_ddo_host(
+        "ltx2_image_cache_img2img", base_args() + " --image " + quoted(fs::path(LTX2_IMAGE_IMG2IMG_FIXTURE_DIR) / "input.png") +
+                                        " --strength 0.6 --cache first_block --set cache.threshold=" +
+                                        json(ref.at("params").at("threshold")).dump());
+    ASSERT_EQ(r.exit_code, 0) << r.log;
+    const auto & sc = r.report.at("step_cache");
+    EXPECT_EQ(sc.at("steps").get<int>(), 12) << sc.dump();
+    EXPECT_EQ(sc.at("passes").get<int>(), 12) << sc.dump();
+    EXPECT_EQ(pattern_of(r.report).at(kBranch).size(), 12u);
+    std::cout << "[ img2img   ] " << pattern_of(r.report).at(kBranch) << "\n";
+}
+
+TEST(Ltx2ImageCache, RefusedSettingsExitTwoNamingTheKeyWithTheReportWritten) {
+    // The plugin's default 8 steps (the distilled schedule) are below cache.min_steps.
+    expect_refused("few_steps", base_args(8) + " --cache first_block", "cache.min_steps");
+    expect_refused("mag_without_ratios", base_args() + " --cache mag", "cache.mag_ratios");
+    expect_refused("unknown_kind", base_args() + " --cache teacache", "cache.kind");
+    const auto allowed = ddo::test::run_ddo_host("ltx2_image_cache_few_allowed",
+                                                 base_args(8) + " --cache first_block --set cache.allow_few_steps=true");
+    EXPECT_EQ(allowed.exit_code, 0) << allowed.log;
+}

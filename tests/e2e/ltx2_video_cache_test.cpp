@@ -1,0 +1,136 @@
+// ddo-host --cache on ltx2_video (issue 41, Note [Step caching]), on the step-cache parity fixtures
+// (tools/reference/ltx2_video_cache_fixtures.py: LTX2Pipeline with diffusers' hooks, 20 steps, CFG + STG + modality
+// isolation, contexts "cond_uncond", "uncond_stg", "uncond_modality"): the per-step pattern of every context through
+// the whole CLI path equals the hook's, the engine skips what the cache skips on the disk route, image-to-video equals
+// the hooks on LTX2ImageToVideoPipeline (pattern and latents), and the settings the plugin does not implement with a
+// cache (two-stage, keyframe conditions) exit 2 naming the key, the report written.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <map>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include <unistd.h>
+
+#include <ATen/ATen.h>
+
+#include "ddo/model/tensor_file.hpp"
+#include "e2e/host_run.hpp"
+
+namespace fs = std::filesystem;
+using ddo::test::quoted;
+using nlohmann::json;
+
+namespace {
+
+const fs::path kDir = LTX2_VIDEO_CACHE_FIXTURE_DIR;
+
+json reference() {
+    std::ifstream in(kDir / "reference.json");
+    return json::parse(in);
+}
+
+// The fixture's settings as ddo-host flags (the plugin's defaults are LTX2Pipeline's: STG 1, modality 3, rescale 0.7,
+// audio STG 1 / modality 3 / rescale 0.7, use_cross_timestep).
+std::string base_args(int steps = 0) {
+    const auto r = reference();
+    const auto & s = r.at("settings");
+    return "--plugin ltx2 --model " + quoted(kDir / "checkpoint") + " --prompt-embeds " +
+           quoted(kDir / "prompt_embeds.safetensors") + " --width " + std::to_string(s.at("width").get<int>()) +
+           " --height " + std::to_string(s.at("height").get<int>()) + " --frames " +
+           std::to_string(s.at("num_frames").get<int>()) + " --fps " + json(s.at("frame_rate")).dump() + " --steps " +
+           std::to_string(steps ? steps : r.at("steps").get<int>()) + " --cfg-scale " + json(s.at("guidance_scale")).dump() +
+           " --set 'plugin.ltx2_video.stg_blocks=" + s.at("spatio_temporal_guidance_blocks").dump() + "'" +
+           " --set plugin.ltx2_video.audio_guidance_scale=" + json(s.at("audio_guidance_scale")).dump();
+}
+
+std::map<std::string, std::string> pattern_of(const json & report) {
+    std::map<std::string, std::string> out;
+    for (const auto & s : report.at("steps")) {
+        if (!s.at("extra").contains("cache")) continue;
+        for (const auto & r : s.at("extra").at("cache"))
+            out[r.at("branch").get<std::string>()] += r.at("computed").get<bool>() ? 'C' : 'R';
+    }
+    return out;
+}
+
+void expect_refused(const std::string & tag, const std::string & args, const std::string & key) {
+    const auto r = ddo::test::run_ddo_host("ltx2_video_cache_bad_" + tag, args);
+    EXPECT_EQ(r.exit_code, 2) << tag << "\n" << r.log;
+    EXPECT_NE(r.log.find(key), std::string::npos) << tag << ": the error does not name " << key << "\n" << r.log;
+    ASSERT_TRUE(r.report.is_object()) << tag << ": no report was written\n" << r.log;
+    EXPECT_EQ(r.report.value("exit_code", json()).dump(), "2") << tag << " " << r.report.value("status", json()).dump();
+}
+
+}  // namespace
+
+TEST(Ltx2VideoCache, FirstBlockThroughTheHostReusesWhatTheHookReusesInEveryContext) {
+    const auto ref = reference().at("runs").at("fbc_hi");
+    const auto r = ddo::test::run_ddo_host(
+        "ltx2_video_cache_fbc", base_args() + " --cache first_block --set cache.threshold=" +
+                                    json(ref.at("params").at("threshold")).dump() +
+                                    " --set components.transformer.route=disk");
+    ASSERT_EQ(r.exit_code, 0) << r.log;
+    const auto pattern = pattern_of(r.report);
+    for (const auto & b : reference().at("cache_contexts"))
+        EXPECT_EQ(pattern.at(b.get<std::string>()), ref.at("pattern_string").at(b.get<std::string>()).get<std::string>())
+            << b;
+    const auto & sc = r.report.at("step_cache");
+    EXPECT_EQ(sc.at("kind"), "first_block");
+    EXPECT_EQ(sc.at("passes").get<int>(), 60);
+    EXPECT_TRUE(sc.at("fired").get<bool>());
+    const auto & c = r.report.at("counters").at("transformer").at("engine").at("counters");
+    EXPECT_GT(c.at("bytes_skipped").get<uint64_t>(), 0u) << c.dump();
+    EXPECT_EQ(c.at("bytes_skipped").get<uint64_t>(), sc.at("bytes_not_streamed").get<uint64_t>()) << sc.dump();
+    std::cout << "[ disk      ] cache " << c.at("bytes_moved").dump() << "; computed fraction "
+              << sc.at("computed_block_fraction") << "\n";
+}
+
+// Image-to-video (LTX2ImageToVideoPipeline: the still as latent frame 0, same cache contexts): the pattern of every
+// context and the latents (--save-latents: de-normalised, as the pipeline's output_type="latent") equal the hooks'.
+TEST(Ltx2VideoCache, ImageToVideoEqualsTheHooks) {
+    for (const std::string name : {"i2v_fbc_hi", "i2v_mag_hi"}) {
+        const auto ref = reference().at("runs").at(name);
+        const auto & p = ref.at("params");
+        std::string cache = " --cache first_block --set cache.threshold=" + json(p.at("threshold")).dump();
+        if (ref.at("kind") == "mag_cache")
+            cache = " --cache mag --set cache.threshold=" + json(p.at("threshold")).dump() + " --set 'cache.mag_ratios=" +
+                    p.at("mag_ratios").dump() + "'";
+        const fs::path latents = fs::temp_directory_path() / ("ddo_ltx2_cache_" + name + "_" + std::to_string(::getpid()) +
+                                                              ".safetensors");
+        fs::remove(latents);
+        const auto r = ddo::test::run_ddo_host("ltx2_video_cache_" + name, base_args() + " --image " +
+                                                   quoted(kDir / "still.png") + " --set plugin.ltx2_video.image_crf=0" + cache +
+                                                   " --save-latents " +
+                                                   quoted(latents));
+        ASSERT_EQ(r.exit_code, 0) << r.log;
+        const auto pattern = pattern_of(r.report);
+        for (const auto & b : reference().at("cache_contexts"))
+            EXPECT_EQ(pattern.at(b.get<std::string>()), ref.at("pattern_string").at(b.get<std::string>()).get<std::string>())
+                << name << " " << b;
+        const auto got = ddo::model::TensorFile::open_file(latents);
+        const auto want = ddo::model::TensorFile::open_file(kDir / "pipeline.safetensors");
+        const double ev = (got.read("video_latents")[0].to(at::kDouble) - want.read(name + ".latents").to(at::kDouble))
+                              .abs().max().item<double>();
+        const double ea = (got.read("audio_latents")[0].to(at::kDouble) -
+                           want.read(name + ".audio_latents").to(at::kDouble)).abs().max().item<double>();
+        EXPECT_LE(ev, 1e-4) << name;
+        EXPECT_LE(ea, 1e-4) << name;
+        std::cout << "[ i2v       ] " << name << " " << pattern.at("cond_uncond") << ": video latents max abs error " << ev
+                  << ", audio " << ea << " (tolerance 1e-4)\n";
+        fs::remove(latents);
+    }
+}
+
+TEST(Ltx2VideoCache, TwoStageAndKeyframesAreRefusedNamingTheKey) {
+    expect_refused("two_stage", base_args() + " --cache first_block --set plugin.ltx2_video.upsampler=" +
+                                    quoted(kDir / "checkpoint"),
+                   "plugin.ltx2_video.upsampler");
+    expect_refused("keyframe", base_args() + " --cache first_block --image " + quoted(kDir / "keyframe.png") + "@3",
+                   "workload.images");
+    expect_refused("few_steps", base_args(8) + " --cache first_block", "cache.min_steps");
+}

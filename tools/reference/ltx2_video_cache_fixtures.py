@@ -1,0 +1,355 @@
+#!/usr/bin/env python3
+"""Pipeline parity fixtures for ltx2_video step caching: FirstBlockCache and MagCache (diffusers 0.42.1 hooks) on
+diffusers' own LTX2Pipeline.
+
+Usage: ltx2_video_cache_fixtures.py OUT_DIR [--probe]
+
+The tiny LTX-2.3 pipeline of ltx2_pipeline_fixtures.py (its builders, same seeds, fp32, CPU) with NUM_LAYERS = 4
+transformer blocks instead of 2 (the hooks take the first block as the head, the last as the tail, the ones between
+as pass-throughs), run with CFG 3, STG 1 on block 1 and modality isolation 3 (rescale 0.7; audio 7 / 1 / 3 / 0.7),
+20 linspace steps, from ltx2_pipeline_fixtures' prompt embeddings.
+
+Cache contexts: LTX2Pipeline calls the transformer under cache_context("cond_uncond") for the guidance batch
+[neg; pos] (ONE forward, so ONE hook state whose first-block signal covers both samples), then
+cache_context("uncond_stg") and cache_context("uncond_modality") for the extra passes: three states, each
+deciding on its own.
+
+Registration, and why through a thin wrapper: LTX2VideoTransformerBlock is not in diffusers' TransformerBlockRegistry
+("not registered"). It is DUAL-stream: forward(hidden_states (video), audio_hidden_states, encoder_hidden_states
+(the TEXT), audio_encoder_hidden_states, ...) -> (hidden_states, audio_hidden_states). The hooks read the second
+stream by the argument name "encoder_hidden_states" (TransformerBlockMetadata._get_parameter_from_args_kwargs), so
+registering the class itself with (return_hidden_states_index=0, return_encoder_hidden_states_index=1) would make a
+skipped block return the TEXT in place of the audio stream (and MagCache's reused pass too): wrong, and not what the
+block has. This script therefore puts a thin wrapper around each block, HookedBlock, whose forward names the streams
+as the hooks expect -- forward(hidden_states=video, encoder_hidden_states=AUDIO, text_hidden_states=text, ...) -- and
+only renames the arguments before calling the real block; the transformer's block list holds adapters that call the
+wrappers with the renamed arguments. HookedBlock is registered with
+    TransformerBlockMetadata(return_hidden_states_index=0, return_encoder_hidden_states_index=1,
+                             hidden_states_argument_name="hidden_states")
+and the hooks are applied with diffusers' own apply_first_block_cache / apply_mag_cache to the list of wrappers: the
+math (signal, residuals, decisions, MagCache's accumulation) is diffusers' hooks', unchanged. The script asserts that
+the pipeline through the wrappers without a cache equals the plain pipeline bit for bit.
+
+Runs: off, fbc_lo / fbc_hi (FirstBlockCacheConfig at two thresholds), mag_calibrate (MagCacheConfig(calibrate=True):
+equal to off bit for bit, asserted), mag / mag_hi (the cond_uncond context's calibrated ratios at two thresholds);
+image-to-video (LTX2ImageToVideoPipeline, still.png of ltx2_conditioning_fixtures.images() as latent frame 0,
+image_crf 0): i2v_off, i2v_fbc_hi (fbc_hi's threshold), i2v_mag_hi (mag_hi's parameters).
+No threshold lies within 1e-3 (relative) of a value compared with it (asserted).
+
+Files written:
+  checkpoint/                 the LTX-2.3 tiny checkpoint (save_pretrained), NUM_LAYERS blocks
+  prompt_embeds.safetensors   ltx2_pipeline_fixtures.prompt_embeds()
+  still.png, keyframe.png     ltx2_conditioning_fixtures.images() (the i2v runs take still.png)
+  pipeline.safetensors        "<run>.latents" (de-normalised [C, F', H', W'], output_type="latent") and
+                              "<run>.audio_latents" (de-normalised [C, L, M])
+  reference.json              written last: versions, settings, seed, runs (kind, params, pattern per context,
+                              signals, calibration)
+"""
+
+import contextlib
+import copy
+import io
+import json
+import os
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+import torch.nn as nn
+from safetensors.torch import save_file
+
+import diffusers
+from diffusers import (FlowMatchEulerDiscreteScheduler, LTX2ImageToVideoPipeline, LTX2Pipeline,
+                       LTX2VideoTransformer3DModel)
+from diffusers.hooks import FirstBlockCacheConfig, MagCacheConfig
+from diffusers.hooks._helpers import TransformerBlockMetadata, TransformerBlockRegistry
+from diffusers.hooks.first_block_cache import FBCHeadBlockHook, apply_first_block_cache
+from diffusers.hooks.mag_cache import MagCacheBlockHook, MagCacheHeadHook, apply_mag_cache
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import ltx2_conditioning_fixtures as cf  # noqa: E402
+import ltx2_pipeline_fixtures as pl  # noqa: E402
+
+SEED = pl.SEED
+STEPS = 20
+NUM_LAYERS = 4
+BRANCHES = ("cond_uncond", "uncond_stg", "uncond_modality")
+MARGIN = 1e-3
+SETTINGS = dict(pl.GUIDED, num_inference_steps=STEPS)
+SETTINGS.pop("sigmas")
+FBC_THRESHOLDS = {"fbc_lo": 0.11, "fbc_hi": 0.17}
+MAG_THRESHOLDS = {"mag": 0.06, "mag_hi": 0.2}
+MAG_MAX_SKIP_STEPS = 3
+MAG_RETENTION_RATIO = 0.2
+
+BLOCK_METADATA = dict(return_hidden_states_index=0, return_encoder_hidden_states_index=1,
+                      hidden_states_argument_name="hidden_states")
+
+
+class HookedBlock(nn.Module):
+    """LTX2VideoTransformerBlock with its streams named as the cache hooks read them (module docstring)."""
+
+    def __init__(self, block):
+        super().__init__()
+        self.block = block
+
+    def forward(self, hidden_states, encoder_hidden_states, text_hidden_states, **kwargs):
+        return self.block(hidden_states=hidden_states, audio_hidden_states=encoder_hidden_states,
+                          encoder_hidden_states=text_hidden_states, **kwargs)
+
+
+class Adapter(nn.Module):
+    """What the transformer's block list holds: the transformer's call renamed for HookedBlock."""
+
+    def __init__(self, hooked):
+        super().__init__()
+        self.hooked = hooked
+
+    def forward(self, hidden_states, audio_hidden_states, encoder_hidden_states, **kwargs):
+        return self.hooked(hidden_states=hidden_states, encoder_hidden_states=audio_hidden_states,
+                           text_hidden_states=encoder_hidden_states, **kwargs)
+
+
+class Holder(nn.Module):
+    """The module the hooks are applied to: its `transformer_blocks` are the wrappers, in order."""
+
+    def __init__(self, hooked):
+        super().__init__()
+        self.transformer_blocks = nn.ModuleList(hooked)
+
+
+class Recorder:
+    def __init__(self):
+        self.pattern = {b: [] for b in BRANCHES}
+        self.fbc_signal = {b: [] for b in BRANCHES}
+        self.mag_err_compared = {b: [] for b in BRANCHES}
+        self.mag_err_after = {b: [] for b in BRANCHES}
+        self.calibration = {b: [] for b in BRANCHES}
+
+
+REC = None
+
+
+def install_hook_probes():
+    TransformerBlockRegistry.register(HookedBlock, TransformerBlockMetadata(**BLOCK_METADATA))
+
+    fbc_should = FBCHeadBlockHook._should_compute_remaining_blocks
+
+    def fbc_should_probe(self, hidden_states_residual):
+        state = self.state_manager.get_state()
+        name = self.state_manager.context.name
+        prev = state.head_block_residual
+        diff = None
+        if prev is not None:
+            diff = ((hidden_states_residual - prev).abs().mean() / prev.abs().mean()).item()
+        result = fbc_should(self, hidden_states_residual)
+        assert result == (diff is None or diff > self.threshold), (name, diff, self.threshold, result)
+        REC.pattern[name].append(bool(result))
+        REC.fbc_signal[name].append(diff)
+        return result
+
+    FBCHeadBlockHook._should_compute_remaining_blocks = fbc_should_probe
+
+    mag_head = MagCacheHeadHook.new_forward
+
+    def mag_head_probe(self, module, *args, **kwargs):
+        name = self.state_manager.context.name
+        state = self.state_manager.get_state()
+        cfg = self.config
+        compared = None
+        if not cfg.calibrate:
+            step = state.step_index
+            retention_step = int(cfg.retention_ratio * cfg.num_inference_steps + 0.5)
+            if step >= retention_step:
+                scale = cfg.mag_ratios[step] if step < len(cfg.mag_ratios) else 1.0
+                ratio = state.accumulated_ratio * scale
+                compared = float(state.accumulated_err + abs(1.0 - ratio))
+        out = mag_head(self, module, *args, **kwargs)
+        REC.pattern[name].append(bool(state.should_compute))
+        REC.mag_err_compared[name].append(compared)
+        REC.mag_err_after[name].append(float(state.accumulated_err))
+        return out
+
+    MagCacheHeadHook.new_forward = mag_head_probe
+
+    mag_calibrate = MagCacheBlockHook._perform_calibration_step
+
+    def mag_calibrate_probe(self, state, current_residual):
+        mag_calibrate(self, state, current_residual)
+        REC.calibration[self.state_manager.context.name].append(float(state.calibration_ratios[-1]))
+
+    MagCacheBlockHook._perform_calibration_step = mag_calibrate_probe
+
+
+def build_transformer():
+    """ltx2_pipeline_fixtures.transformer(v23=True) with NUM_LAYERS blocks (the same constructor arguments)."""
+    torch.manual_seed(0)
+    return LTX2VideoTransformer3DModel(
+        in_channels=4, out_channels=4, patch_size=1, patch_size_t=1, num_attention_heads=2, attention_head_dim=8,
+        cross_attention_dim=16, audio_in_channels=4, audio_out_channels=4, audio_num_attention_heads=2,
+        audio_attention_head_dim=4, audio_cross_attention_dim=8, num_layers=NUM_LAYERS, qk_norm="rms_norm_across_heads",
+        caption_channels=pl.CAPTION, rope_double_precision=False, rope_type="split", gated_attn=True,
+        cross_attn_mod=True, audio_gated_attn=True, audio_cross_attn_mod=True, use_prompt_embeddings=False,
+        perturbed_attn=True)
+
+
+def make_pipeline(base, wrap, cache_config=None, cls=LTX2Pipeline):
+    """A pipeline on a copy of `base`'s transformer; `wrap`: its blocks through HookedBlock (with the cache)."""
+    tr = copy.deepcopy(base.transformer)
+    if wrap:
+        hooked = [HookedBlock(b) for b in tr.transformer_blocks]
+        holder = Holder(hooked)
+        tr.transformer_blocks = nn.ModuleList([Adapter(h) for h in hooked])
+        if isinstance(cache_config, FirstBlockCacheConfig):
+            apply_first_block_cache(holder, cache_config)
+        elif isinstance(cache_config, MagCacheConfig):
+            apply_mag_cache(holder, cache_config)
+        tr._ddo_holder = [holder]  # kept alive beside the transformer (not a submodule)
+    pipe = cls(scheduler=FlowMatchEulerDiscreteScheduler(), vae=base.vae, audio_vae=base.audio_vae,
+                        text_encoder=None, tokenizer=None, connectors=base.connectors, transformer=tr,
+                        vocoder=base.vocoder)
+    pipe.set_progress_bar_config(disable=True)
+    return pipe
+
+
+def run(base, embeds, cache_config, wrap=True, still=None):
+    """One seeded call (output_type="latent"); `still`: LTX2ImageToVideoPipeline with it as latent frame 0 (image_crf
+    0, as ltx2_conditioning_fixtures' i2v cases)."""
+    global REC
+    REC = Recorder()
+    cls = LTX2Pipeline if still is None else LTX2ImageToVideoPipeline
+    pipe = make_pipeline(base, wrap, cache_config, cls)
+    extra = {} if still is None else dict(image=still, image_crf=0)
+    with torch.no_grad():
+        lat = pipe(**embeds, **SETTINGS, **extra, generator=torch.Generator().manual_seed(SEED), output_type="latent")
+    rec, REC = REC, None
+    return lat.frames[0].contiguous(), lat.audio[0].contiguous(), rec
+
+
+def pattern_string(flags):
+    return "".join("C" if f else "R" for f in flags)
+
+
+def check_margin(label, threshold, values):
+    for v in values:
+        if v is not None:
+            assert abs(v - threshold) > MARGIN * abs(threshold), \
+                f"{label}: threshold {threshold} within {MARGIN} (relative) of the value {v} compared with it"
+
+
+def main():
+    out = Path(sys.argv[1])
+    probe = "--probe" in sys.argv
+    out.mkdir(parents=True, exist_ok=True)
+    torch.set_num_threads(min(2, os.cpu_count() or 1))
+    torch.use_deterministic_algorithms(True)
+    started = time.monotonic()
+    install_hook_probes()
+    base = pl.pipeline(True)
+    base.transformer = build_transformer().eval()
+    base.save_pretrained(out / "checkpoint")
+    embeds = pl.prompt_embeds()
+    save_file({k: v.contiguous() for k, v in embeds.items()}, out / "prompt_embeds.safetensors")
+
+    tensors, runs = {}, {}
+    plain_v, plain_a, _ = run(base, embeds, None, wrap=False)
+    v, a, _ = run(base, embeds, None, wrap=True)
+    assert torch.equal(v, plain_v) and torch.equal(a, plain_a), "the HookedBlock wrappers changed the pipeline"
+    tensors["off.latents"], tensors["off.audio_latents"] = v, a
+    runs["off"] = {"kind": "none", "params": {}}
+
+    if probe:
+        _, _, rec = run(base, embeds, FirstBlockCacheConfig(threshold=0.0))
+        for b in BRANCHES:
+            print(b, "fbc signals", [None if x is None else round(x, 4) for x in rec.fbc_signal[b]])
+        with contextlib.redirect_stdout(io.StringIO()):
+            _, _, rec = run(base, embeds, MagCacheConfig(calibrate=True, num_inference_steps=STEPS))
+        for b in BRANCHES:
+            print(b, "mag calibration", [round(x, 4) for x in rec.calibration[b]])
+        return 0
+
+    for name, threshold in FBC_THRESHOLDS.items():
+        v, a, rec = run(base, embeds, FirstBlockCacheConfig(threshold=threshold))
+        for b in BRANCHES:
+            assert len(rec.pattern[b]) == STEPS, (name, b, rec.pattern[b])
+            check_margin(f"{name}/{b}", threshold, rec.fbc_signal[b])
+        assert any(not f for b in BRANCHES for f in rec.pattern[b]), f"{name} reused nothing"
+        tensors[f"{name}.latents"], tensors[f"{name}.audio_latents"] = v, a
+        runs[name] = {"kind": "first_block_cache", "params": {"threshold": threshold}, "pattern": rec.pattern,
+                      "signals": {"relative_l1": rec.fbc_signal}}
+
+    mag_common = dict(num_inference_steps=STEPS)
+    with contextlib.redirect_stdout(io.StringIO()):
+        v, a, rec = run(base, embeds, MagCacheConfig(calibrate=True, **mag_common))
+    assert torch.equal(v, tensors["off.latents"]) and torch.equal(a, tensors["off.audio_latents"]), \
+        "MagCache calibration changed the latents"
+    for b in BRANCHES:
+        assert rec.pattern[b] == [True] * STEPS, (b, rec.pattern[b])
+        assert len(rec.calibration[b]) == STEPS and rec.calibration[b][0] == 1.0, (b, rec.calibration[b])
+    calibration = rec.calibration
+    tensors["mag_calibrate.latents"], tensors["mag_calibrate.audio_latents"] = v, a
+    runs["mag_calibrate"] = {"kind": "mag_cache", "params": {"calibrate": True, **mag_common}, "pattern": rec.pattern,
+                             "calibration": calibration}
+
+    mag_ratios = calibration["cond_uncond"]
+    for name, threshold in MAG_THRESHOLDS.items():
+        params = dict(mag_ratios=list(mag_ratios), threshold=threshold, max_skip_steps=MAG_MAX_SKIP_STEPS,
+                      retention_ratio=MAG_RETENTION_RATIO, **mag_common)
+        v, a, rec = run(base, embeds, MagCacheConfig(**params))
+        for b in BRANCHES:
+            assert len(rec.pattern[b]) == STEPS, (name, b, rec.pattern[b])
+            check_margin(f"{name}/{b}", threshold, rec.mag_err_compared[b])
+        assert any(not f for f in rec.pattern["cond_uncond"]), f"{name} reused nothing"
+        tensors[f"{name}.latents"], tensors[f"{name}.audio_latents"] = v, a
+        runs[name] = {"kind": "mag_cache", "params": params, "mag_ratios_from": "mag_calibrate.calibration.cond_uncond",
+                      "pattern": rec.pattern,
+                      "signals": {"accumulated_err_compared": rec.mag_err_compared,
+                                  "accumulated_err_after": rec.mag_err_after}}
+
+    # Image-to-video (LTX2ImageToVideoPipeline, the same cache contexts): still.png of ltx2_conditioning_fixtures as
+    # latent frame 0; uncached (wrapped == plain asserted), FirstBlockCache at fbc_hi's threshold, MagCache at mag_hi's.
+    still, _ = cf.images(out)
+    plain_v, plain_a, _ = run(base, embeds, None, wrap=False, still=still)
+    v, a, _ = run(base, embeds, None, still=still)
+    assert torch.equal(v, plain_v) and torch.equal(a, plain_a), "the HookedBlock wrappers changed the i2v pipeline"
+    tensors["i2v_off.latents"], tensors["i2v_off.audio_latents"] = v, a
+    runs["i2v_off"] = {"kind": "none", "params": {}, "image": "still.png"}
+    for name, cfg, params in (
+            ("i2v_fbc_hi", FirstBlockCacheConfig(threshold=FBC_THRESHOLDS["fbc_hi"]),
+             {"threshold": FBC_THRESHOLDS["fbc_hi"]}),
+            ("i2v_mag_hi", MagCacheConfig(**runs["mag_hi"]["params"]), runs["mag_hi"]["params"])):
+        v, a, rec = run(base, embeds, cfg, still=still)
+        for b in BRANCHES:
+            assert len(rec.pattern[b]) == STEPS, (name, b, rec.pattern[b])
+            values = rec.fbc_signal[b] if "fbc" in name else rec.mag_err_compared[b]
+            check_margin(f"{name}/{b}", params["threshold"], values)
+        assert any(not f for f in rec.pattern["cond_uncond"]), f"{name} reused nothing"
+        tensors[f"{name}.latents"], tensors[f"{name}.audio_latents"] = v, a
+        runs[name] = {"kind": "first_block_cache" if "fbc" in name else "mag_cache", "params": params,
+                      "image": "still.png", "pattern": rec.pattern,
+                      "signals": ({"relative_l1": rec.fbc_signal} if "fbc" in name else
+                                  {"accumulated_err_compared": rec.mag_err_compared,
+                                   "accumulated_err_after": rec.mag_err_after})}
+
+    for name, r in runs.items():
+        if "pattern" in r:
+            r["pattern_string"] = {b: pattern_string(r["pattern"][b]) for b in BRANCHES}
+            r["reused_steps"] = {b: r["pattern"][b].count(False) for b in BRANCHES}
+            print(f"{name:14s} " + "  ".join(f"{b}={r['pattern_string'][b]}" for b in BRANCHES))
+    save_file(tensors, str(out / "pipeline.safetensors"))
+    ref = {"reference": "diffusers (LTX2Pipeline, blocks wrapped for the cache hooks)",
+           "reference_version": diffusers.__version__, "torch_version": torch.__version__,
+           "numpy_version": np.__version__, "seed": SEED, "dtype": "float32", "device": "cpu", "steps": STEPS,
+           "settings": SETTINGS, "num_layers": NUM_LAYERS, "cache_contexts": list(BRANCHES),
+           "block_metadata": {"class": "HookedBlock(LTX2VideoTransformerBlock)", **BLOCK_METADATA},
+           "margin": MARGIN, "pattern_legend": "true/C: the pass computed every block; false/R: reused",
+           "runs": runs}
+    (out / "reference.json").write_text(json.dumps(ref, indent=1, default=list) + "\n")
+    print(f"ltx2_video cache fixtures: diffusers {diffusers.__version__}, torch {torch.__version__} -> {out} "
+          f"({time.monotonic() - started:.1f} s after the imports)")
+
+
+if __name__ == "__main__":
+    sys.exit(main())
