@@ -167,15 +167,21 @@ TEST_F(Qi21CacheParity, EveryRouteWithTheCacheEqualsResidentBitwiseAndStreamsNoS
             // block-steps of every pass (hits + misses count the acquires).
             const uint64_t passes = records.size();
             // group_leaf: a block is several leaf groups, each skipped.
-            if (route == ddo::Route::group_leaf) EXPECT_GT(c.at("skipped_groups").get<uint64_t>(), skipped_blocks) << c.dump();
-            else EXPECT_EQ(c.at("skipped_groups").get<uint64_t>(), skipped_blocks) << c.dump();
+            if (route == ddo::Route::group_leaf) {
+                EXPECT_GT(c.at("skipped_groups").get<uint64_t>(), skipped_blocks) << c.dump();
+            } else {
+                EXPECT_EQ(c.at("skipped_groups").get<uint64_t>(), skipped_blocks) << c.dump();
+            }
             if (route != ddo::Route::group_leaf)
                 EXPECT_EQ(c.at("hits").get<uint64_t>() + c.at("misses").get<uint64_t>() + c.at("skipped_groups").get<uint64_t>(),
                           passes * uint64_t(layers))
                     << c.dump();
             const bool streams = route != ddo::Route::resident;
-            if (streams) EXPECT_GT(c.at("bytes_skipped").get<uint64_t>(), 0u) << ddo::to_string(route) << " " << c.dump();
-            else EXPECT_EQ(c.at("bytes_skipped").get<uint64_t>(), 0u) << c.dump();
+            if (streams) {
+                EXPECT_GT(c.at("bytes_skipped").get<uint64_t>(), 0u) << ddo::to_string(route) << " " << c.dump();
+            } else {
+                EXPECT_EQ(c.at("bytes_skipped").get<uint64_t>(), 0u) << c.dump();
+            }
             std::cout << "[ routes    ] " << name << " " << ddo::to_string(route) << " == resident bitwise; skipped "
                       << c.at("skipped_groups") << " groups, " << c.at("bytes_skipped") << " bytes not streamed, "
                       << c.at("bytes_moved") << " bytes moved\n";

@@ -38,6 +38,7 @@ std::string usage_error(const ddo::ResolvedSettings & s) {
 
 // Block i: x * (1.01 + 0.01 i) + 0.1 (every block changes x; block 0's residual 0.01 x + 0.1 follows the input).
 struct Stack {
+    explicit Stack(int64_t n) : blocks(n) {}
     int64_t blocks;
     std::vector<int64_t> computed, skipped;
     Streams run(StepCache & cache, const std::string & branch, int step, const at::Tensor & x) {
@@ -119,7 +120,7 @@ TEST(StepCache, FirstBlockReusesTheTailResidualAndSkipsEveryOtherBlock) {
     s.threshold = 0.5;  // the stack's block-0 residual barely changes between passes below
     s.min_steps = 1;
     StepCache cache(s, 3);
-    Stack st{4};
+    Stack st(4);
     const auto x0 = at::full({1, 3, 2}, 1.0);
     const auto out0 = st.run(cache, "cond", 0, x0).front();
     EXPECT_EQ(st.computed, (std::vector<int64_t>{0, 1, 2, 3}));
@@ -157,7 +158,7 @@ TEST(StepCache, FirstBlockThatNeverFiresSaysSo) {
     s.threshold = 0.0;
     s.min_steps = 1;
     StepCache cache(s, 3);
-    Stack st{3};
+    Stack st(3);
     for (int i = 0; i < 3; ++i) st.run(cache, "cond", i, at::full({1, 2, 2}, 1.0 + 0.5 * i));
     const auto sum = cache.summary();
     EXPECT_FALSE(sum.at("fired").get<bool>());
@@ -173,7 +174,7 @@ TEST(StepCache, MagSkipsWholeStepsByTheAccumulatedErrorAndBoundsTheRun) {
     s.retention_ratio = 0.2;            // int(0.2 * 10 + 0.5) = 2 retained steps
     s.mag_ratios = std::vector<double>(10, 0.99);  // |1 - ratio| accumulates 0.01, 0.0199, ...
     StepCache cache(s, 10);
-    Stack st{3};
+    Stack st(3);
     std::string pattern;
     for (int i = 0; i < 10; ++i) {
         const size_t before = st.computed.size();
