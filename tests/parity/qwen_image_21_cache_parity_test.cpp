@@ -172,10 +172,11 @@ TEST_F(Qi21CacheParity, EveryRouteWithTheCacheEqualsResidentBitwiseAndStreamsNoS
             } else {
                 EXPECT_EQ(c.at("skipped_groups").get<uint64_t>(), skipped_blocks) << c.dump();
             }
-            if (route != ddo::Route::group_leaf)
+            if (route != ddo::Route::group_leaf) {
                 EXPECT_EQ(c.at("hits").get<uint64_t>() + c.at("misses").get<uint64_t>() + c.at("skipped_groups").get<uint64_t>(),
                           passes * uint64_t(layers))
                     << c.dump();
+            }
             const bool streams = route != ddo::Route::resident;
             if (streams) {
                 EXPECT_GT(c.at("bytes_skipped").get<uint64_t>(), 0u) << ddo::to_string(route) << " " << c.dump();
