@@ -129,7 +129,9 @@ def run_ddo(build, ckpt, embeds, route, a, out: Path, extra):
             "bytes_streamed": sum(b for b in streamed if b is not None),
             "bytes_moved": sum(v for v in c["bytes_moved"].values() if isinstance(v, (int, float))),
             "bytes_moved_by_kind": c["bytes_moved"], "bytes_skipped": c["bytes_skipped"],
-            "skipped_groups": c["skipped_groups"],
+            "skipped_groups": c["skipped_groups"], "stall_s": c.get("stall_s"),
+            "stall_s_steps": [((s.get("extra") or {}).get("engine") or {}).get("transformer", {}).get("stall_s")
+                              for s in steps],
             "computed_fraction": 1.0 if sc is None else sc["computed_block_fraction"],
             "passes": None if sc is None else sc["passes"], "reused_passes": 0 if sc is None else sc["reused_passes"],
             "bytes_not_streamed": 0 if sc is None else sc["bytes_not_streamed"],
@@ -316,6 +318,8 @@ def main():
                    "bytes_moved_by_kind": rs[0]["bytes_moved_by_kind"],
                    "bytes_skipped": summary([x["bytes_skipped"] for x in rs]),
                    "skipped_groups": summary([x["skipped_groups"] for x in rs]),
+                   "stall_s": summary([x["stall_s"] for x in rs]),
+                   "stall_s_steps": [x["stall_s_steps"] for x in rs],
                    "bytes_not_streamed": summary([x["bytes_not_streamed"] for x in rs]),
                    "computed_fraction": frac, "computed_fractions": [x["computed_fraction"] for x in rs],
                    "passes": rs[0]["passes"], "reused_passes": [x["reused_passes"] for x in rs],
@@ -335,7 +339,7 @@ def main():
           f"same route) ==")
     hdr = (f"  {'run':<26} {'denoise wall s':>22} {'wall x':>6} {'steady step s':>22} {'step x':>6} "
            f"{'streamed GB':>11} {'bytes x':>7} {'computed':>8} {'reused':>7} {'wall x-comp':>11} {'px diff':>7} "
-           f"{'PSNR dB':>7}")
+           f"{'PSNR dB':>7} {'stall s':>7}")
     print(hdr)
     for r in routes:
         for v, _ in variants:
@@ -348,7 +352,8 @@ def main():
                   f"{row['steady_ratio']['median']:6.3f} {row['bytes_streamed']['median'] / 1e9:11.2f} "
                   f"{('-' if sr is None else format(sr['median'], '.3f')):>7} {row['computed_fraction']:8.3f} "
                   f"{reused:>7} {row['wall_ratio_minus_fraction']:+11.3f} {row['max_pixel_diff_vs_off']:7d} "
-                  f"{('inf' if ps == math.inf else format(ps, '.1f')):>7}")
+                  f"{('inf' if ps == math.inf else format(ps, '.1f')):>7} "
+                  f"{('-' if row['stall_s'] is None else format(row['stall_s']['median'], '.2f')):>7}")
     print("  passes per step, first round, cond branch (C computed, R reused; the uncond branch's is printed where it "
           "differs):")
     for v, _ in variants[1:]:
