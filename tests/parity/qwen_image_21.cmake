@@ -30,13 +30,13 @@ if(TARGET qwen_image_21_impl)
   ddo_test_uses_aten(qwen_image_21_quant_parity_test)
 endif()
 
-# Step caching (FirstBlockCache, MagCache) against diffusers 0.42.1's own cache hooks on the same tiny pipeline
+# Step caching (FirstBlockCache, MagCache, TaylorSeerCache) against diffusers 0.42.1's own cache hooks on the same tiny pipeline
 # (tools/reference/qwen_image_21_cache_fixtures.py, which builds on qwen_image_21_fixtures.py).
 if(TARGET qwen_image_21_impl)
   set(QI21C_FIXTURE_DIR ${CMAKE_BINARY_DIR}/fixtures/qwen_image_21_cache)
   ddo_reference_fixtures(qwen_image_21_cache SCRIPT ${CMAKE_SOURCE_DIR}/tools/reference/qwen_image_21_cache_fixtures.py
     DIR ${QI21C_FIXTURE_DIR} DEPENDS ${CMAKE_SOURCE_DIR}/tools/reference/qwen_image_21_fixtures.py
-    COMMENT "running diffusers' FirstBlockCache and MagCache hooks on the tiny pipeline")
+    COMMENT "running diffusers' FirstBlockCache, MagCache and TaylorSeer hooks on the tiny pipeline")
   ddo_add_gtest(qwen_image_21_cache_parity_test LABELS parity
     SOURCES ${CMAKE_CURRENT_LIST_DIR}/qwen_image_21_cache_parity_test.cpp
     LIBS qwen_image_21_impl)

@@ -1,5 +1,6 @@
 #!/usr/bin/env python3
-"""Pipeline parity fixtures for qwen_image_21 step caching: FirstBlockCache and MagCache (diffusers 0.42.1 hooks).
+"""Pipeline parity fixtures for qwen_image_21 step caching: FirstBlockCache, MagCache and TaylorSeerCache (diffusers
+0.42.1 hooks).
 
 Usage: qwen_image_21_cache_fixtures.py OUT_DIR
 
@@ -37,10 +38,24 @@ cache_context("cond") then cache_context("uncond"), and every hook keeps one sta
                  retention_ratio=0.2, num_inference_steps=STEPS) at two thresholds; the accumulated error compared
                  with the threshold stays 1e-3 (relative) away from it (asserted)
 
+  ts             TaylorSeerCacheConfig() as diffusers defaults it (cache_interval 5, disable_cache_before_step 3,
+                 max_order 1, bf16 factors; the hooked modules: diffusers' attention set, here every
+                 transformer_blocks.<i>.attn). TaylorSeer needs no registration: it hooks modules by name.
+  ts_o2          max_order 2, fp32 factors, cache_interval 3, disable_cache_before_step 2, disable_cache_after_step 16,
+                 cache_identifiers: every img_mlp and the attn of blocks 1 and 3
+  ts_lite        use_lite_mode: every block "skip" (zeros of the recorded shape when predicting), proj_out predicted
+  ts_nested      cache_identifiers block 1, its attn, and proj_out (a hooked module inside a hooked block: it is
+                 not called while its block predicts, so its own step count lags), skip_predict_identifiers block
+                 2's img_mlp; cache_interval 4, disable_cache_before_step 2, fp16 factors
+  ts_kv          ts with use_kv_cache=True (the prefix KV cache: step 0 runs prefix + target rows, later steps the
+                 target rows; the hook restarts its expansion from order 0 when the shape changes)
+  off_kv         no cache, use_kv_cache=True (what ts_kv is compared with)
+
 Recorded per run, step and branch (by wrapping the hooks): computed (true) or reused (false); FirstBlockCache's
 signal (relative L1 change of block 0's residual against the last *computed* step's, null at a branch's first step);
 MagCache's accumulated error as compared with the threshold (null inside the retention window, where none is
-compared) and after the decision, and the calibration ratios.
+compared) and after the decision, and the calibration ratios; TaylorSeer: per branch and hooked module (diffusers
+names), the schedule of its calls: C computed, P predicted (TaylorSeerCacheHook._measure_should_compute).
 
 Files written:
   checkpoint/                a diffusers checkpoint (qwen_image_21_fixtures.build_models, NUM_LAYERS blocks)
@@ -64,10 +79,11 @@ from safetensors.torch import save_file
 
 import diffusers
 from diffusers import FlowMatchEulerDiscreteScheduler, QwenImage21Pipeline
-from diffusers.hooks import FirstBlockCacheConfig, MagCacheConfig
+from diffusers.hooks import FirstBlockCacheConfig, MagCacheConfig, TaylorSeerCacheConfig
 from diffusers.hooks._helpers import TransformerBlockMetadata, TransformerBlockRegistry
 from diffusers.hooks.first_block_cache import FBCHeadBlockHook
 from diffusers.hooks.mag_cache import MagCacheBlockHook, MagCacheHeadHook
+from diffusers.hooks.taylorseer_cache import TaylorSeerCacheHook
 from diffusers.models.transformers.transformer_qwenimage21 import QwenImage21TransformerBlock
 
 import qwen_image_21_fixtures as q21
@@ -95,6 +111,18 @@ FBC_THRESHOLDS = {"fbc_lo": 0.655, "fbc_hi": 0.865}
 MAG_THRESHOLDS = {"mag": 0.1, "mag_hi": 1.0}
 # Reused steps per branch each run must land in (inclusive): the intended mix, so that a changed reference is noticed.
 REUSE_RANGE = {"fbc_lo": (3, 5), "fbc_hi": (10, 14), "mag": (2, 8), "mag_hi": (9, STEPS - 5)}
+TAYLORSEER_RUNS = {
+    "ts": ({}, False),
+    "ts_o2": (dict(max_order=2, taylor_factors_dtype=torch.float32, cache_interval=3, disable_cache_before_step=2,
+                   disable_cache_after_step=16,
+                   cache_identifiers=[r"transformer_blocks\.[0-9]+\.img_mlp", r"transformer_blocks\.[13]\.attn"]),
+              False),
+    "ts_lite": (dict(use_lite_mode=True), False),
+    "ts_nested": (dict(cache_interval=4, disable_cache_before_step=2, taylor_factors_dtype=torch.float16,
+                       cache_identifiers=[r"transformer_blocks\.1(\.attn)?", "proj_out"],
+                       skip_predict_identifiers=[r"transformer_blocks\.2\.img_mlp"]), False),
+    "ts_kv": ({}, True),
+}
 MAG_MAX_SKIP_STEPS = 3
 MAG_RETENTION_RATIO = 0.2
 
@@ -111,6 +139,8 @@ class Recorder:
         self.mag_err_compared = {b: [] for b in BRANCHES}
         self.mag_err_after = {b: [] for b in BRANCHES}
         self.calibration = {b: [] for b in BRANCHES}
+        self.modules = {b: {} for b in BRANCHES}  # TaylorSeer: module -> [computed?] per call
+        self.hooked = []
 
 
 REC = None
@@ -168,6 +198,27 @@ def install_hook_probes():
 
     MagCacheBlockHook._perform_calibration_step = mag_calibrate_probe
 
+    ts_measure = TaylorSeerCacheHook._measure_should_compute
+
+    def ts_measure_probe(self):
+        should, state = ts_measure(self)
+        REC.modules[self.state_manager.context.name].setdefault(self._ddo_name, []).append(bool(should))
+        return should, state
+
+    TaylorSeerCacheHook._measure_should_compute = ts_measure_probe
+
+
+def name_taylorseer_hooks(transformer):
+    """Gives each TaylorSeer hook its module's name (the probe records by name)."""
+    names = []
+    for name, module in transformer.named_modules():
+        registry = getattr(module, "_diffusers_hook", None)
+        hook = registry.get_hook("taylorseer_cache") if registry is not None else None
+        if hook is not None:
+            hook._ddo_name = name
+            names.append(name)
+    return names
+
 
 def make_pipeline(transformer, vae):
     pipe = QwenImage21Pipeline(scheduler=FlowMatchEulerDiscreteScheduler(**q21.SCHEDULER_CONFIG), vae=vae,
@@ -176,17 +227,18 @@ def make_pipeline(transformer, vae):
     return pipe
 
 
-def run(pipe, embeds, cache_config):
+def run(pipe, embeds, cache_config, use_kv_cache=False):
     """One pipeline call with `cache_config` enabled (None: no cache); returns the latents and the recorder."""
     global REC
     REC = Recorder()
     transformer = pipe.transformer
     if cache_config is not None:
         transformer.enable_cache(cache_config)
+        REC.hooked = name_taylorseer_hooks(transformer)
     try:
         with torch.no_grad():
             latents = pipe(**embeds, height=HEIGHT, width=WIDTH, num_inference_steps=STEPS,
-                           true_cfg_scale=TRUE_CFG_SCALE, use_kv_cache=False,
+                           true_cfg_scale=TRUE_CFG_SCALE, use_kv_cache=use_kv_cache,
                            generator=torch.Generator().manual_seed(SEED), output_type="latent", return_dict=False)[0]
     finally:
         if cache_config is not None:
@@ -277,6 +329,25 @@ def main():
                       "pattern": rec.pattern,
                       "signals": {"accumulated_err_compared": rec.mag_err_compared,
                                   "accumulated_err_after": rec.mag_err_after}}
+
+    latents, _ = run(pipe, embeds, None, use_kv_cache=True)
+    tensors["off_kv.latents"] = latents
+    runs["off_kv"] = {"kind": "none", "params": {}, "use_kv_cache": True}
+    for name, (params, kv) in TAYLORSEER_RUNS.items():
+        latents, rec = run(pipe, embeds, TaylorSeerCacheConfig(**params), use_kv_cache=kv)
+        base = tensors["off_kv.latents" if kv else "off.latents"]
+        assert not torch.equal(latents, base), f"{name} predicted nothing"
+        assert rec.hooked, f"{name}: no module hooked"
+        for b in BRANCHES:
+            assert set(rec.modules[b]) == set(rec.hooked), (name, b, sorted(rec.modules[b]), rec.hooked)
+            assert any(not f for calls in rec.modules[b].values() for f in calls), (name, b, "nothing predicted")
+        assert rec.modules["cond"] == rec.modules["uncond"], f"{name}: the branches' schedules differ"
+        shown = {k: (str(v).split(".")[-1] if isinstance(v, torch.dtype) else v) for k, v in params.items()}
+        tensors[f"{name}.latents"] = latents
+        runs[name] = {"kind": "taylorseer_cache", "params": shown, "use_kv_cache": kv, "hooked_modules": rec.hooked,
+                      "module_pattern": {b: {m: pattern_string(f).replace("R", "P") for m, f in rec.modules[b].items()}
+                                         for b in BRANCHES}}
+        print(f"{name:14s} " + "  ".join(f"{m}={p}" for m, p in runs[name]["module_pattern"]["cond"].items()))
 
     # Hooks removed and state reset: a second uncached call gives the first one's bits.
     latents, _ = run(pipe, embeds, None)

@@ -1,5 +1,5 @@
-// Step caching: diffusers 0.42.1's FirstBlockCache and MagCache hooks (hooks/first_block_cache.py, mag_cache.py)
-// as one state machine per guidance branch. Every arithmetic step is the hook's, in the hook's types: the
+// Step caching: diffusers 0.42.1's FirstBlockCache, MagCache and TaylorSeer hooks (hooks/first_block_cache.py,
+// mag_cache.py, taylorseer_cache.py) as one state machine per guidance branch (TaylorSeer: per branch and module). Every arithmetic step is the hook's, in the hook's types: the
 // first-block signal is a tensor reduction in the activations' dtype read out as a double; MagCache accumulates in
 // float32 (its ratios are a float32 tensor). Note [Step caching] in docs/architecture.md.
 #include "ddo/model/step_cache.hpp"
@@ -8,6 +8,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <regex>
+#include <set>
 #include <sstream>
 
 #include "ddo/error.hpp"
@@ -64,6 +66,37 @@ std::vector<float> nearest_interp(const std::vector<double> & ratios, int length
     return out;
 }
 
+namespace {
+
+// TaylorSeerState: one hooked module's expansion in one branch (diffusers keeps one per module and cache_context).
+struct TaylorState {
+    bool inactive = false;
+    int current_step = -1;
+    std::optional<int> last_update_step;
+    std::vector<std::vector<at::Tensor>> factors;  // per output: order 0..n, in the factors' dtype
+    std::vector<at::ScalarType> dtypes;
+    std::vector<std::vector<std::int64_t>> shapes;  // inactive: the outputs' shapes
+    at::Device device = at::kCPU;
+
+    std::uint64_t bytes() const {
+        std::uint64_t n = 0;
+        for (const auto & f : factors)
+            for (const auto & t : f) n += bytes_of(t);
+        return n;
+    }
+};
+
+// Python's a % n for n > 0 (TaylorSeerCacheHook's interval test sees negative a before the warm-up ends).
+int py_mod(int a, int n) { return ((a % n) + n) % n; }
+
+at::ScalarType factors_dtype(const std::string & name) {
+    if (name == "fp32") return at::kFloat;
+    if (name == "fp16") return at::kHalf;
+    return at::kBFloat16;
+}
+
+}  // namespace
+
 struct StepCache::Branch {
     // first_block (FBCSharedBlockState)
     Streams head_output;
@@ -74,10 +107,17 @@ struct StepCache::Branch {
     float accumulated_ratio = 1.0f, accumulated_err = 0.0f;
     int accumulated_steps = 0, step_index = 0;
     std::vector<double> calibration, completed_calibration;
+    // taylorseer: per hooked module; the index in pending_ of this branch's open pass record (-1: none)
+    std::map<std::string, TaylorState> taylor;
+    long open_record = -1;
+    std::string name;
     std::uint64_t passes = 0, reused = 0;
 
     std::uint64_t bytes() const {
-        return bytes_of(head_output) + bytes_of(head_residual) + bytes_of(tail_residuals) + bytes_of(previous_residual);
+        std::uint64_t n =
+            bytes_of(head_output) + bytes_of(head_residual) + bytes_of(tail_residuals) + bytes_of(previous_residual);
+        for (const auto & [name, t] : taylor) n += t.bytes();
+        return n;
     }
 };
 
@@ -101,19 +141,32 @@ StepCache::Branch & StepCache::branch(const std::string & name) {
     for (auto & [n, b] : branches_)
         if (n == name) return *b;
     branches_.emplace_back(name, std::make_shared<Branch>());
+    branches_.back().second->name = name;
     return *branches_.back().second;
 }
 
 void StepCache::reset() {
-    for (auto & [n, b] : branches_) *b = Branch{};
+    for (auto & [n, b] : branches_) {
+        *b = Branch{};
+        b->name = n;
+    }
 }
 
 Streams StepCache::run(const std::string & branch_name, int step, Streams x, std::int64_t blocks,
-                       const ComputeFn & compute, const SkipFn & skip) {
+                       const ComputeFn & compute, const SkipFn & skip, const std::string & block_prefix) {
     if (x.empty() || !x.front().defined()) throw RuntimeError("step cache: a pass without hidden states");
+    if (s_.kind == StepCacheKind::taylorseer && !bound_)
+        throw RuntimeError("step cache: taylorseer without bind_modules(); this is a bug in the model plugin");
     Branch & b = branch(branch_name);
-    json rec = {{"branch", branch_name}, {"step", step}};
-    if (blocks < 2) {  // diffusers needs a head and a tail block; nothing to reuse with one
+    // The record is open for the whole pass and until the next one of this branch: module() calls after the block
+    // stack (proj_out) land in it too.
+    pending_.push_back({{"branch", branch_name}, {"step", step}});
+    const std::size_t at = pending_.size() - 1;
+    b.open_record = long(at);
+    json rec = pending_[at];
+    if (s_.kind == StepCacheKind::taylorseer) {
+        x = run_taylorseer(b, rec, std::move(x), blocks, compute, skip, block_prefix);
+    } else if (blocks < 2) {  // diffusers needs a head and a tail block; nothing to reuse with one
         for (std::int64_t i = 0; i < blocks; ++i) x = compute(i, x);
         rec["computed"] = true;
         rec["blocks_computed"] = blocks;
@@ -123,6 +176,8 @@ Streams StepCache::run(const std::string & branch_name, int step, Streams x, std
     } else {
         x = run_mag(b, rec, std::move(x), blocks, compute, skip);
     }
+    // module() calls inside the pass wrote into pending_[at]; keep them.
+    if (pending_[at].contains("modules")) rec["modules"] = pending_[at]["modules"];
     ++passes_;
     ++b.passes;
     const bool computed = rec.value("computed", true);
@@ -135,7 +190,7 @@ Streams StepCache::run(const std::string & branch_name, int step, Streams x, std
     bytes_not_streamed_ += rec.value("bytes_not_streamed", std::uint64_t(0));
     account_memory();
     rec["memory_bytes"] = memory_bytes_;
-    pending_.push_back(std::move(rec));
+    pending_[at] = std::move(rec);
     return x;
 }
 
@@ -267,6 +322,208 @@ Streams StepCache::run_mag(Branch & b, json & rec, Streams x, std::int64_t block
     return x;
 }
 
+Streams StepCache::run_taylorseer(Branch & b, json & rec, Streams x, std::int64_t blocks, const ComputeFn & compute,
+                                  const SkipFn & skip, const std::string & block_prefix) {
+    rec["signal"] = nullptr;
+    rec["signal_reason"] = "taylorseer: a fixed schedule (disable_cache_before_step, cache_interval), per module";
+    std::int64_t computed = 0;
+    std::uint64_t not_streamed = 0;
+    for (std::int64_t i = 0; i < blocks; ++i) {
+        const std::string name = block_prefix + "." + std::to_string(i);
+        if (!hooked(name)) {
+            x = compute(i, x);
+            ++computed;
+            continue;
+        }
+        auto call = module(b.name, name, [&] { return compute(i, x); });
+        if (call.computed) ++computed;
+        else not_streamed += skip(i);
+        x = std::move(call.outputs);
+    }
+    bool any_predicted = false;
+    if (const auto & open = pending_[std::size_t(b.open_record)]; open.contains("modules"))
+        for (const auto & [m, v] : open["modules"].items()) any_predicted = any_predicted || v == "P";
+    rec["computed"] = !any_predicted;
+    rec["blocks_computed"] = computed;
+    rec["bytes_not_streamed"] = not_streamed;
+    return x;
+}
+
+void StepCache::bind_modules(const std::vector<std::string> & hookable, const std::vector<std::string> & modules) {
+    if (s_.kind != StepCacheKind::taylorseer) return;
+    // diffusers' taylorseer_cache.py: _TRANSFORMER_BLOCK_IDENTIFIERS (the default), and lite mode's two sets.
+    static const std::vector<std::string> kAttention = {"^blocks.*attn", "^transformer_blocks.*attn",
+                                                        "^single_transformer_blocks.*attn",
+                                                        "^temporal_transformer_blocks.*attn"};
+    std::vector<std::string> active = s_.cache_identifiers, inactive = s_.skip_predict_identifiers;
+    std::string active_key = "cache.cache_identifiers", inactive_key = "cache.skip_predict_identifiers";
+    bool user_active = !active.empty();
+    if (s_.use_lite_mode) {
+        active = {"^proj_out$"};
+        inactive = {"^[^.]*block[^.]*\\.[^.]+$"};
+        active_key = inactive_key = "cache.use_lite_mode";
+        user_active = false;
+    } else if (active.empty()) {
+        active = kAttention;
+        active_key = "cache.kind = taylorseer (diffusers' default set, ^transformer_blocks.*attn and its siblings)";
+    }
+    std::set<std::string> can(hookable.begin(), hookable.end());
+    std::set<std::string> all(modules.begin(), modules.end());
+    all.insert(hookable.begin(), hookable.end());
+    auto compile = [](const std::vector<std::string> & ps) {
+        std::vector<std::regex> out;
+        for (const auto & p : ps) out.emplace_back(p, std::regex::ECMAScript);
+        return out;
+    };
+    const auto act = compile(active), inact = compile(inactive);
+    std::string hookable_list;
+    for (const auto & h : hookable) {
+        if (hookable_list.size() > 400) {
+            hookable_list += ", ...";
+            break;
+        }
+        hookable_list += (hookable_list.empty() ? "" : ", ") + h;
+    }
+    auto matches = [](const std::vector<std::regex> & res, const std::string & n, std::size_t * which = nullptr) {
+        for (std::size_t k = 0; k < res.size(); ++k)
+            if (std::regex_match(n, res[k])) {
+                if (which) *which = k;
+                return true;
+            }
+        return false;
+    };
+    hooks_.clear();
+    for (const auto & n : all) {
+        std::size_t k = 0;
+        const bool is_inactive = matches(inact, n, &k);
+        const bool is_active = !is_inactive && matches(act, n, &k);
+        if (!is_inactive && !is_active) continue;
+        if (!can.count(n)) {
+            const auto & key = is_inactive ? inactive_key : active_key;
+            const auto & pat = is_inactive ? inactive[k] : active[k];
+            throw UsageError(key + ": the pattern \"" + pat + "\" matches module '" + (n.empty() ? "(the model)" : n) +
+                             "', which this plugin cannot route through the cache; the modules it can: " +
+                             hookable_list + " (give patterns that match only those)");
+        }
+        hooks_[n] = Hook{is_inactive};
+    }
+    // A pattern given by the user that hooks nothing is a mistake, not a no-op.
+    for (const auto & [key, ps, res] : {std::tuple{"cache.cache_identifiers", s_.cache_identifiers, compile(s_.cache_identifiers)},
+                                        std::tuple{"cache.skip_predict_identifiers", s_.skip_predict_identifiers,
+                                                   compile(s_.skip_predict_identifiers)}})
+        for (std::size_t k = 0; k < ps.size(); ++k) {
+            bool any = false;
+            for (const auto & n : all) any = any || std::regex_match(n, res[k]);
+            if (!any)
+                throw UsageError(std::string(key) + ": the pattern \"" + ps[k] + "\" matches no module of this "
+                                 "model; the modules this plugin can route through the cache: " + hookable_list);
+        }
+    (void)user_active;
+    if (hooks_.empty())
+        throw UsageError(active_key + " hooks no module of this model, so taylorseer would change nothing; set "
+                         "cache.cache_identifiers to some of: " + hookable_list + " (or cache.use_lite_mode = true)");
+    bound_ = true;
+}
+
+bool StepCache::hooked(const std::string & module) const {
+    return s_.kind == StepCacheKind::taylorseer && hooks_.count(module) > 0;
+}
+
+ModuleCall StepCache::module(const std::string & branch_name, const std::string & name,
+                             const std::function<Outputs()> & compute) {
+    if (!hooked(name)) return {compute(), true};
+    Branch & b = branch(branch_name);
+    auto [it, fresh] = b.taylor.try_emplace(name);
+    TaylorState & st = it->second;
+    if (fresh) st.inactive = hooks_.at(name).inactive;
+    if (std::find(hook_order_.begin(), hook_order_.end(), name) == hook_order_.end()) hook_order_.push_back(name);
+    // TaylorSeerCacheHook._measure_should_compute
+    st.current_step += 1;
+    const int cs = st.current_step;
+    const bool warmup = cs < s_.disable_cache_before_step;
+    const bool interval = py_mod(cs - s_.disable_cache_before_step - 1, s_.cache_interval) == 0;
+    const bool cooldown = s_.disable_cache_after_step && cs >= *s_.disable_cache_after_step;
+    const bool should_compute = warmup || interval || cooldown;
+    ++module_calls_;
+    ModuleCall call;
+    call.computed = should_compute;
+    if (should_compute) {
+        call.outputs = compute();
+        if (call.outputs.empty() || !call.outputs.front().defined())
+            throw RuntimeError("step cache: module '" + name + "' returned no tensor; this is a bug in the model plugin");
+        // TaylorSeerState.update
+        st.dtypes.clear();
+        for (const auto & o : call.outputs) st.dtypes.push_back(o.scalar_type());
+        st.device = call.outputs.front().device();
+        if (st.inactive) {
+            st.shapes.clear();
+            for (const auto & o : call.outputs) st.shapes.push_back(o.sizes().vec());
+        } else {
+            const auto fdt = factors_dtype(s_.taylor_factors_dtype);
+            std::vector<std::vector<at::Tensor>> next(call.outputs.size());
+            for (std::size_t i = 0; i < call.outputs.size(); ++i) {
+                const at::Tensor & features = call.outputs[i];
+                std::vector<at::Tensor> f = {features};
+                if (st.last_update_step) {
+                    const int delta = cs - *st.last_update_step;
+                    const std::vector<at::Tensor> none;
+                    const auto & prev = i < st.factors.size() ? st.factors[i] : none;
+                    for (int j = 0; j < s_.max_order; ++j) {
+                        // A changed shape (the qwen prefix KV cache: prefix + target rows at step 0, target rows
+                        // after) restarts the expansion from order 0, as the hook does.
+                        if (std::size_t(j) >= prev.size() || prev[size_t(j)].sizes() != f[size_t(j)].sizes()) break;
+                        f.push_back((f[size_t(j)] - prev[size_t(j)].to(features.scalar_type())) / std::int64_t(delta));
+                    }
+                }
+                for (auto & t : f) t = t.to(fdt);
+                next[i] = std::move(f);
+            }
+            st.factors = std::move(next);
+        }
+        st.last_update_step = cs;
+    } else {
+        ++module_predicted_;
+        // TaylorSeerState.predict
+        if (!st.last_update_step)
+            throw RuntimeError("step cache: module '" + name + "' predicted before any update; this is a bug");
+        const int offset = cs - *st.last_update_step;
+        if (st.inactive) {
+            for (std::size_t i = 0; i < st.dtypes.size(); ++i)
+                call.outputs.push_back(at::zeros(st.shapes[i], at::TensorOptions().dtype(st.dtypes[i]).device(st.device)));
+        } else {
+            const std::size_t orders = st.factors.front().size();
+            for (std::size_t i = 0; i < st.factors.size(); ++i) {
+                const auto dt = st.dtypes[i];
+                if (st.factors[i].size() < orders)
+                    throw RuntimeError("step cache: module '" + name + "' has fewer Taylor factors for output " +
+                                       std::to_string(i) + " than for output 0");
+                at::Tensor out = at::zeros_like(st.factors[i][0], st.factors[i][0].options().dtype(dt));
+                double factorial = 1;
+                for (std::size_t order = 0; order < orders; ++order) {
+                    if (order > 0) factorial *= double(order);
+                    // Python: (step_offset ** order) / math.factorial(order), an int power then a true division.
+                    double power = 1;
+                    for (std::size_t k = 0; k < order; ++k) power *= double(offset);
+                    out = out + st.factors[i][order].to(dt) * (power / factorial);
+                }
+                call.outputs.push_back(std::move(out));
+            }
+        }
+    }
+    if (b.open_record >= 0 && std::size_t(b.open_record) < pending_.size()) {
+        auto & rec = pending_[std::size_t(b.open_record)];
+        rec["modules"][name] = should_compute ? "C" : "P";
+        // A module after the block stack (proj_out) that predicts makes a closed pass a reused one.
+        if (!should_compute && rec.contains("memory_bytes") && rec.value("computed", true)) {
+            rec["computed"] = false;
+            ++reused_passes_;
+            ++b.reused;
+        }
+    }
+    account_memory();
+    return call;
+}
+
 void StepCache::account_memory() {
     std::uint64_t total = 0;
     for (const auto & [n, b] : branches_) total += b->bytes();
@@ -277,6 +534,15 @@ void StepCache::account_memory() {
 json StepCache::take_step_records() {
     json out = std::move(pending_);
     pending_ = json::array();
+    for (auto & [n, b] : branches_) b->open_record = -1;
+    // taylorseer: each pass's modules as one string over hook_order_ (summary.hooked_modules): C computed,
+    // P predicted, - not called in the pass (inside a predicted block, say).
+    for (auto & rec : out) {
+        if (!rec.contains("modules")) continue;
+        std::string pattern;
+        for (const auto & m : hook_order_) pattern += rec["modules"].contains(m) ? rec["modules"][m].get<std::string>() : "-";
+        rec["modules"] = pattern;
+    }
     return out;
 }
 
@@ -303,14 +569,37 @@ json StepCache::summary() const {
     j["bytes_not_streamed"] = bytes_not_streamed_;
     j["memory"] = {{"bytes", memory_bytes_},
                    {"peak_bytes", peak_memory_bytes_},
-                   {"where", "the compute device, beside the activations (residuals of the hidden states)"}};
+                   {"where", s_.kind == StepCacheKind::taylorseer
+                                 ? "the compute device, beside the activations (each hooked module's Taylor factors, "
+                                   "per branch, in cache.taylor_factors_dtype)"
+                                 : "the compute device, beside the activations (residuals of the hidden states)"}};
+    if (s_.kind == StepCacheKind::taylorseer) {
+        j["hooked_modules"] = hook_order_;
+        j["hooked"] = hooks_.size();
+        json inactive = json::array();
+        for (const auto & [n, h] : hooks_)
+            if (h.inactive) inactive.push_back(n);
+        j["skip_predict_modules"] = inactive;
+        j["module_calls"] = module_calls_;
+        j["module_calls_predicted"] = module_predicted_;
+        if (module_calls_ > 0) j["predicted_fraction"] = double(module_predicted_) / double(module_calls_);
+        else {
+            j["predicted_fraction"] = nullptr;
+            j["predicted_fraction_reason"] = "no hooked module was called";
+        }
+    }
     json per = json::object();
     for (const auto & [n, b] : branches_) per[n] = {{"passes", b->passes}, {"reused", b->reused}};
     j["branches"] = per;
     const bool fired = reused_passes_ > 0;
     j["fired"] = fired;
     if (!fired && passes_ > 0)
-        j["fired_reason"] = s_.calibrate ? "calibration computes every step"
+        j["fired_reason"] = s_.kind == StepCacheKind::taylorseer
+                                ? "no module was predicted: with disable_cache_before_step = " +
+                                      std::to_string(s_.disable_cache_before_step) + " and cache_interval = " +
+                                      std::to_string(s_.cache_interval) + " no step of " + std::to_string(steps_) +
+                                      " is a predicted one"
+                            : s_.calibrate ? "calibration computes every step"
                                          : "no pass was reused: the signal never fell below cache.threshold = " +
                                                std::to_string(s_.threshold) +
                                                "; the run paid the cache's checks and saved nothing (raise the "

@@ -188,12 +188,13 @@ void add_workload_keys(std::vector<KeyDef> & s) {
 // defaults (FirstBlockCacheConfig, MagCacheConfig); a key of another kind than cache.kind is refused by the kit.
 void add_cache_keys(std::vector<KeyDef> & s) {
     const std::string by = "model plugins with a denoising loop";
-    s.push_back(choice("cache.kind", {"off", "first_block", "mag"}, "off",
+    s.push_back(choice("cache.kind", {"off", "first_block", "mag", "taylorseer"}, "off",
                        "Step cache: reuse transformer work between denoising steps (its skipped blocks are neither "
                        "computed nor streamed). off = every block of every step; first_block = diffusers' "
                        "FirstBlockCache (block 0 always runs; the rest are reused while its residual changes less than "
-                       "threshold); mag = MagCache (whole steps reused by the accumulated error of mag_ratios). "
-                       "--cache KIND sets it.",
+                       "threshold); mag = MagCache (whole steps reused by the accumulated error of mag_ratios); "
+                       "taylorseer = TaylorSeerCache (module outputs predicted by a Taylor expansion between full "
+                       "computations every cache_interval steps). --cache KIND sets it.",
                        by));
     s.push_back(num("cache.threshold", 0, 100, nullptr,
                     "first_block: relative L1 change of block 0's residual below which the other blocks are reused "
@@ -209,6 +210,31 @@ void add_cache_keys(std::vector<KeyDef> & s) {
     s.push_back(boolean("cache.calibrate", false,
                         "mag: compute every step and measure the ratios; written to the report and to "
                         "<output>/mag_ratios.toml, a preset to inherit.",
+                        by));
+    s.push_back(integer("cache.cache_interval", 1, 1000, 5,
+                        "taylorseer: after the warm-up, a full computation every cache_interval steps; the steps "
+                        "between are predicted.",
+                        by));
+    s.push_back(integer("cache.disable_cache_before_step", 0, 10000, 3,
+                        "taylorseer: the first steps compute in full and gather the expansion's factors.", by));
+    s.push_back(integer("cache.disable_cache_after_step", 0, 10000, nullptr,
+                        "taylorseer: from this step on every step computes (unset: none).", by));
+    s.push_back(integer("cache.max_order", 0, 8, 1, "taylorseer: the highest order of the Taylor expansion.", by));
+    s.push_back(choice("cache.taylor_factors_dtype", {"bf16", "fp16", "fp32"}, "bf16",
+                       "taylorseer: the dtype the factors are kept in (diffusers' taylor_factors_dtype).", by));
+    s.push_back(KeyDef{"cache.cache_identifiers", KeyType::string_or_list, std::nullopt, std::nullopt, {}, nullptr,
+                       "taylorseer: regular expressions matched against whole diffusers module names; the matched "
+                       "modules are predicted (unset: diffusers' attention set, ^transformer_blocks.*attn and its "
+                       "siblings). A pattern matching a module the plugin cannot route through the cache is refused.",
+                       by});
+    s.push_back(KeyDef{"cache.skip_predict_identifiers", KeyType::string_or_list, std::nullopt, std::nullopt, {},
+                       nullptr,
+                       "taylorseer: module-name patterns that compute on full steps and return zeros of the recorded "
+                       "shape when predicting (a skipped block is then neither computed nor streamed).",
+                       by});
+    s.push_back(boolean("cache.use_lite_mode", false,
+                        "taylorseer: diffusers' lite variant: every transformer block skipped (zeros) and proj_out "
+                        "predicted on the predicted steps; excludes the two identifier keys.",
                         by));
     s.push_back(integer("cache.min_steps", 1, 10000, 10,
                         "A schedule shorter than this is refused with a cache on (distilled few-step runs have little "

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <regex>
 
 #include "ddo/error.hpp"
 #include "ddo/preset/resolved_settings.hpp"
@@ -29,6 +30,7 @@ const char * to_string(StepCacheKind k) {
     case StepCacheKind::off: return "off";
     case StepCacheKind::first_block: return "first_block";
     case StepCacheKind::mag: return "mag";
+    case StepCacheKind::taylorseer: return "taylorseer";
     }
     return "?";
 }
@@ -39,9 +41,10 @@ StepCacheSettings StepCacheSettings::read(const ResolvedSettings & s) {
     if (kind == "off") c.kind = StepCacheKind::off;
     else if (kind == "first_block") c.kind = StepCacheKind::first_block;
     else if (kind == "mag") c.kind = StepCacheKind::mag;
+    else if (kind == "taylorseer") c.kind = StepCacheKind::taylorseer;
     else
         throw UsageError("cache.kind = \"" + kind + "\" (" + where(s, "cache.kind") +
-                         "): give off, first_block or mag (--cache KIND)");
+                         "): give off, first_block, mag or taylorseer (--cache KIND)");
     // Which keys each kind reads; a key set for another kind is refused rather than silently ignored.
     const std::map<std::string, std::vector<StepCacheKind>> owners = {
         {"cache.threshold", {StepCacheKind::first_block, StepCacheKind::mag}},
@@ -49,6 +52,14 @@ StepCacheSettings StepCacheSettings::read(const ResolvedSettings & s) {
         {"cache.retention_ratio", {StepCacheKind::mag}},
         {"cache.mag_ratios", {StepCacheKind::mag}},
         {"cache.calibrate", {StepCacheKind::mag}},
+        {"cache.cache_interval", {StepCacheKind::taylorseer}},
+        {"cache.disable_cache_before_step", {StepCacheKind::taylorseer}},
+        {"cache.disable_cache_after_step", {StepCacheKind::taylorseer}},
+        {"cache.max_order", {StepCacheKind::taylorseer}},
+        {"cache.taylor_factors_dtype", {StepCacheKind::taylorseer}},
+        {"cache.cache_identifiers", {StepCacheKind::taylorseer}},
+        {"cache.skip_predict_identifiers", {StepCacheKind::taylorseer}},
+        {"cache.use_lite_mode", {StepCacheKind::taylorseer}},
     };
     for (const auto & [key, kinds] : owners) {
         if (!is_set(s, key)) continue;
@@ -73,6 +84,58 @@ StepCacheSettings StepCacheSettings::read(const ResolvedSettings & s) {
     c.calibrate = s.get_optional<bool>("cache.calibrate").value_or(false);
     c.min_steps = s.get_optional<int>("cache.min_steps").value_or(10);
     c.allow_few_steps = s.get_optional<bool>("cache.allow_few_steps").value_or(false);
+    c.cache_interval = s.get_optional<int>("cache.cache_interval").value_or(5);
+    c.disable_cache_before_step = s.get_optional<int>("cache.disable_cache_before_step").value_or(3);
+    c.disable_cache_after_step = s.get_optional<int>("cache.disable_cache_after_step");
+    c.max_order = s.get_optional<int>("cache.max_order").value_or(1);
+    c.taylor_factors_dtype = s.get_optional<std::string>("cache.taylor_factors_dtype").value_or("bf16");
+    auto patterns = [&](const char * key) {
+        std::vector<std::string> out;
+        if (!s.has(key) || s.at(key).value.is_null()) return out;
+        const auto & v = s.at(key).value;
+        if (v.is_string()) out.push_back(v.get<std::string>());
+        else out = v.get<std::vector<std::string>>();
+        for (const auto & p : out) {
+            // std::regex compiles and matches recursively: a bound keeps a hostile pattern from the stack's limit.
+            if (p.size() > 256 || std::count(p.begin(), p.end(), '(') > 16)
+                throw UsageError(std::string(key) + " holds a pattern of " + std::to_string(p.size()) + " characters (" +
+                                 where(s, key) + "); give patterns of at most 256 characters and 16 groups");
+            try {
+                std::regex re(p, std::regex::ECMAScript);
+            } catch (const std::regex_error & e) {
+                throw UsageError(std::string(key) + " holds \"" + p + "\" (" + where(s, key) +
+                                 "), which is not a regular expression (" + e.what() +
+                                 "); give patterns matched against whole diffusers module names, e.g. "
+                                 "\"transformer_blocks\\\\.[0-9]+\\\\.attn\"");
+            }
+        }
+        return out;
+    };
+    c.cache_identifiers = patterns("cache.cache_identifiers");
+    c.skip_predict_identifiers = patterns("cache.skip_predict_identifiers");
+    c.use_lite_mode = s.get_optional<bool>("cache.use_lite_mode").value_or(false);
+    if (c.cache_interval < 1)
+        throw UsageError("cache.cache_interval = " + std::to_string(c.cache_interval) + ": give 1 or more");
+    if (c.disable_cache_before_step < 0)
+        throw UsageError("cache.disable_cache_before_step = " + std::to_string(c.disable_cache_before_step) +
+                         ": give 0 or more");
+    if (c.disable_cache_after_step && *c.disable_cache_after_step < 0)
+        throw UsageError("cache.disable_cache_after_step = " + std::to_string(*c.disable_cache_after_step) +
+                         ": give 0 or more, or leave it unset");
+    // TaylorSeerCacheHook computes step 0 only in the warm-up, on an interval of 1, or in a cool-down from step 0;
+    // otherwise it would predict before anything was computed (diffusers raises there).
+    if (c.kind == StepCacheKind::taylorseer && c.disable_cache_before_step == 0 && c.cache_interval != 1 &&
+        !(c.disable_cache_after_step && *c.disable_cache_after_step == 0))
+        throw UsageError("cache.disable_cache_before_step = 0 with cache.cache_interval = " +
+                         std::to_string(c.cache_interval) + ": step 0 would be predicted before any step was computed; "
+                         "give disable_cache_before_step >= 1 (default 3)");
+    if (c.max_order < 0) throw UsageError("cache.max_order = " + std::to_string(c.max_order) + ": give 0 or more");
+    if (c.taylor_factors_dtype != "bf16" && c.taylor_factors_dtype != "fp16" && c.taylor_factors_dtype != "fp32")
+        throw UsageError("cache.taylor_factors_dtype = \"" + c.taylor_factors_dtype + "\": give bf16, fp16 or fp32");
+    if (c.use_lite_mode && (!c.cache_identifiers.empty() || !c.skip_predict_identifiers.empty()))
+        throw UsageError("cache.use_lite_mode = true (" + where(s, "cache.use_lite_mode") +
+                         ") sets the modules itself (every block skipped, proj_out predicted); remove "
+                         "cache.cache_identifiers / cache.skip_predict_identifiers, or lite mode");
     if (c.max_skip_steps < 1)
         throw UsageError("cache.max_skip_steps = " + std::to_string(c.max_skip_steps) + ": give 1 or more");
     if (!(c.retention_ratio >= 0 && c.retention_ratio <= 1))
@@ -100,6 +163,16 @@ json StepCacheSettings::to_json() const {
         j["retention_ratio"] = retention_ratio;
         j["calibrate"] = calibrate;
         j["mag_ratios"] = mag_ratios.empty() ? json(nullptr) : json(mag_ratios);
+    }
+    if (kind == StepCacheKind::taylorseer) {
+        j["cache_interval"] = cache_interval;
+        j["disable_cache_before_step"] = disable_cache_before_step;
+        j["disable_cache_after_step"] = disable_cache_after_step ? json(*disable_cache_after_step) : json(nullptr);
+        j["max_order"] = max_order;
+        j["taylor_factors_dtype"] = taylor_factors_dtype;
+        j["cache_identifiers"] = cache_identifiers;
+        j["skip_predict_identifiers"] = skip_predict_identifiers;
+        j["use_lite_mode"] = use_lite_mode;
     }
     j["source"] = provenance;
     return j;

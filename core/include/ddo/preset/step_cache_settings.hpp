@@ -4,6 +4,7 @@
 #pragma once
 
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -13,7 +14,7 @@ namespace ddo {
 
 class ResolvedSettings;
 
-enum class StepCacheKind { off, first_block, mag };
+enum class StepCacheKind { off, first_block, mag, taylorseer };
 const char * to_string(StepCacheKind k);
 
 // cache.*, resolved and checked. A key that belongs to another kind than cache.kind is refused, not ignored.
@@ -24,6 +25,15 @@ struct StepCacheSettings {
     double retention_ratio = 0.2;    // mag: the first round(retention_ratio * steps) steps are always computed
     std::vector<double> mag_ratios;  // mag: per-step magnitude ratios (interpolated to the run's steps)
     bool calibrate = false;          // mag: compute every step, measure the ratios, write them out
+    // taylorseer (TaylorSeerCacheConfig): module outputs predicted by a Taylor expansion between full computations.
+    int cache_interval = 5;                      // full computation every cache_interval steps after the warm-up
+    int disable_cache_before_step = 3;           // steps [0, this) compute and gather the expansion's factors
+    std::optional<int> disable_cache_after_step; // steps >= this compute, with no update of the factors (unset: none)
+    int max_order = 1;                           // highest order of the expansion
+    std::string taylor_factors_dtype = "bf16";   // the factors' storage: bf16 | fp16 | fp32
+    std::vector<std::string> cache_identifiers;       // module-name patterns predicted (empty: diffusers' attention set)
+    std::vector<std::string> skip_predict_identifiers; // module-name patterns that return zeros when predicting
+    bool use_lite_mode = false;                  // blocks skipped (zeros), proj_out predicted
     int min_steps = 10;              // a schedule shorter than this is refused (unless allow_few_steps)
     bool allow_few_steps = false;
     std::map<std::string, std::string> provenance;  // key -> where its value came from (set keys only)

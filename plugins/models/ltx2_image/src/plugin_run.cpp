@@ -221,6 +221,8 @@ RunPlan plan_run(model::ModelRun & run, const Request & r, const ImageModel & m)
     else if (r.prompt.given()) run.plan_images(1);
     // cache.* checked now (a refused setting before anything loads), on the steps the loop denoises.
     if (!r.prompt.encode_only) p.step_cache = run.step_cache(int(p.sigmas.size()));
+    if (p.step_cache && p.step_cache->settings().kind == model::StepCacheKind::taylorseer)
+        run.refuse_step_cache("taylorseer has no module hooks in the LTX-2 transformer yet (first_block and mag do)");
     p.connectors = run.plan("connectors");
     p.transformer = run.plan("transformer");
     p.vae = run.plan("vae");

@@ -337,6 +337,8 @@ RunPlan plan_run(model::ModelRun & run, const Request & r, const VideoModel & m)
                                   "LTX2ConditionPipeline) are not implemented with a step cache; one still on frame 0 "
                                   "(image-to-video) is");
         p.guidance.ds.step_cache = run.step_cache(int(p.sampling.sigmas.size()));
+        if (p.guidance.ds.step_cache && p.guidance.ds.step_cache->settings().kind == model::StepCacheKind::taylorseer)
+            run.refuse_step_cache("taylorseer has no module hooks in the LTX-2 transformer yet (first_block and mag do)");
     }
     // LTX2Pipeline's decode noise is reproduced where ddo carries the pipeline's generator as the reference does: a
     // text-to-video run (Note [LTX-2 decode noise]).

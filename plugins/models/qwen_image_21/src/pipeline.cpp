@@ -51,6 +51,11 @@ at::Tensor run_transformer(const Transformer & tr, BlockSource & blocks, const T
                            const char * branch, int step) {
     auto st = tr.prepare(in, mode);
     const auto host = at::TensorOptions().device(at::kCPU).pinned_memory(o.kv_cache_pinned);
+    model::StepCache * const step_cache = o.step_cache;
+    // taylorseer (Note [Step caching]): the hooked modules by their diffusers names, in this guidance branch.
+    auto hooked = [&](const std::string & name, const std::function<at::Tensor()> & compute) {
+        return step_cache->module(branch, name, [&] { return model::Outputs{compute()}; }).outputs.front();
+    };
     auto block = [&](int64_t i, const at::Tensor & x) {
         const auto & w = blocks.acquire(i);
         KvLayerCache * cache = caches ? &(*caches)[size_t(i)] : nullptr;
@@ -60,7 +65,11 @@ at::Tensor run_transformer(const Transformer & tr, BlockSource & blocks, const T
             stats.bytes_to_device += uint64_t(cache->k.nbytes() + cache->v.nbytes());
             cache = &on_device;
         }
-        auto out = run_block(tr.config(), w, x, st.ctx, cache);
+        ModuleHook hook;
+        if (step_cache && step_cache->settings().kind == model::StepCacheKind::taylorseer)
+            hook = [&, prefix = "transformer_blocks." + std::to_string(i) + "."](
+                       const char * m, const std::function<at::Tensor()> & compute) { return hooked(prefix + m, compute); };
+        auto out = run_block(tr.config(), w, x, st.ctx, cache, hook);
         blocks.release(i);
         if (!caches) return out;
         auto & kept = (*caches)[size_t(i)];
@@ -88,6 +97,8 @@ at::Tensor run_transformer(const Transformer & tr, BlockSource & blocks, const T
     } else {
         for (int64_t i = 0; i < layers; ++i) st.x = block(i, st.x);
     }
+    if (step_cache && step_cache->hooked("proj_out"))
+        return tr.finish(st, [&](const std::function<at::Tensor()> & compute) { return hooked("proj_out", compute); });
     return tr.finish(st);
 }
 

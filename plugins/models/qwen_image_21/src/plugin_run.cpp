@@ -169,6 +169,9 @@ RunPlan plan_run(model::ModelRun & run, Request & r, const ModelFiles & m, Grid 
     else if (r.prompt.given()) run.plan_images(r.w.num_images);
     // cache.* checked now (a refused setting before anything loads); the denoising loop runs through it.
     if (!r.prompt.encode_only) r.o.step_cache = run.step_cache(r.o.steps);
+    if (r.o.step_cache)  // taylorseer: its module patterns resolved against the modules the block loop can hook
+        r.o.step_cache->bind_modules(hookable_module_names(m.transformer_config),
+                                     diffusers_module_names(m.transformer_config));
     p.transformer = run.plan("transformer");
     p.vae = run.plan("vae");
     if (r.refs.any()) p.vision = run.plan("vision_tower");

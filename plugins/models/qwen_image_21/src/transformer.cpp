@@ -307,7 +307,7 @@ TransformerState Transformer::prepare(const TransformerInputs & in, KvMode mode)
 }
 
 at::Tensor run_block(const TransformerConfig & c, const TransformerBlockWeights & w, const at::Tensor & x,
-                     const BlockContext & ctx, KvLayerCache * cache) {
+                     const BlockContext & ctx, KvLayerCache * cache, const ModuleHook & hook) {
     const double eps = c.eps;
     const int64_t D = c.inner_dim();
     auto mod1 = ctx.modulation.slice(-1, 0, 2 * D), mod2 = ctx.modulation.slice(-1, 2 * D, 4 * D);
@@ -317,63 +317,98 @@ at::Tensor run_block(const TransformerConfig & c, const TransformerBlockWeights 
     auto gate2 = select_rows(mod2.slice(-1, D, 2 * D), ctx.mod_mask);
 
     auto h = layer_norm(x, eps) * (1 + scale1);
-    const int64_t hd = c.attention_head_dim;
-    auto q = proj(h, w.to_q).unflatten(-1, {-1, hd});
-    auto k = proj(h, w.to_k).unflatten(-1, {-1, hd});
-    auto v = proj(h, w.to_v).unflatten(-1, {-1, hd});
-    q = rms_norm(q, w.norm_q, eps).to(v.scalar_type());
-    k = rms_norm(k, w.norm_k, eps).to(v.scalar_type());
-    q = apply_rope(q, ctx.rotary);
-    k = apply_rope(k, ctx.rotary);
-    if (cache && ctx.kv_mode == KvMode::extract) {
-        cache->k = k.slice(1, 0, ctx.prefix_len).clone();
-        cache->v = v.slice(1, 0, ctx.prefix_len).clone();
-    } else if (cache && ctx.kv_mode == KvMode::cached) {
-        if (!cache->k.defined()) throw RuntimeError("qwen_image_21: KV cache used before it was extracted");
-        k = at::cat({cache->k, k}, 1);
-        v = at::cat({cache->v, v}, 1);
-    }
-    const int64_t sq = q.size(1);
-    at::Tensor attn;
-    if (ctx.kv_mode == KvMode::cached) {
-        std::optional<at::Tensor> m;
-        if (ctx.key_valid) m = ctx.key_valid->unsqueeze(1).unsqueeze(1);
-        attn = sdpa(q, k, v, m);
-    } else {
-        std::vector<at::Tensor> outs;
-        for (const auto & seg : ctx.segments) {
-            std::optional<at::Tensor> m;
-            if (seg.is_text) {
-                const int64_t n = seg.end - seg.start;
-                m = at::cat({at::ones({n, seg.start}, at::kBool), at::ones({n, n}, at::kBool).tril()}, 1)
-                        .unsqueeze(0)
-                        .unsqueeze(0);
-            }
-            if (ctx.key_valid) {
-                auto kv = ctx.key_valid->slice(1, 0, seg.end).unsqueeze(1).unsqueeze(1);
-                m = m ? (*m & kv) : kv;
-            }
-            outs.push_back(sdpa(q.slice(1, seg.start, seg.end), k.slice(1, 0, seg.end), v.slice(1, 0, seg.end), m));
+    // QwenImage21Attention (the module "attn"): modulated input to to_out.
+    auto attention = [&]() -> at::Tensor {
+        const int64_t hd = c.attention_head_dim;
+        auto q = proj(h, w.to_q).unflatten(-1, {-1, hd});
+        auto k = proj(h, w.to_k).unflatten(-1, {-1, hd});
+        auto v = proj(h, w.to_v).unflatten(-1, {-1, hd});
+        q = rms_norm(q, w.norm_q, eps).to(v.scalar_type());
+        k = rms_norm(k, w.norm_k, eps).to(v.scalar_type());
+        q = apply_rope(q, ctx.rotary);
+        k = apply_rope(k, ctx.rotary);
+        if (cache && ctx.kv_mode == KvMode::extract) {
+            cache->k = k.slice(1, 0, ctx.prefix_len).clone();
+            cache->v = v.slice(1, 0, ctx.prefix_len).clone();
+        } else if (cache && ctx.kv_mode == KvMode::cached) {
+            if (!cache->k.defined()) throw RuntimeError("qwen_image_21: KV cache used before it was extracted");
+            k = at::cat({cache->k, k}, 1);
+            v = at::cat({cache->v, v}, 1);
         }
-        std::optional<at::Tensor> m;
-        if (ctx.key_valid) m = ctx.key_valid->unsqueeze(1).unsqueeze(1);
-        outs.push_back(sdpa(q.slice(1, ctx.prefix_len), k, v, m));
-        attn = at::cat(outs, 1);
-    }
-    attn = attn.slice(1, 0, sq).flatten(2, 3).to(q.scalar_type());
-    attn = proj(attn, w.to_out);
+        const int64_t sq = q.size(1);
+        at::Tensor attn;
+        if (ctx.kv_mode == KvMode::cached) {
+            std::optional<at::Tensor> m;
+            if (ctx.key_valid) m = ctx.key_valid->unsqueeze(1).unsqueeze(1);
+            attn = sdpa(q, k, v, m);
+        } else {
+            std::vector<at::Tensor> outs;
+            for (const auto & seg : ctx.segments) {
+                std::optional<at::Tensor> m;
+                if (seg.is_text) {
+                    const int64_t n = seg.end - seg.start;
+                    m = at::cat({at::ones({n, seg.start}, at::kBool), at::ones({n, n}, at::kBool).tril()}, 1)
+                            .unsqueeze(0)
+                            .unsqueeze(0);
+                }
+                if (ctx.key_valid) {
+                    auto kv = ctx.key_valid->slice(1, 0, seg.end).unsqueeze(1).unsqueeze(1);
+                    m = m ? (*m & kv) : kv;
+                }
+                outs.push_back(sdpa(q.slice(1, seg.start, seg.end), k.slice(1, 0, seg.end), v.slice(1, 0, seg.end), m));
+            }
+            std::optional<at::Tensor> m;
+            if (ctx.key_valid) m = ctx.key_valid->unsqueeze(1).unsqueeze(1);
+            outs.push_back(sdpa(q.slice(1, ctx.prefix_len), k, v, m));
+            attn = at::cat(outs, 1);
+        }
+        attn = attn.slice(1, 0, sq).flatten(2, 3).to(q.scalar_type());
+        return proj(attn, w.to_out);
+    };
+    const at::Tensor attn = hook ? hook("attn", attention) : attention();
     auto out = x + at::tanh(gate1) * attn;
     auto h2 = layer_norm(out, eps) * (1 + scale2);
-    auto mlp = proj(at::silu(proj(h2, w.mlp_gate)) * proj(h2, w.mlp_proj), w.mlp_out);
+    auto feed_forward = [&] { return proj(at::silu(proj(h2, w.mlp_gate)) * proj(h2, w.mlp_proj), w.mlp_out); };
+    const at::Tensor mlp = hook ? hook("img_mlp", feed_forward) : feed_forward();  // QwenImage21SwiGLUFeedForward
     out = out + at::tanh(gate2) * mlp;
     if (out.scalar_type() == at::kHalf) out = out.clip(-65504, 65504);
     return out;
 }
 
-at::Tensor Transformer::finish(const TransformerState & s) const {
+at::Tensor Transformer::finish(const TransformerState & s,
+                               const std::function<at::Tensor(const std::function<at::Tensor()> &)> & proj_out_hook) const {
     auto scale = select_rows(proj(at::silu(s.temb).to(s.x.scalar_type()), g_.norm_out), s.ctx.mod_mask);
     auto x = layer_norm(s.x, config_.eps) * (1 + scale);
-    return proj(x, g_.proj_out);
+    auto projection = [&] { return proj(x, g_.proj_out); };
+    return proj_out_hook ? proj_out_hook(projection) : projection();
+}
+
+std::vector<std::string> diffusers_module_names(const TransformerConfig & c) {
+    std::vector<std::string> n = {"", "pos_embed", "time_text_embed", "time_text_embed.time_proj",
+                                  "time_text_embed.timestep_embedder", "time_text_embed.timestep_embedder.linear_1",
+                                  "time_text_embed.timestep_embedder.act", "time_text_embed.timestep_embedder.linear_2",
+                                  "txt_in", "txt_in.text_norm", "txt_in.in_layer", "txt_in.act", "txt_in.out_layer",
+                                  "img_in", "modulation", "modulation.0", "modulation.1", "transformer_blocks"};
+    for (int64_t i = 0; i < c.num_layers; ++i) {
+        const std::string b = "transformer_blocks." + std::to_string(i);
+        for (const char * m : {"", ".img_norm1", ".attn", ".attn.to_q", ".attn.to_k", ".attn.to_v", ".attn.to_out",
+                               ".attn.to_out.0", ".attn.to_out.1", ".attn.norm_q", ".attn.norm_k", ".img_norm2",
+                               ".img_mlp", ".img_mlp.proj", ".img_mlp.out", ".img_mlp.gate_layer",
+                               ".img_mlp.activation_fn"})
+            n.push_back(b + m);
+    }
+    for (const char * m : {"norm_out", "norm_out.silu", "norm_out.linear", "norm_out.norm", "proj_out"}) n.push_back(m);
+    return n;
+}
+
+std::vector<std::string> hookable_module_names(const TransformerConfig & c) {
+    std::vector<std::string> n;
+    for (int64_t i = 0; i < c.num_layers; ++i) {
+        const std::string b = "transformer_blocks." + std::to_string(i);
+        for (const char * m : {"", ".attn", ".img_mlp"}) n.push_back(b + m);
+    }
+    n.push_back("proj_out");
+    return n;
 }
 
 at::Tensor Transformer::forward(const TransformerInputs & in, KvMode mode, const BlockFn & block) const {

@@ -100,7 +100,9 @@ public:
     Transformer(TransformerConfig config, TransformerGlobals globals);
     const TransformerConfig & config() const { return config_; }
     TransformerState prepare(const TransformerInputs & in, KvMode mode) const;
-    at::Tensor finish(const TransformerState & s) const;  // [B, S_q, out_channels]
+    // [B, S_q, out_channels]. proj_out_hook: the step cache's hook for module "proj_out" (taylorseer), empty: none.
+    at::Tensor finish(const TransformerState & s, const std::function<at::Tensor(const std::function<at::Tensor()> &)> &
+                                                      proj_out_hook = {}) const;
 
     // Convenience: prepare, every block through `block`, finish.
     using BlockFn = std::function<at::Tensor(int64_t index, const at::Tensor & x, const BlockContext & ctx)>;
@@ -111,8 +113,17 @@ private:
     TransformerGlobals g_;
 };
 
+// The step cache's hook on a block's submodule (taylorseer; Note [Step caching]): called with the diffusers name
+// below the block ("attn", "img_mlp") and the computation of that module's output; returns it, computed or predicted.
+using ModuleHook = std::function<at::Tensor(const char * module, const std::function<at::Tensor()> & compute)>;
+
 // One QwenImage21TransformerBlock. cache: read (cached) or written (extract) when kv_mode says so.
 at::Tensor run_block(const TransformerConfig & c, const TransformerBlockWeights & w, const at::Tensor & x,
-                     const BlockContext & ctx, KvLayerCache * cache);
+                     const BlockContext & ctx, KvLayerCache * cache, const ModuleHook & hook = {});
+
+// The diffusers module names of QwenImage21Transformer2DModel (named_modules(), the root "" included), and those the
+// plugin routes through the step cache: each block, its attn and img_mlp, and proj_out.
+std::vector<std::string> diffusers_module_names(const TransformerConfig & c);
+std::vector<std::string> hookable_module_names(const TransformerConfig & c);
 
 }  // namespace ddo::qwen_image_21
