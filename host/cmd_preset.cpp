@@ -48,6 +48,10 @@ std::string effective_text(const ResolvedSettings & s, const std::string & key, 
         return kind == "mag" ? "0.06 (mag's default)" : kind == "first_block" ? "0.05 (first_block's default)" : "(not used: cache.kind off)";
     }
     if (key == "cache.mag_ratios" && v.is_null()) return "(none: mag needs them or cache.calibrate)";
+    if (key == "cache.cache_identifiers" && v.is_null())
+        return "(taylorseer: diffusers' attention set, ^transformer_blocks.*attn and siblings)";
+    if (key == "cache.skip_predict_identifiers" && v.is_null()) return "(none)";
+    if (key == "cache.disable_cache_after_step" && v.is_null()) return "(none: the last steps are predicted too)";
     if (key.ends_with("_budget_gb") && v.is_number() && v.get<double>() == 0)
         return "0 (auto: from the machine at run start)";
     return value_text(v);

@@ -9,6 +9,7 @@
 #include <fstream>
 #include <map>
 #include <string>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
@@ -174,4 +175,66 @@ TEST(Qi21Cache, EveryRefusedSettingExitsTwoNamingTheKeyWithTheReportWritten) {
     const auto allowed =
         ddo::test::run_ddo_host("cache_few_allowed", base_args(8) + " --cache first_block --set cache.allow_few_steps=true");
     EXPECT_EQ(allowed.exit_code, 0) << allowed.log;
+}
+
+// TaylorSeer through the host: the module schedule per branch equals the hook's (ts_lite, ts_nested of the fixture),
+// the report names the hooked modules and records each pass's; lite mode on the disk route skips every block of a
+// predicted step, counted by the engine.
+TEST(Qi21Cache, TaylorSeerThroughTheHostPredictsWhatTheHookPredictsAndLiteSkipsTheStreaming) {
+    const auto ref = reference().at("runs").at("ts_lite");
+    const auto r = ddo::test::run_ddo_host("cache_ts_lite", base_args() + " --cache taylorseer --set cache.use_lite_mode=true"
+                                                             " --set components.transformer.route=disk");
+    ASSERT_EQ(r.exit_code, 0) << r.log;
+    const auto & sc = r.report.at("step_cache");
+    EXPECT_EQ(sc.at("kind"), "taylorseer");
+    EXPECT_TRUE(sc.at("use_lite_mode").get<bool>());
+    const auto order = sc.at("hooked_modules").get<std::vector<std::string>>();
+    std::map<std::string, std::map<std::string, std::string>> got;
+    for (const auto & s : r.report.at("steps"))
+        for (const auto & rec : s.at("extra").at("cache")) {
+            const auto m = rec.at("modules").get<std::string>();
+            for (size_t k = 0; k < m.size(); ++k) got[rec.at("branch").get<std::string>()][order.at(k)] += m[k];
+        }
+    for (const auto & branch : {"cond", "uncond"})
+        for (const auto & [module, p] : ref.at("module_pattern").at(branch).items())
+            EXPECT_EQ(got[branch][module], p.get<std::string>()) << branch << " " << module;
+    EXPECT_EQ(sc.at("reused_passes").get<int>(), 26);  // 13 predicted steps x 2 branches
+    EXPECT_GT(sc.at("memory").at("peak_bytes").get<uint64_t>(), 0u);
+    const auto & c = r.report.at("counters").at("transformer").at("engine").at("counters");
+    EXPECT_EQ(c.at("skipped_groups").get<uint64_t>(), 26u * 4u) << c.dump();
+    EXPECT_EQ(c.at("bytes_skipped").get<uint64_t>(), sc.at("bytes_not_streamed").get<uint64_t>()) << sc.dump();
+
+    // Identifiers from a preset, nested (a hooked attn inside a hooked block) and a skip_predict module.
+    const auto nested = reference().at("runs").at("ts_nested");
+    const fs::path preset = fs::path(::testing::TempDir()) / "ts_nested.toml";
+    std::ofstream(preset) << "schema_version = 1\ndescription = \"ts_nested of the fixture\"\n[cache]\nkind = "
+                             "\"taylorseer\"\ncache_interval = 4\ndisable_cache_before_step = 2\ntaylor_factors_dtype = "
+                             "\"fp16\"\ncache_identifiers = ['transformer_blocks\\.1(\\.attn)?', 'proj_out']\n"
+                             "skip_predict_identifiers = ['transformer_blocks\\.2\\.img_mlp']\n";
+    const auto n = ddo::test::run_ddo_host("cache_ts_nested", base_args() + " --preset '" + preset.string() + "'");
+    ASSERT_EQ(n.exit_code, 0) << n.log;
+    const auto norder = n.report.at("step_cache").at("hooked_modules").get<std::vector<std::string>>();
+    std::map<std::string, std::string> cond;
+    for (const auto & s : n.report.at("steps"))
+        for (const auto & rec : s.at("extra").at("cache"))
+            if (rec.at("branch") == "cond") {
+                const auto m = rec.at("modules").get<std::string>();
+                for (size_t k = 0; k < m.size(); ++k)
+                    if (m[k] != '-') cond[norder.at(k)] += m[k];
+            }
+    for (const auto & [module, p] : nested.at("module_pattern").at("cond").items())
+        EXPECT_EQ(cond[module], p.get<std::string>()) << module;
+}
+
+TEST(Qi21Cache, TaylorSeerRefusesWhatItCannotHonourWithTheReportWritten) {
+    expect_refused("ts_unhookable", "--cache taylorseer --set cache.cache_identifiers='transformer_blocks\\.0\\..*'",
+                   "cache.cache_identifiers");
+    expect_refused("ts_matches_nothing", "--cache taylorseer --set cache.cache_identifiers='single_blocks\\..*'",
+                   "cache.cache_identifiers");
+    expect_refused("ts_step0", "--cache taylorseer --set cache.disable_cache_before_step=0",
+                   "cache.disable_cache_before_step");
+    expect_refused("ts_lite_and_ids",
+                   "--cache taylorseer --set cache.use_lite_mode=true --set cache.cache_identifiers='proj_out'",
+                   "cache.use_lite_mode");
+    expect_refused("ts_foreign_key", "--cache taylorseer --set cache.threshold=0.1", "cache.threshold");
 }

@@ -217,6 +217,13 @@ std::map<std::string, Effect> effects() {
     e["cache.calibrate"].shown_by = "Qi21Cache.MagCalibrationWritesRatiosThatAPresetRunTakes";
     e["cache.min_steps"].shown_by = "Qi21Cache.EveryRefusedSettingExitsTwoNamingTheKeyWithTheReportWritten";
     e["cache.allow_few_steps"].shown_by = "Qi21Cache.EveryRefusedSettingExitsTwoNamingTheKeyWithTheReportWritten";
+    // taylorseer: through the host (the fixture's ts_lite / ts_nested schedules) and, for max_order and
+    // disable_cache_after_step, the fixture's ts_o2 against the hook in the parity test.
+    for (const char * k : {"cache.cache_interval", "cache.disable_cache_before_step", "cache.taylor_factors_dtype",
+                           "cache.cache_identifiers", "cache.skip_predict_identifiers", "cache.use_lite_mode"})
+        e[k].shown_by = "Qi21Cache.TaylorSeerThroughTheHostPredictsWhatTheHookPredictsAndLiteSkipsTheStreaming";
+    for (const char * k : {"cache.max_order", "cache.disable_cache_after_step"})
+        e[k].shown_by = "Qi21CacheParity.EveryTaylorSeerRunEqualsDiffusersHookWithTheSameModuleSchedule";
     // The plugin's own option.
     e["plugin.qwen_image_21.use_kv_cache"] = {kStream, kStream + " --set plugin.qwen_image_21.use_kv_cache=false", true,
                                               differs("workload.kv_cache_used")};

@@ -195,6 +195,12 @@ def write_presets():
         'schema_version = 1\ndescription = "fuzz seed: a key of another kind"\n\n[cache]\nkind = "off"\n'
         'max_skip_steps = 4\n'
         "\0cache.mag_ratios=[1.0, 2.0]\ncache.calibrate=true\nDDO_CACHE_KIND=mag\n")
+    put("preset", "cache_taylorseer.toml",
+        'schema_version = 1\ndescription = "fuzz seed: TaylorSeer with identifiers"\n\n[cache]\nkind = "taylorseer"\n'
+        'cache_interval = 4\ndisable_cache_before_step = 2\ndisable_cache_after_step = 16\nmax_order = 2\n'
+        'taylor_factors_dtype = "fp16"\ncache_identifiers = [\'transformer_blocks\\.[0-9]+\\.attn\', "proj_out"]\n'
+        'skip_predict_identifiers = \'transformer_blocks\\.2\\.img_mlp\'\n'
+        "\0cache.use_lite_mode=true\ncache.cache_identifiers=(((a\nDDO_CACHE_MAX_ORDER=3\n")
     put("preset", "auto_self.toml",
         'schema_version = 1\ndescription = "fuzz seed: an auto preset"\n\n[auto]\nlinux = "one_shot_fast"\n'
         'wsl = "wsl_compat"\nother = "off"\n')

@@ -72,7 +72,7 @@ TEST(StepCacheSettings, EachKindReadsItsOwnKeysAndRefusesTheOthers) {
     const auto off = usage_error(settings({{"cache.threshold", 0.1}}));
     EXPECT_NE(off.find("cache.kind is off"), std::string::npos) << off;
     const auto unknown = usage_error(settings({{"cache.kind", "teacache"}}));
-    EXPECT_NE(unknown.find("off, first_block or mag"), std::string::npos) << unknown;
+    EXPECT_NE(unknown.find("off, first_block, mag or taylorseer"), std::string::npos) << unknown;
     const auto no_ratios = usage_error(settings({{"cache.kind", "mag"}}));
     EXPECT_NE(no_ratios.find("cache.mag_ratios"), std::string::npos) << no_ratios;
     EXPECT_NE(no_ratios.find("cache.calibrate=true"), std::string::npos) << no_ratios;
@@ -187,4 +187,168 @@ TEST(StepCache, MagSkipsWholeStepsByTheAccumulatedErrorAndBoundsTheRun) {
     EXPECT_EQ(rec[2].at("blocks_computed").get<int64_t>(), 0);
     EXPECT_EQ(rec[2].at("bytes_not_streamed").get<uint64_t>(), 300u);
     EXPECT_TRUE(rec[0].at("signal").is_null());
+}
+
+TEST(StepCacheSettings, TaylorSeerReadsItsKeysAndRefusesWhatItCannotHonour) {
+    const auto s = StepCacheSettings::read(settings({{"cache.kind", "taylorseer"},
+                                                     {"cache.max_order", 2},
+                                                     {"cache.cache_identifiers", "transformer_blocks\\.0\\.attn"}}));
+    EXPECT_EQ(s.kind, StepCacheKind::taylorseer);
+    EXPECT_EQ(s.cache_interval, 5);  // TaylorSeerCacheConfig's defaults
+    EXPECT_EQ(s.disable_cache_before_step, 3);
+    EXPECT_FALSE(s.disable_cache_after_step.has_value());
+    EXPECT_EQ(s.max_order, 2);
+    EXPECT_EQ(s.taylor_factors_dtype, "bf16");
+    EXPECT_EQ(s.cache_identifiers, std::vector<std::string>{"transformer_blocks\\.0\\.attn"});
+    EXPECT_EQ(s.to_json().at("source").count("cache.max_order"), 1u);
+    // A taylorseer key under another kind, and another kind's key under taylorseer.
+    const auto foreign = usage_error(settings({{"cache.kind", "mag"}, {"cache.calibrate", true}, {"cache.max_order", 2}}));
+    EXPECT_NE(foreign.find("cache.max_order = 2"), std::string::npos) << foreign;
+    EXPECT_NE(foreign.find("applies to cache.kind taylorseer"), std::string::npos) << foreign;
+    EXPECT_NE(usage_error(settings({{"cache.kind", "taylorseer"}, {"cache.threshold", 0.1}})).find("cache.threshold"),
+              std::string::npos);
+    // Step 0 would be predicted before anything was computed.
+    EXPECT_NE(usage_error(settings({{"cache.kind", "taylorseer"}, {"cache.disable_cache_before_step", 0}}))
+                  .find("step 0 would be predicted"),
+              std::string::npos);
+    EXPECT_EQ(usage_error(settings({{"cache.kind", "taylorseer"},
+                                    {"cache.disable_cache_before_step", 0},
+                                    {"cache.cache_interval", 1}})),
+              "");
+    EXPECT_NE(usage_error(settings({{"cache.kind", "taylorseer"},
+                                    {"cache.use_lite_mode", true},
+                                    {"cache.skip_predict_identifiers", nlohmann::json::array({"proj_out"})}}))
+                  .find("cache.use_lite_mode = true"),
+              std::string::npos);
+    EXPECT_NE(usage_error(settings({{"cache.kind", "taylorseer"}, {"cache.cache_identifiers", "transformer_blocks.(attn"}}))
+                  .find("not a regular expression"),
+              std::string::npos);
+    EXPECT_NE(usage_error(settings({{"cache.kind", "taylorseer"}, {"cache.cache_identifiers", std::string(300, 'a')}}))
+                  .find("at most 256 characters"),
+              std::string::npos);
+    EXPECT_NE(usage_error(settings({{"cache.kind", "taylorseer"}, {"cache.taylor_factors_dtype", "int8"}}))
+                  .find("give bf16, fp16 or fp32"),
+              std::string::npos);
+    EXPECT_NE(usage_error(settings({{"cache.kind", "sea"}})).find("give off, first_block, mag or taylorseer"),
+              std::string::npos);
+}
+
+namespace {
+
+StepCacheSettings taylorseer(std::vector<std::pair<std::string, nlohmann::json>> set) {
+    set.emplace_back("cache.kind", "taylorseer");
+    auto s = StepCacheSettings::read(settings(set));
+    s.min_steps = 1;
+    return s;
+}
+
+std::string bind_error(const StepCacheSettings & s, const std::vector<std::string> & hookable,
+                       const std::vector<std::string> & modules) {
+    StepCache cache(s, 10);
+    try {
+        cache.bind_modules(hookable, modules);
+    } catch (const ddo::UsageError & e) {
+        return e.what();
+    }
+    return "";
+}
+
+const std::vector<std::string> kHookable = {"transformer_blocks.0", "transformer_blocks.0.attn", "transformer_blocks.1",
+                                            "transformer_blocks.1.attn", "proj_out"};
+const std::vector<std::string> kModules = {"",
+                                           "transformer_blocks",
+                                           "transformer_blocks.0",
+                                           "transformer_blocks.0.attn",
+                                           "transformer_blocks.0.attn.to_q",
+                                           "transformer_blocks.0.ff",
+                                           "transformer_blocks.1",
+                                           "transformer_blocks.1.attn",
+                                           "transformer_blocks.1.attn.to_q",
+                                           "transformer_blocks.1.ff",
+                                           "norm_out",
+                                           "proj_out"};
+
+}  // namespace
+
+TEST(StepCache, TaylorSeerBindsPatternsToTheModulesThePluginCanHook) {
+    // diffusers' default: every transformer_blocks.<i>.attn.
+    StepCache cache(taylorseer({}), 10);
+    cache.bind_modules(kHookable, kModules);
+    EXPECT_TRUE(cache.hooked("transformer_blocks.0.attn"));
+    EXPECT_TRUE(cache.hooked("transformer_blocks.1.attn"));
+    EXPECT_FALSE(cache.hooked("transformer_blocks.0"));
+    EXPECT_FALSE(cache.hooked("proj_out"));
+    // Lite: blocks skip, proj_out predicts.
+    StepCache lite(taylorseer({{"cache.use_lite_mode", true}}), 10);
+    lite.bind_modules(kHookable, kModules);
+    EXPECT_TRUE(lite.hooked("transformer_blocks.0"));
+    EXPECT_TRUE(lite.hooked("proj_out"));
+    EXPECT_FALSE(lite.hooked("transformer_blocks.0.attn"));
+    // A pattern that also matches a module the plugin cannot hook (the feed-forward here), the whole model, or nothing.
+    EXPECT_NE(bind_error(taylorseer({{"cache.cache_identifiers", "transformer_blocks\\.0.*"}}), kHookable, kModules)
+                  .find("matches module 'transformer_blocks.0.attn.to_q', which this plugin cannot route"),
+              std::string::npos);
+    EXPECT_NE(bind_error(taylorseer({{"cache.cache_identifiers", ".*"}}), kHookable, kModules).find("(the model)"),
+              std::string::npos);
+    EXPECT_NE(bind_error(taylorseer({{"cache.skip_predict_identifiers", "single_blocks\\..*"}}), kHookable, kModules)
+                  .find("cache.skip_predict_identifiers: the pattern \"single_blocks\\..*\" matches no module"),
+              std::string::npos);
+    // diffusers' default set on a model without such attention modules hooks nothing: refused, not a silent no-op.
+    EXPECT_NE(bind_error(taylorseer({}), {"blocks_x.0"}, {"blocks_x", "blocks_x.0"}).find("hooks no module"),
+              std::string::npos);
+}
+
+TEST(StepCache, TaylorSeerPredictsByTheExpansionOnTheHookSchedule) {
+    // cache_interval 3, warm-up 2, order 1, fp32 factors: steps 0, 1 compute, 2 predicts, then (step - 3) % 3 == 0
+    // computes: C C P C P P C P P C.
+    StepCache cache(taylorseer({{"cache.cache_interval", 3},
+                                {"cache.disable_cache_before_step", 2},
+                                {"cache.taylor_factors_dtype", "fp32"},
+                                {"cache.cache_identifiers", "proj_out"}}),
+                    10);
+    cache.bind_modules(kHookable, kModules);
+    std::string pattern;
+    std::vector<double> got;
+    for (int step = 0; step < 10; ++step) {
+        // f(step) = 2 step + 1 computed; predicted by order 1 from the last two computed steps, exactly linear.
+        auto call = cache.module("cond", "proj_out", [&] {
+            return ddo::model::Outputs{at::full({2}, 2.0 * step + 1.0, at::kFloat)};
+        });
+        pattern += call.computed ? 'C' : 'P';
+        got.push_back(call.outputs.front()[0].item<double>());
+    }
+    EXPECT_EQ(pattern, "CCPCPPCPPC");
+    for (int step = 0; step < 10; ++step) EXPECT_DOUBLE_EQ(got[size_t(step)], 2.0 * step + 1.0) << step;
+    // Branches keep their own schedules.
+    auto call = cache.module("uncond", "proj_out", [&] { return ddo::model::Outputs{at::ones({2})}; });
+    EXPECT_TRUE(call.computed);
+    // A module that is not hooked always computes.
+    EXPECT_TRUE(cache.module("cond", "transformer_blocks.0.attn", [&] { return ddo::model::Outputs{at::ones({2})}; }).computed);
+    const auto summary = cache.summary();
+    EXPECT_EQ(summary.at("module_calls_predicted").get<int>(), 5);
+    EXPECT_EQ(summary.at("hooked_modules"), nlohmann::json::array({"proj_out"}));
+}
+
+TEST(StepCache, TaylorSeerLiteSkipsEveryBlockOfAPredictedPassAndNamesThemInTheRecord) {
+    StepCache cache(taylorseer({{"cache.use_lite_mode", true}}), 10);
+    cache.bind_modules(kHookable, kModules);
+    Stack stack(2);
+    std::string passes;
+    for (int step = 0; step < 10; ++step) {
+        const auto out = stack.run(cache, "cond", step, at::ones({1, 3, 4}));
+        const auto y = cache.module("cond", "proj_out", [&] { return ddo::model::Outputs{out.front() * 2}; });
+        auto records = cache.take_step_records();
+        ASSERT_EQ(records.size(), 1u);
+        passes += records[0].at("modules").get<std::string>() + " ";
+        if (!y.computed) {
+            EXPECT_TRUE(at::equal(out.front(), at::zeros({1, 3, 4}))) << "a skipped block returns zeros";
+            EXPECT_FALSE(records[0].at("computed").get<bool>());
+            EXPECT_EQ(records[0].at("bytes_not_streamed").get<uint64_t>(), 200u);
+        }
+    }
+    // Warm-up 3, then (step - 4) % 5 == 0 computes: steps 3, 5-8 predicted.
+    EXPECT_EQ(passes, "CCC CCC CCC PPP CCC PPP PPP PPP PPP CCC ");
+    EXPECT_EQ(stack.skipped.size(), 10u);
+    EXPECT_EQ(cache.summary().at("hooked_modules"),
+              nlohmann::json::array({"transformer_blocks.0", "transformer_blocks.1", "proj_out"}));
 }
