@@ -532,7 +532,7 @@ void install(CLI::App & app, HostOptions & options) {
     app.add_option("--image", a->images, "a condition image, FILE[@FRAME] (repeatable; PNG, JPEG or WebP; FRAME: the "
                                          "video frame it conditions, default 0; workload.images)")
         ->group(g);
-    app.add_option("--cache", a->cache, "step cache: off, first_block, mag or taylorseer (cache.kind; docs/presets.md, [cache])")
+    app.add_option("--cache", a->cache, "step cache: off, first_block, mag, taylorseer or sea (cache.kind; docs/presets.md, [cache])")
         ->group(g);
     app.add_option("--strength", a->strength, "img2img strength in (0, 1] (workload.strength; unset = the plugin's "
                                               "default)")

@@ -7,6 +7,7 @@
 
 #include <filesystem>
 #include <fstream>
+#include <algorithm>
 #include <map>
 #include <string>
 #include <vector>
@@ -237,4 +238,48 @@ TEST(Qi21Cache, TaylorSeerRefusesWhatItCannotHonourWithTheReportWritten) {
                    "--cache taylorseer --set cache.use_lite_mode=true --set cache.cache_identifiers='proj_out'",
                    "cache.use_lite_mode");
     expect_refused("ts_foreign_key", "--cache taylorseer --set cache.threshold=0.1", "cache.threshold");
+}
+
+// SeaCache through the host: the pattern of each branch equals the hook's (the fixture's sea_o0: residual order 0, no
+// limit on reuses in a row, two retained and two end steps), and the engine skips the whole stack of a reused pass.
+TEST(Qi21Cache, SeaThroughTheHostReusesWhatTheHookReusesAndSkipsTheStack) {
+    const auto ref = reference().at("runs").at("sea_o0");
+    const auto & p = ref.at("params");
+    const auto r = ddo::test::run_ddo_host(
+        "cache_sea", base_args() + " --cache sea --set cache.threshold=" + std::to_string(p.at("threshold").get<double>()) +
+                         " --set cache.residual_order=0 --set cache.max_consecutive_cached=0 --set "
+                         "cache.retention_steps=2 --set cache.cache_end_steps=2 --set cache.power_exp=3"
+                         " --set components.transformer.route=disk");
+    ASSERT_EQ(r.exit_code, 0) << r.log;
+    const auto pattern = pattern_of(r.report);
+    EXPECT_EQ(pattern.at("cond"), ref.at("pattern_string").at("cond").get<std::string>());
+    EXPECT_EQ(pattern.at("uncond"), ref.at("pattern_string").at("uncond").get<std::string>());
+    const auto & sc = r.report.at("step_cache");
+    EXPECT_EQ(sc.at("kind"), "sea");
+    EXPECT_EQ(sc.at("residual_order").get<int>(), 0);
+    const auto & c = r.report.at("counters").at("transformer").at("engine").at("counters");
+    const auto reused = std::count(pattern.at("cond").begin(), pattern.at("cond").end(), 'R') +
+                        std::count(pattern.at("uncond").begin(), pattern.at("uncond").end(), 'R');
+    EXPECT_EQ(c.at("skipped_groups").get<int64_t>(), reused * 4) << c.dump();
+    EXPECT_EQ(c.at("bytes_skipped").get<uint64_t>(), sc.at("bytes_not_streamed").get<uint64_t>()) << sc.dump();
+    // The filter's prior changes the gate's signal (cache.power_exp): the same run at 1.5 compares other distances.
+    const auto flat = ddo::test::run_ddo_host(
+        "cache_sea_flat", base_args() + " --cache sea --set cache.threshold=" + std::to_string(p.at("threshold").get<double>()) +
+                              " --set cache.residual_order=0 --set cache.max_consecutive_cached=0 --set "
+                              "cache.retention_steps=2 --set cache.cache_end_steps=2 --set cache.power_exp=1.5");
+    ASSERT_EQ(flat.exit_code, 0) << flat.log;
+    auto signals = [](const json & report) {
+        std::vector<double> v;
+        for (const auto & s : report.at("steps"))
+            for (const auto & rec : s.at("extra").at("cache"))
+                if (rec.contains("distance")) v.push_back(rec.at("distance").get<double>());
+        return v;
+    };
+    ASSERT_FALSE(signals(flat.report).empty());
+    ASSERT_FALSE(signals(r.report).empty());
+    // Both first compare at step 2 (two retained steps), on the same latents: only the filter differs.
+    EXPECT_NE(signals(flat.report).front(), signals(r.report).front());
+    expect_refused("sea_order", "--cache sea --set cache.residual_order=2", "cache.residual_order");
+    expect_refused("sea_power", "--cache sea --set cache.power_exp=0", "cache.power_exp");
+    expect_refused("sea_foreign_key", "--cache sea --set cache.max_order=2", "cache.max_order");
 }

@@ -222,6 +222,9 @@ std::map<std::string, Effect> effects() {
     for (const char * k : {"cache.cache_interval", "cache.disable_cache_before_step", "cache.taylor_factors_dtype",
                            "cache.cache_identifiers", "cache.skip_predict_identifiers", "cache.use_lite_mode"})
         e[k].shown_by = "Qi21Cache.TaylorSeerThroughTheHostPredictsWhatTheHookPredictsAndLiteSkipsTheStreaming";
+    for (const char * k : {"cache.residual_order", "cache.retention_steps", "cache.cache_end_steps",
+                           "cache.max_consecutive_cached", "cache.power_exp"})
+        e[k].shown_by = "Qi21Cache.SeaThroughTheHostReusesWhatTheHookReusesAndSkipsTheStack";
     for (const char * k : {"cache.max_order", "cache.disable_cache_after_step"})
         e[k].shown_by = "Qi21CacheParity.EveryTaylorSeerRunEqualsDiffusersHookWithTheSameModuleSchedule";
     // The plugin's own option.

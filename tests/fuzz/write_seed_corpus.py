@@ -201,6 +201,10 @@ def write_presets():
         'taylor_factors_dtype = "fp16"\ncache_identifiers = [\'transformer_blocks\\.[0-9]+\\.attn\', "proj_out"]\n'
         'skip_predict_identifiers = \'transformer_blocks\\.2\\.img_mlp\'\n'
         "\0cache.use_lite_mode=true\ncache.cache_identifiers=(((a\nDDO_CACHE_MAX_ORDER=3\n")
+    put("preset", "cache_sea.toml",
+        'schema_version = 1\ndescription = "fuzz seed: SeaCache"\n\n[cache]\nkind = "sea"\nthreshold = 0.3\n'
+        'residual_order = 0\nretention_steps = 2\ncache_end_steps = 2\nmax_consecutive_cached = 0\npower_exp = 2.5\n'
+        "\0cache.residual_order=2\ncache.max_order=1\nDDO_CACHE_POWER_EXP=0\n")
     put("preset", "auto_self.toml",
         'schema_version = 1\ndescription = "fuzz seed: an auto preset"\n\n[auto]\nlinux = "one_shot_fast"\n'
         'wsl = "wsl_compat"\nother = "off"\n')

@@ -72,7 +72,7 @@ TEST(StepCacheSettings, EachKindReadsItsOwnKeysAndRefusesTheOthers) {
     const auto off = usage_error(settings({{"cache.threshold", 0.1}}));
     EXPECT_NE(off.find("cache.kind is off"), std::string::npos) << off;
     const auto unknown = usage_error(settings({{"cache.kind", "teacache"}}));
-    EXPECT_NE(unknown.find("off, first_block, mag or taylorseer"), std::string::npos) << unknown;
+    EXPECT_NE(unknown.find("off, first_block, mag, taylorseer or sea"), std::string::npos) << unknown;
     const auto no_ratios = usage_error(settings({{"cache.kind", "mag"}}));
     EXPECT_NE(no_ratios.find("cache.mag_ratios"), std::string::npos) << no_ratios;
     EXPECT_NE(no_ratios.find("cache.calibrate=true"), std::string::npos) << no_ratios;
@@ -229,7 +229,7 @@ TEST(StepCacheSettings, TaylorSeerReadsItsKeysAndRefusesWhatItCannotHonour) {
     EXPECT_NE(usage_error(settings({{"cache.kind", "taylorseer"}, {"cache.taylor_factors_dtype", "int8"}}))
                   .find("give bf16, fp16 or fp32"),
               std::string::npos);
-    EXPECT_NE(usage_error(settings({{"cache.kind", "sea"}})).find("give off, first_block, mag or taylorseer"),
+    EXPECT_NE(usage_error(settings({{"cache.kind", "faster_cache"}})).find("give off, first_block, mag, taylorseer or sea"),
               std::string::npos);
 }
 
@@ -351,4 +351,51 @@ TEST(StepCache, TaylorSeerLiteSkipsEveryBlockOfAPredictedPassAndNamesThemInTheRe
     EXPECT_EQ(stack.skipped.size(), 10u);
     EXPECT_EQ(cache.summary().at("hooked_modules"),
               nlohmann::json::array({"transformer_blocks.0", "transformer_blocks.1", "proj_out"}));
+}
+
+TEST(StepCacheSettings, SeaReadsItsKeysWithDiffusersDefaults) {
+    const auto s = StepCacheSettings::read(settings({{"cache.kind", "sea"}}));
+    EXPECT_EQ(s.kind, StepCacheKind::sea);
+    EXPECT_DOUBLE_EQ(s.threshold, 0.25);  // SeaCacheConfig's defaults
+    EXPECT_EQ(s.residual_order, 1);
+    EXPECT_EQ(s.retention_steps, 1);
+    EXPECT_EQ(s.cache_end_steps, 1);
+    EXPECT_EQ(s.max_consecutive_cached, 2);
+    EXPECT_DOUBLE_EQ(s.power_exp, 3.0);
+    const auto foreign = usage_error(settings({{"cache.kind", "first_block"}, {"cache.power_exp", 2.0}}));
+    EXPECT_NE(foreign.find("applies to cache.kind sea"), std::string::npos) << foreign;
+    EXPECT_NE(usage_error(settings({{"cache.kind", "sea"}, {"cache.residual_order", 2}})).find("give 0 or 1"),
+              std::string::npos);
+    EXPECT_NE(usage_error(settings({{"cache.kind", "sea"}, {"cache.power_exp", 0.0}})).find("cache.power_exp"),
+              std::string::npos);
+}
+
+TEST(StepCache, SeaReusesTheStackWhileTheFilteredLatentsHoldStillAndExtrapolatesTheResidual) {
+    auto s = StepCacheSettings::read(settings({{"cache.kind", "sea"}}));
+    s.min_steps = 1;
+    StepCache cache(s, 10);
+    std::vector<int64_t> skipped;
+    std::string pattern;
+    for (int step = 0; step < 10; ++step) {
+        // The latents do not change: the filtered indicator's distance is 0, so only the guards force a full pass.
+        cache.observe("cond", 1.0 - 0.1 * step, {at::ones({1, 1, 4, 4})});
+        const auto x = at::zeros({1, 3, 2});
+        // A stack whose residual grows by one per step: order 1 extrapolates it exactly.
+        const auto out = cache.run(
+            "cond", step, {x}, 2,
+            [&](int64_t i, const Streams & in) { return Streams{in.front() + (i == 0 ? double(step + 1) : 0.0)}; },
+            [&](int64_t i) {
+                skipped.push_back(i);
+                return uint64_t(7);
+            });
+        auto records = cache.take_step_records();
+        pattern += records.at(0).at("computed").get<bool>() ? 'C' : 'R';
+        // Step 1 has one full pass behind it (order 0 then): its residual. Later reuses extrapolate from two.
+        const double expected = step == 1 || step == 2 ? 1.0 : double(step + 1);
+        EXPECT_NEAR(out.front().mean().item<double>(), expected, 1e-5) << step;
+    }
+    // Step 0 retained and first observed; at most max_consecutive_cached = 2 in a row; the last step computes.
+    EXPECT_EQ(pattern, "CRRCRRCRRC");
+    EXPECT_EQ(skipped.size(), 12u);
+    EXPECT_EQ(cache.summary().at("bytes_not_streamed").get<uint64_t>(), 84u);
 }

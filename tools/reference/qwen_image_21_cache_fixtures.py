@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
-"""Pipeline parity fixtures for qwen_image_21 step caching: FirstBlockCache, MagCache and TaylorSeerCache (diffusers
-0.42.1 hooks).
+"""Pipeline parity fixtures for qwen_image_21 step caching: FirstBlockCache, MagCache, TaylorSeerCache and SeaCache
+(diffusers 0.42.1 hooks).
 
 Usage: qwen_image_21_cache_fixtures.py OUT_DIR
 
@@ -50,6 +50,15 @@ cache_context("cond") then cache_context("uncond"), and every hook keeps one sta
   ts_kv          ts with use_kv_cache=True (the prefix KV cache: step 0 runs prefix + target rows, later steps the
                  target rows; the hook restarts its expansion from order 0 when the shape changes)
   off_kv         no cache, use_kv_cache=True (what ts_kv is compared with)
+  sea_lo/sea_hi  SeaCacheConfig(threshold) at two thresholds (residual_order 1, retention_steps 1, cache_end_steps 1,
+                 max_consecutive_cached 2, power_exp 3: diffusers' defaults); sea_o0 residual_order 0,
+                 max_consecutive_cached 0 (no limit), retention_steps 2, cache_end_steps 2. SeaCache's generic path
+                 needs what QwenImage21Pipeline does not give it, so this script gives it as diffusers' Wan pipeline
+                 does: each cache_context("cond"/"uncond") carries step_index, sigma = float(scheduler.sigmas[i]) and
+                 num_inference_steps (a wrapper around transformer.cache_context; i is the scheduler's step_index,
+                 None before the first step: 0), and raw_vision_callback returns the target latents as images,
+                 QwenImage21Pipeline._unpack_latents of the transformer's last h*w hidden_states rows, one (C, 1, h, w)
+                 per sample. The block is the registered single-stream block (no auxiliary stream).
 
 Recorded per run, step and branch (by wrapping the hooks): computed (true) or reused (false); FirstBlockCache's
 signal (relative L1 change of block 0's residual against the last *computed* step's, null at a branch's first step);
@@ -79,10 +88,11 @@ from safetensors.torch import save_file
 
 import diffusers
 from diffusers import FlowMatchEulerDiscreteScheduler, QwenImage21Pipeline
-from diffusers.hooks import FirstBlockCacheConfig, MagCacheConfig, TaylorSeerCacheConfig
+from diffusers.hooks import FirstBlockCacheConfig, MagCacheConfig, SeaCacheConfig, TaylorSeerCacheConfig
 from diffusers.hooks._helpers import TransformerBlockMetadata, TransformerBlockRegistry
 from diffusers.hooks.first_block_cache import FBCHeadBlockHook
 from diffusers.hooks.mag_cache import MagCacheBlockHook, MagCacheHeadHook
+from diffusers.hooks.sea_cache import SeaCacheLeaderBlockHook, SeaCacheSharedState
 from diffusers.hooks.taylorseer_cache import TaylorSeerCacheHook
 from diffusers.models.transformers.transformer_qwenimage21 import QwenImage21TransformerBlock
 
@@ -110,7 +120,14 @@ NUM_LAYERS = 4  # head block, two pass-through middle blocks, tail block
 FBC_THRESHOLDS = {"fbc_lo": 0.655, "fbc_hi": 0.865}
 MAG_THRESHOLDS = {"mag": 0.1, "mag_hi": 1.0}
 # Reused steps per branch each run must land in (inclusive): the intended mix, so that a changed reference is noticed.
-REUSE_RANGE = {"fbc_lo": (3, 5), "fbc_hi": (10, 14), "mag": (2, 8), "mag_hi": (9, STEPS - 5)}
+REUSE_RANGE = {"fbc_lo": (3, 5), "fbc_hi": (10, 14), "mag": (2, 8), "mag_hi": (9, STEPS - 5),
+               "sea_lo": (5, 9), "sea_hi": (10, 14), "sea_o0": (10, 16)}
+# SeaCache's accumulated distance on this model (random weights; the indicator is the filtered latents, the same for
+# both branches, so their patterns agree): 0.78 at step 1 falling to about 0.05-0.11 per step late in the schedule.
+#   sea_lo 0.15: CCCCCCRCRCRRCRRCRRCC  7 reused (smallest margin 2.3 %; steps 12, 15 forced by max_consecutive_cached)
+#   sea_hi 0.6:  CCRCRRCRRCRRCRRCRRCC 12 reused (every third step forced by max_consecutive_cached 2)
+#   sea_o0 0.6:  CCRCRRRCRRRRRRRRRRCC 13 reused (order 0, no limit; smallest margin 0.9 %)
+SEA_LO, SEA_HI = 0.15, 0.6
 TAYLORSEER_RUNS = {
     "ts": ({}, False),
     "ts_o2": (dict(max_order=2, taylor_factors_dtype=torch.float32, cache_interval=3, disable_cache_before_step=2,
@@ -123,6 +140,9 @@ TAYLORSEER_RUNS = {
                        skip_predict_identifiers=[r"transformer_blocks\.2\.img_mlp"]), False),
     "ts_kv": ({}, True),
 }
+SEA_RUNS = {"sea_lo": dict(threshold=SEA_LO), "sea_hi": dict(threshold=SEA_HI),
+            "sea_o0": dict(threshold=SEA_HI, residual_order=0, max_consecutive_cached=0, retention_steps=2,
+                           cache_end_steps=2)}
 MAG_MAX_SKIP_STEPS = 3
 MAG_RETENTION_RATIO = 0.2
 
@@ -141,6 +161,7 @@ class Recorder:
         self.calibration = {b: [] for b in BRANCHES}
         self.modules = {b: {} for b in BRANCHES}  # TaylorSeer: module -> [computed?] per call
         self.hooked = []
+        self.sea_compared = {b: [] for b in BRANCHES}  # SeaCache: the accumulated distance compared (None: forced)
 
 
 REC = None
@@ -206,6 +227,61 @@ def install_hook_probes():
         return should, state
 
     TaylorSeerCacheHook._measure_should_compute = ts_measure_probe
+
+    sea_leader = SeaCacheLeaderBlockHook.new_forward
+    sea_gate = SeaCacheSharedState.resolve_gate
+    current = {}
+
+    def sea_gate_probe(self, state, metadata, indicator, config):
+        prev, acc = state.previous_indicator, state.accumulated_distance
+        forced = (prev is None or indicator is None or metadata.step_index < config.retention_steps
+                  or metadata.step_index >= metadata.num_inference_steps - config.cache_end_steps
+                  or bool(config.max_consecutive_cached and state.consecutive_cached >= config.max_consecutive_cached))
+        compared = None
+        if not forced:  # the gate's own expression, evaluated again on the same tensors
+            d = sum(float(((c.float() - q.float()).abs().mean() / (q.float().abs().mean() + 1e-16)).cpu())
+                    for c, q in zip(indicator, prev)) / len(indicator)
+            compared = acc + d
+        should = sea_gate(self, state, metadata, indicator, config)
+        assert should == (compared is None or compared >= config.threshold), (compared, config.threshold, should)
+        REC.sea_compared[current["name"]].append(compared)
+        return should
+
+    def sea_leader_probe(self, module, *args, **kwargs):
+        current["name"] = self.state_manager._context.name
+        out = sea_leader(self, module, *args, **kwargs)
+        REC.pattern[current["name"]].append(not self.state_manager.get_state().skip_remaining)
+        return out
+
+    SeaCacheSharedState.resolve_gate = sea_gate_probe
+    SeaCacheLeaderBlockHook.new_forward = sea_leader_probe
+
+
+def sea_config(pipe, **params):
+    """SeaCacheConfig with the raw_vision_callback this pipeline needs: the target latents as (C, 1, h, w) images."""
+    h, w = 2 * (HEIGHT // 32), 2 * (WIDTH // 32)
+
+    def raw_vision(module, args, kwargs):
+        target = kwargs["hidden_states"][:, -h * w:]
+        return list(QwenImage21Pipeline._unpack_latents(target, HEIGHT, WIDTH, pipe.vae_scale_factor).unbind(0))
+
+    return SeaCacheConfig(raw_vision_callback=raw_vision, **params)
+
+
+def with_step_context(pipe):
+    """transformer.cache_context(name) -> cache_context(name, step_index, sigma, num_inference_steps), as Wan passes."""
+    transformer = pipe.transformer
+    original = transformer.cache_context
+
+    @contextlib.contextmanager
+    def cache_context(name, **kwargs):
+        s = pipe.scheduler
+        i = 0 if s.step_index is None else s.step_index
+        with original(name, step_index=i, sigma=float(s.sigmas[i]), num_inference_steps=len(s.timesteps), **kwargs):
+            yield
+
+    transformer.cache_context = cache_context
+    return original
 
 
 def name_taylorseer_hooks(transformer):
@@ -348,6 +424,21 @@ def main():
                       "module_pattern": {b: {m: pattern_string(f).replace("R", "P") for m, f in rec.modules[b].items()}
                                          for b in BRANCHES}}
         print(f"{name:14s} " + "  ".join(f"{m}={p}" for m, p in runs[name]["module_pattern"]["cond"].items()))
+
+    original_context = with_step_context(pipe)
+    for name, params in SEA_RUNS.items():
+        latents, rec = run(pipe, embeds, sea_config(pipe, **params))
+        for b in BRANCHES:
+            assert len(rec.pattern[b]) == STEPS, (name, b, rec.pattern[b])
+            check_margin(f"{name}/{b}", params["threshold"], rec.sea_compared[b])
+            check_mix(name, b, rec.pattern[b])
+        assert not torch.equal(latents, tensors["off.latents"]), f"{name} reused nothing"
+        tensors[f"{name}.latents"] = latents
+        runs[name] = {"kind": "sea_cache", "params": params, "pattern": rec.pattern,
+                      "signals": {"accumulated_distance_compared": rec.sea_compared},
+                      "step_context": "step_index, sigma = float(scheduler.sigmas[i]), num_inference_steps",
+                      "raw_vision": "QwenImage21Pipeline._unpack_latents(target rows): (C, 1, h, w) per sample"}
+    pipe.transformer.cache_context = original_context
 
     # Hooks removed and state reset: a second uncached call gives the first one's bits.
     latents, _ = run(pipe, embeds, None)

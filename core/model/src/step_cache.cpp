@@ -1,13 +1,17 @@
-// Step caching: diffusers 0.42.1's FirstBlockCache, MagCache and TaylorSeer hooks (hooks/first_block_cache.py,
-// mag_cache.py, taylorseer_cache.py) as one state machine per guidance branch (TaylorSeer: per branch and module). Every arithmetic step is the hook's, in the hook's types: the
+// Step caching: diffusers 0.42.1's FirstBlockCache, MagCache, TaylorSeer and SeaCache hooks (hooks/first_block_cache.py,
+// mag_cache.py, taylorseer_cache.py, sea_cache.py's generic leader/tail path) as one state machine per guidance branch (TaylorSeer: per branch and module). Every arithmetic step is the hook's, in the hook's types: the
 // first-block signal is a tensor reduction in the activations' dtype read out as a double; MagCache accumulates in
 // float32 (its ratios are a float32 tensor). Note [Step caching] in docs/architecture.md.
 #include "ddo/model/step_cache.hpp"
 
 #include <ATen/ATen.h>
+#include <ATen/ops/fft_fftfreq.h>
+#include <ATen/ops/fft_fftn.h>
+#include <ATen/ops/fft_ifftn.h>
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <regex>
 #include <set>
 #include <sstream>
@@ -89,6 +93,32 @@ struct TaylorState {
 // Python's a % n for n > 0 (TaylorSeerCacheHook's interval test sees negative a before the warm-up ends).
 int py_mod(int a, int n) { return ((a % n) + n) % n; }
 
+// sea_cache.py _apply_sea_filter: `latent` is (T, H, W, C) (the caller's movedim(0, -1) of (C, T, H, W)); a Wiener
+// gain per axis from the clean-signal power prior 1 / |f|^p and the noise level sigma, normalised to unit mean over the
+// spatiotemporal grid, applied in the Fourier domain. Python's `1.0 / t` is `t.reciprocal() * 1.0` (Tensor.__rtruediv__),
+// kept so here.
+at::Tensor sea_filter(const at::Tensor & latent, double sigma, double power_exp) {
+    const auto dtype = latent.scalar_type();
+    const at::Tensor h = latent.contiguous().to(at::kFloat);
+    const std::vector<int64_t> dims = {0, 1, 2};
+    const at::Tensor spectrum = at::fft_fftn(h, std::nullopt, dims);
+    sigma = std::max(1e-6, std::min(1.0 - 1e-6, sigma));
+    const double signal_scale = 1.0 - sigma, noise_scale = sigma;
+    at::Tensor gain;
+    for (int64_t axis : dims) {
+        const at::Tensor f = at::fft_fftfreq(h.size(axis), 1.0, at::TensorOptions().dtype(at::kFloat).device(h.device()));
+        const at::Tensor clean = (f.abs().pow(power_exp) + 1e-16).reciprocal() * 1.0;
+        const at::Tensor axis_gain =
+            clean * signal_scale / (clean * std::pow(signal_scale, 2) + std::pow(noise_scale, 2) + 1e-16);
+        std::vector<int64_t> shape(size_t(h.dim()), 1);
+        shape[size_t(axis)] = axis_gain.size(0);
+        gain = gain.defined() ? gain * axis_gain.reshape(shape) : axis_gain.reshape(shape);
+    }
+    const at::Tensor mean_gain = gain.mean();
+    if (at::isfinite(mean_gain).item<bool>() && mean_gain.item<float>() > 0) gain = gain / mean_gain;
+    return at::real(at::fft_ifftn(spectrum * gain, std::nullopt, dims)).to(dtype);
+}
+
 at::ScalarType factors_dtype(const std::string & name) {
     if (name == "fp32") return at::kFloat;
     if (name == "fp16") return at::kHalf;
@@ -107,6 +137,24 @@ struct StepCache::Branch {
     float accumulated_ratio = 1.0f, accumulated_err = 0.0f;
     int accumulated_steps = 0, step_index = 0;
     std::vector<double> calibration, completed_calibration;
+    // sea (SeaCacheContextState): the full passes' residuals (step, auxiliary streams' outputs, stream 0's residual),
+    // the gate, and what observe() gave for the next pass.
+    struct SeaEntry {
+        int step;
+        Streams aux;
+        at::Tensor residual;
+    };
+    std::vector<SeaEntry> history;
+    bool has_gate = false;
+    int gate_step = 0;
+    double gate_sigma = 0;
+    bool gate_should_compute = true;
+    Streams previous_indicator;
+    double accumulated_distance = 0;
+    int consecutive_cached = 0;
+    bool observed = false;
+    double sigma = 0;
+    Streams raw_vision;
     // taylorseer: per hooked module; the index in pending_ of this branch's open pass record (-1: none)
     std::map<std::string, TaylorState> taylor;
     long open_record = -1;
@@ -117,7 +165,8 @@ struct StepCache::Branch {
         std::uint64_t n =
             bytes_of(head_output) + bytes_of(head_residual) + bytes_of(tail_residuals) + bytes_of(previous_residual);
         for (const auto & [name, t] : taylor) n += t.bytes();
-        return n;
+        for (const auto & e : history) n += bytes_of(e.aux) + bytes_of(e.residual);
+        return n + bytes_of(previous_indicator);
     }
 };
 
@@ -166,6 +215,8 @@ Streams StepCache::run(const std::string & branch_name, int step, Streams x, std
     json rec = pending_[at];
     if (s_.kind == StepCacheKind::taylorseer) {
         x = run_taylorseer(b, rec, std::move(x), blocks, compute, skip, block_prefix);
+    } else if (s_.kind == StepCacheKind::sea) {
+        x = run_sea(b, rec, step, std::move(x), blocks, compute, skip);
     } else if (blocks < 2) {  // diffusers needs a head and a tail block; nothing to reuse with one
         for (std::int64_t i = 0; i < blocks; ++i) x = compute(i, x);
         rec["computed"] = true;
@@ -316,6 +367,152 @@ Streams StepCache::run_mag(Branch & b, json & rec, Streams x, std::int64_t block
     }
     b.previous_residual = residual;
     advance();
+    rec["computed"] = true;
+    rec["blocks_computed"] = blocks;
+    rec["bytes_not_streamed"] = 0;
+    return x;
+}
+
+void StepCache::observe(const std::string & branch_name, double sigma, Streams raw_vision) {
+    if (s_.kind != StepCacheKind::sea) return;
+    Branch & b = branch(branch_name);
+    b.observed = true;
+    b.sigma = sigma;
+    b.raw_vision = std::move(raw_vision);
+}
+
+// sea_cache.py: SeaCacheSharedState.resolve_gate at the leader block, then the leader's reuse (residual order 0 or 1,
+// the auxiliary streams' last outputs) or the full stack and _record_full_execution at the tail.
+Streams StepCache::run_sea(Branch & b, json & rec, int step, Streams x, std::int64_t blocks, const ComputeFn & compute,
+                           const SkipFn & skip) {
+    if (!b.observed)
+        throw RuntimeError("step cache: sea without observe() before the pass; this is a bug in the model plugin");
+    b.observed = false;
+    rec["threshold"] = s_.threshold;
+    const at::Tensor gen_input = x.front();
+    Streams indicator;
+    for (const auto & latent : b.raw_vision) indicator.push_back(sea_filter(latent.movedim(0, -1), b.sigma, s_.power_exp));
+    b.raw_vision.clear();
+    // resolve_gate
+    bool should_compute = true;
+    if (b.has_gate && b.gate_step == step && b.gate_sigma == b.sigma) {
+        should_compute = b.gate_should_compute;
+        rec["signal_reason"] = "the same step and sigma again: the gate's decision stands";
+    } else {
+        const bool non_adjacent = b.has_gate && step != b.gate_step + 1;
+        if (non_adjacent) {  // reset_trajectory
+            b.history.clear();
+            b.previous_indicator.clear();
+            b.accumulated_distance = 0;
+            b.consecutive_cached = 0;
+        }
+        const bool retained = step < s_.retention_steps;
+        const bool in_cache_end = step >= steps_ - s_.cache_end_steps;
+        const bool first_observation = b.previous_indicator.empty();
+        const bool max_consecutive = s_.max_consecutive_cached && b.consecutive_cached >= s_.max_consecutive_cached;
+        bool invalid = non_adjacent || indicator.empty();
+        const bool forced = invalid || retained || in_cache_end || first_observation || max_consecutive;
+        double candidate = 0.0;
+        if (forced) {
+            rec["signal"] = nullptr;
+            rec["signal_reason"] = retained ? "within the retained first steps"
+                                   : in_cache_end ? "within the last cache_end_steps"
+                                   : first_observation ? "first pass of this branch: nothing to compare with"
+                                   : max_consecutive ? "max_consecutive_cached passes reused in a row"
+                                                     : "no indicator";
+        } else {
+            double distance = 0.0;
+            if (indicator.size() != b.previous_indicator.size()) {
+                distance = std::numeric_limits<double>::infinity();
+                invalid = true;
+            } else {
+                for (std::size_t k = 0; k < indicator.size(); ++k) {
+                    const auto & cur = indicator[k];
+                    const auto & prev = b.previous_indicator[k];
+                    if (cur.sizes() != prev.sizes() || cur.scalar_type() != prev.scalar_type()) {
+                        distance = std::numeric_limits<double>::infinity();
+                        invalid = true;
+                        break;
+                    }
+                    const at::Tensor num = (cur.to(at::kFloat) - prev.to(at::kFloat)).abs().mean();
+                    const at::Tensor den = prev.to(at::kFloat).abs().mean() + 1e-16;
+                    distance += (num / den).item<double>();
+                }
+                if (std::isfinite(distance)) distance /= double(indicator.size());
+            }
+            if (!std::isfinite(distance)) invalid = true;
+            candidate = b.accumulated_distance + distance;
+            should_compute = invalid || candidate >= s_.threshold;
+            rec["signal"] = candidate;
+            rec["distance"] = distance;
+        }
+        if (forced) should_compute = true;
+        if (max_consecutive) should_compute = true;
+        b.accumulated_distance = should_compute ? 0.0 : candidate;
+        b.has_gate = true;
+        b.gate_step = step;
+        b.gate_sigma = b.sigma;
+        b.gate_should_compute = should_compute;
+        b.previous_indicator = indicator;
+    }
+    rec["sigma"] = b.sigma;
+    // The leader: a reuse needs a residual, of the hidden states' shape.
+    const std::size_t aux = x.size() - 1;
+    if (!should_compute && b.history.empty()) {
+        b.accumulated_distance = 0.0;
+        should_compute = true;
+        rec["reuse_refused"] = "no full pass recorded yet";
+    }
+    if (!should_compute) {
+        const std::size_t keep = std::size_t(s_.residual_order + 1);
+        const std::size_t from = b.history.size() > keep ? b.history.size() - keep : 0;
+        const auto & latest = b.history.back();
+        bool mismatch = latest.aux.size() != aux;
+        for (std::size_t k = from; k < b.history.size() && !mismatch; ++k)
+            mismatch = b.history[k].residual.sizes() != gen_input.sizes() ||
+                       b.history[k].residual.scalar_type() != gen_input.scalar_type();
+        for (std::size_t k = 0; k < aux && !mismatch; ++k)
+            mismatch = latest.aux[k].sizes() != x[k + 1].sizes() || latest.aux[k].scalar_type() != x[k + 1].scalar_type();
+        if (mismatch) {
+            b.history.clear();
+            b.accumulated_distance = 0.0;
+            should_compute = true;
+            rec["reuse_refused"] = "the kept residual's shape differs from the hidden states'";
+        }
+    }
+    if (!should_compute) {
+        const std::size_t keep = std::size_t(s_.residual_order + 1);
+        const std::size_t n = std::min(keep, b.history.size());
+        const auto & latest = b.history.back();
+        at::Tensor residual = latest.residual;
+        if (s_.residual_order == 1 && n >= 2) {
+            const auto & previous = b.history[b.history.size() - 2];
+            if (latest.step != previous.step) {
+                const double scale = double(step - latest.step) / double(latest.step - previous.step);
+                residual = latest.residual + (latest.residual - previous.residual) * scale;
+            }
+        }
+        b.consecutive_cached += 1;
+        Streams out(x.size());
+        out[0] = gen_input + residual;
+        for (std::size_t k = 0; k < aux; ++k) out[k + 1] = latest.aux[k];
+        std::uint64_t not_streamed = 0;
+        for (std::int64_t i = 0; i < blocks; ++i) not_streamed += skip(i);
+        rec["computed"] = false;
+        rec["blocks_computed"] = 0;
+        rec["bytes_not_streamed"] = not_streamed;
+        return out;
+    }
+    for (std::int64_t i = 0; i < blocks; ++i) x = compute(i, x);
+    // _record_full_execution
+    b.consecutive_cached = 0;
+    if (x.front().sizes() == gen_input.sizes()) {
+        Branch::SeaEntry e{step, {}, (x.front() - gen_input).clone()};
+        for (std::size_t k = 0; k < aux; ++k) e.aux.push_back(x[k + 1].clone());
+        b.history.push_back(std::move(e));
+        const std::size_t keep = std::size_t(s_.residual_order + 1);
+        if (b.history.size() > keep) b.history.erase(b.history.begin(), b.history.end() - long(keep));
+    }
     rec["computed"] = true;
     rec["blocks_computed"] = blocks;
     rec["bytes_not_streamed"] = 0;

@@ -188,17 +188,20 @@ void add_workload_keys(std::vector<KeyDef> & s) {
 // defaults (FirstBlockCacheConfig, MagCacheConfig); a key of another kind than cache.kind is refused by the kit.
 void add_cache_keys(std::vector<KeyDef> & s) {
     const std::string by = "model plugins with a denoising loop";
-    s.push_back(choice("cache.kind", {"off", "first_block", "mag", "taylorseer"}, "off",
+    s.push_back(choice("cache.kind", {"off", "first_block", "mag", "taylorseer", "sea"}, "off",
                        "Step cache: reuse transformer work between denoising steps (its skipped blocks are neither "
                        "computed nor streamed). off = every block of every step; first_block = diffusers' "
                        "FirstBlockCache (block 0 always runs; the rest are reused while its residual changes less than "
                        "threshold); mag = MagCache (whole steps reused by the accumulated error of mag_ratios); "
                        "taylorseer = TaylorSeerCache (module outputs predicted by a Taylor expansion between full "
-                       "computations every cache_interval steps). --cache KIND sets it.",
+                       "computations every cache_interval steps); sea = SeaCache (the whole block stack reused while the accumulated change "
+                       "of the spectrally filtered latents stays below threshold). --cache KIND sets it.",
                        by));
     s.push_back(num("cache.threshold", 0, 100, nullptr,
                     "first_block: relative L1 change of block 0's residual below which the other blocks are reused "
-                    "(default 0.05); mag: accumulated error up to which a step is reused (default 0.06).",
+                    "(default 0.05); mag: accumulated error up to which a step is reused (default 0.06); sea: the "
+                    "accumulated relative L1 change of the filtered latents below which a pass is reused (default "
+                    "0.25).",
                     by));
     s.push_back(integer("cache.max_skip_steps", 1, 1000, 3, "mag: consecutive steps reused at most.", by));
     s.push_back(num("cache.retention_ratio", 0, 1, 0.2,
@@ -236,6 +239,14 @@ void add_cache_keys(std::vector<KeyDef> & s) {
                         "taylorseer: diffusers' lite variant: every transformer block skipped (zeros) and proj_out "
                         "predicted on the predicted steps; excludes the two identifier keys.",
                         by));
+    s.push_back(integer("cache.residual_order", 0, 1, 1,
+                        "sea: 0 reuses the last residual; 1 extrapolates it from the last two full passes.", by));
+    s.push_back(integer("cache.retention_steps", 0, 10000, 1, "sea: the first steps always compute.", by));
+    s.push_back(integer("cache.cache_end_steps", 0, 10000, 1, "sea: the last steps always compute.", by));
+    s.push_back(integer("cache.max_consecutive_cached", 0, 10000, 2,
+                        "sea: passes reused in a row at most before a full one (0: no limit).", by));
+    s.push_back(num("cache.power_exp", 1e-6, 100, 3.0,
+                    "sea: exponent of the clean-signal power prior of the spectral filter.", by));
     s.push_back(integer("cache.min_steps", 1, 10000, 10,
                         "A schedule shorter than this is refused with a cache on (distilled few-step runs have little "
                         "to reuse and run slower), unless allow_few_steps.",

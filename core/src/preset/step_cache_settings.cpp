@@ -14,6 +14,7 @@ using nlohmann::json;
 
 constexpr double kFirstBlockThreshold = 0.05;  // FirstBlockCacheConfig.threshold
 constexpr double kMagThreshold = 0.06;         // MagCacheConfig.threshold
+constexpr double kSeaThreshold = 0.25;         // SeaCacheConfig.threshold
 
 std::string where(const ResolvedSettings & s, const std::string & key) {
     return s.at(key).provenance.to_string();
@@ -31,6 +32,7 @@ const char * to_string(StepCacheKind k) {
     case StepCacheKind::first_block: return "first_block";
     case StepCacheKind::mag: return "mag";
     case StepCacheKind::taylorseer: return "taylorseer";
+    case StepCacheKind::sea: return "sea";
     }
     return "?";
 }
@@ -42,12 +44,18 @@ StepCacheSettings StepCacheSettings::read(const ResolvedSettings & s) {
     else if (kind == "first_block") c.kind = StepCacheKind::first_block;
     else if (kind == "mag") c.kind = StepCacheKind::mag;
     else if (kind == "taylorseer") c.kind = StepCacheKind::taylorseer;
+    else if (kind == "sea") c.kind = StepCacheKind::sea;
     else
         throw UsageError("cache.kind = \"" + kind + "\" (" + where(s, "cache.kind") +
-                         "): give off, first_block, mag or taylorseer (--cache KIND)");
+                         "): give off, first_block, mag, taylorseer or sea (--cache KIND)");
     // Which keys each kind reads; a key set for another kind is refused rather than silently ignored.
     const std::map<std::string, std::vector<StepCacheKind>> owners = {
-        {"cache.threshold", {StepCacheKind::first_block, StepCacheKind::mag}},
+        {"cache.threshold", {StepCacheKind::first_block, StepCacheKind::mag, StepCacheKind::sea}},
+        {"cache.residual_order", {StepCacheKind::sea}},
+        {"cache.retention_steps", {StepCacheKind::sea}},
+        {"cache.cache_end_steps", {StepCacheKind::sea}},
+        {"cache.max_consecutive_cached", {StepCacheKind::sea}},
+        {"cache.power_exp", {StepCacheKind::sea}},
         {"cache.max_skip_steps", {StepCacheKind::mag}},
         {"cache.retention_ratio", {StepCacheKind::mag}},
         {"cache.mag_ratios", {StepCacheKind::mag}},
@@ -75,7 +83,21 @@ StepCacheSettings StepCacheSettings::read(const ResolvedSettings & s) {
     for (const char * key : {"cache.kind", "cache.min_steps", "cache.allow_few_steps"})
         if (is_set(s, key)) c.provenance[key] = where(s, key);
     c.threshold = s.get_optional<double>("cache.threshold")
-                      .value_or(c.kind == StepCacheKind::mag ? kMagThreshold : kFirstBlockThreshold);
+                      .value_or(c.kind == StepCacheKind::mag   ? kMagThreshold
+                                : c.kind == StepCacheKind::sea ? kSeaThreshold
+                                                               : kFirstBlockThreshold);
+    c.residual_order = s.get_optional<int>("cache.residual_order").value_or(1);
+    c.retention_steps = s.get_optional<int>("cache.retention_steps").value_or(1);
+    c.cache_end_steps = s.get_optional<int>("cache.cache_end_steps").value_or(1);
+    c.max_consecutive_cached = s.get_optional<int>("cache.max_consecutive_cached").value_or(2);
+    c.power_exp = s.get_optional<double>("cache.power_exp").value_or(3.0);
+    // SeaCacheConfig.__post_init__'s checks (the schema checks the ranges too; the kit never trusts a caller's table).
+    if (c.residual_order != 0 && c.residual_order != 1)
+        throw UsageError("cache.residual_order = " + std::to_string(c.residual_order) + ": give 0 or 1");
+    if (c.retention_steps < 0 || c.cache_end_steps < 0 || c.max_consecutive_cached < 0)
+        throw UsageError("cache.retention_steps, cache.cache_end_steps and cache.max_consecutive_cached take 0 or more");
+    if (!std::isfinite(c.power_exp) || c.power_exp <= 0)
+        throw UsageError("cache.power_exp = " + std::to_string(c.power_exp) + ": give a finite number > 0");
     if (!std::isfinite(c.threshold) || c.threshold < 0)  // the schema checks too; the kit never trusts a caller's table
         throw UsageError("cache.threshold = " + std::to_string(c.threshold) + ": give a finite number >= 0");
     c.max_skip_steps = s.get_optional<int>("cache.max_skip_steps").value_or(3);
@@ -163,6 +185,14 @@ json StepCacheSettings::to_json() const {
         j["retention_ratio"] = retention_ratio;
         j["calibrate"] = calibrate;
         j["mag_ratios"] = mag_ratios.empty() ? json(nullptr) : json(mag_ratios);
+    }
+    if (kind == StepCacheKind::sea) {
+        j["threshold"] = threshold;
+        j["residual_order"] = residual_order;
+        j["retention_steps"] = retention_steps;
+        j["cache_end_steps"] = cache_end_steps;
+        j["max_consecutive_cached"] = max_consecutive_cached;
+        j["power_exp"] = power_exp;
     }
     if (kind == StepCacheKind::taylorseer) {
         j["cache_interval"] = cache_interval;

@@ -223,6 +223,9 @@ RunPlan plan_run(model::ModelRun & run, const Request & r, const ImageModel & m)
     if (!r.prompt.encode_only) p.step_cache = run.step_cache(int(p.sigmas.size()));
     if (p.step_cache && p.step_cache->settings().kind == model::StepCacheKind::taylorseer)
         run.refuse_step_cache("taylorseer has no module hooks in the LTX-2 transformer yet (first_block and mag do)");
+    // sea gates on the latents as video (C, F, H, W) and the step's sigma: not wired in the LTX-2 loops yet.
+    if (p.step_cache && p.step_cache->settings().kind == model::StepCacheKind::sea)
+        run.refuse_step_cache("sea is not wired into the LTX-2 denoising loops yet (first_block and mag are)");
     p.connectors = run.plan("connectors");
     p.transformer = run.plan("transformer");
     p.vae = run.plan("vae");

@@ -339,6 +339,9 @@ RunPlan plan_run(model::ModelRun & run, const Request & r, const VideoModel & m)
         p.guidance.ds.step_cache = run.step_cache(int(p.sampling.sigmas.size()));
         if (p.guidance.ds.step_cache && p.guidance.ds.step_cache->settings().kind == model::StepCacheKind::taylorseer)
             run.refuse_step_cache("taylorseer has no module hooks in the LTX-2 transformer yet (first_block and mag do)");
+        // sea gates on the latents as video (C, F, H, W) and the step's sigma: not wired in the LTX-2 loops yet.
+        if (p.guidance.ds.step_cache && p.guidance.ds.step_cache->settings().kind == model::StepCacheKind::sea)
+            run.refuse_step_cache("sea is not wired into the LTX-2 denoising loops yet (first_block and mag are)");
     }
     // LTX2Pipeline's decode noise is reproduced where ddo carries the pipeline's generator as the reference does: a
     // text-to-video run (Note [LTX-2 decode noise]).

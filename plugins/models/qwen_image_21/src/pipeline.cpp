@@ -281,11 +281,20 @@ at::Tensor denoise(const ModelFiles & m, const Transformer & transformer, BlockS
         const KvMode mode = cache_on ? (i == 0 ? KvMode::extract : KvMode::cached) : KvMode::off;
         auto timestep = (at::full({B}, double(sched.timesteps[size_t(i)]), opts.dtype(at::kFloat)).to(o.dtype)) / 1000;
         TransformerInputs in{model_input(latents), pos.embeds, timestep, shapes, pos.img_mask, pos.mask};
+        // sea (Note [Step caching]): the gate reads the step's sigma (the scheduler's float32 value) and the target
+        // latents as images, (C, 1, h, w) per sample: QwenImage21Pipeline._unpack_latents of the packed tokens.
+        auto observe = [&](const char * branch) {
+            if (!o.step_cache) return;
+            o.step_cache->observe(branch, double(sched.sigmas[size_t(i)]),
+                                  latents.transpose(1, 2).reshape({B, C, 1, h, w}).unbind(0));
+        };
+        observe("cond");
         auto noise_pred = run_transformer(transformer, blocks, in, mode, cache_on ? &pos_cache : nullptr, o, stats, "cond", i);
         if (i == 0 && cache_on) stats.prefix_tokens = pos_cache.front().k.size(1);
         noise_pred = noise_pred.slice(1, noise_pred.size(1) - latents.size(1));
         if (cfg) {
             TransformerInputs nin{model_input(latents), neg.embeds, timestep, shapes, neg.img_mask, neg.mask};
+            observe("uncond");
             auto neg_pred = run_transformer(transformer, blocks, nin, mode, cache_on ? &neg_cache : nullptr, o, stats, "uncond", i);
             neg_pred = neg_pred.slice(1, neg_pred.size(1) - latents.size(1));
             noise_pred = neg_pred + o.true_cfg_scale * (noise_pred - neg_pred);

@@ -1,8 +1,8 @@
 // Step caching (cache.* in docs/presets.md; Note [Step caching] in docs/architecture.md): reuse transformer work
-// between denoising steps, as diffusers' hooks do (FirstBlockCacheConfig, MagCacheConfig, TaylorSeerCacheConfig), and skip the blocks'
-// weights with their compute. The kit owns the method's state and decisions; a plugin hands its block loop to
-// StepCache::run, which calls back to compute a block or to skip it (the engine then neither acquires nor streams
-// that block's execution group: ComponentWeights::skip).
+// between denoising steps, as diffusers' hooks do (FirstBlockCacheConfig, MagCacheConfig, TaylorSeerCacheConfig,
+// SeaCacheConfig), and skip the blocks' weights with their compute. The kit owns the method's state and decisions; a
+// plugin hands its block loop to StepCache::run, which calls back to compute a block or to skip it (the engine then
+// neither acquires nor streams that block's execution group: ComponentWeights::skip).
 //
 //   auto * cache = run.step_cache(steps);             // null: cache.kind = off (the loop is as before)
 //   x = cache->run("cond", step, {x}, blocks,
@@ -79,6 +79,12 @@ public:
     // factors are updated) on a full step, or the outputs are predicted. A module that is not hooked just computes.
     ModuleCall module(const std::string & branch, const std::string & module, const std::function<Outputs()> & compute);
 
+    // sea: what the next pass of `branch` is gated on, as diffusers' SeaCache reads it from the pipeline's
+    // cache_context and raw_vision_callback: the scheduler's sigma of this step (the float32 value), and the visual
+    // latents the output is made of, one (C, T, H, W) tensor per sample. Call before each run() of the branch;
+    // other kinds ignore it.
+    void observe(const std::string & branch, double sigma, Streams raw_vision);
+
     const StepCacheSettings & settings() const noexcept { return s_; }
     // The blocks every pass runs (first_block: block 0; mag reuses whole passes: none), for the planner to keep
     // resident first (ComponentPlan::resident_first).
@@ -99,6 +105,8 @@ private:
     Streams run_first_block(Branch & b, nlohmann::json & rec, Streams x, std::int64_t blocks, const ComputeFn & compute,
                             const SkipFn & skip);
     Streams run_mag(Branch & b, nlohmann::json & rec, Streams x, std::int64_t blocks, const ComputeFn & compute,
+                    const SkipFn & skip);
+    Streams run_sea(Branch & b, nlohmann::json & rec, int step, Streams x, std::int64_t blocks, const ComputeFn & compute,
                     const SkipFn & skip);
     Streams run_taylorseer(Branch & b, nlohmann::json & rec, Streams x, std::int64_t blocks, const ComputeFn & compute,
                            const SkipFn & skip, const std::string & block_prefix);
