@@ -7,6 +7,7 @@ Usage (tools/ddo bench qwen_image_21_cache [options] -> tools/bench/run_qwen_ima
   qwen_image_21_cache.py BUILD [--blocks 4] [--size 128] [--steps 30] [--rounds 2] [--threads 2] [--cfg-scale 4]
                                [--routes resident,disk] [--no-kv-cache] [--checkpoint-dtype bf16|fp32]
                                [--fbc-thresholds LO,HI] [--mag-thresholds LO,HI] [--mag-max-skip 3]
+                               [--taylorseer-intervals 3,5] [--sea-thresholds 0.25,0.5]
 
 The checkpoint is the bench checkpoint (tools/bench/qwen_image_21_bench_checkpoint.py; bf16 by default, the one the
 quant and LoRA benches use), unchanged. That tool writes prompt_embeds only (no negative prompt), so this script writes
@@ -44,7 +45,9 @@ differ from the image without it far more than a trained model's would: the pixe
 
 Rows, each on every route in --routes (components.transformer.route; resident = the blocks read in place from the
 file mapping, disk = every computed block read from the file into a slot each pass), each a fresh ddo-host process,
-interleaved over --rounds rounds: off, first_block at the two thresholds, mag at the two thresholds. Per run: the
+interleaved over --rounds rounds: off, first_block at the two thresholds, mag at the two thresholds, taylorseer in lite
+mode at two cache intervals (--taylorseer-intervals, default 3 and 5; warm-up 3 steps), sea at two thresholds
+(--sea-thresholds, default 0.25 and 0.5). Per run: the
 denoise phase's host wall (phases[name=denoise].host_wall_s), the steady step (median of the denoise steps after the
 first), bytes streamed (the sum of steps[].extra.engine.transformer.bytes_streamed; and counters.transformer.engine.
 counters bytes_moved, summed over its kinds, and bytes_skipped), step_cache.computed_block_fraction (blocks computed
@@ -220,6 +223,9 @@ def main():
     ap.add_argument("--mag-thresholds", default=None, help="LO,HI for mag (default: replayed on the calibrated ratios)")
     ap.add_argument("--mag-max-skip", type=int, default=3, help="cache.max_skip_steps of the mag rows (MagCache's K)")
     ap.add_argument("--mag-retention", type=float, default=0.2, help="cache.retention_ratio of the mag rows")
+    ap.add_argument("--taylorseer-intervals", default="3,5",
+                    help="cache.cache_interval of the two taylorseer rows (lite mode: a predicted step runs no block)")
+    ap.add_argument("--sea-thresholds", default="0.25,0.5", help="LO,HI for sea (default: diffusers' 0.25, and 0.5)")
     a = ap.parse_args()
     if a.cfg_scale <= 1:
         ap.error("--cfg-scale must be > 1 (CFG on)")
@@ -277,6 +283,14 @@ def main():
     variants += [(f"mag {t:g}", ["--cache", "mag", "--set", f"cache.threshold={t!r}", "--set", mag_set,
                                  "--set", f"cache.max_skip_steps={a.mag_max_skip}",
                                  "--set", f"cache.retention_ratio={a.mag_retention!r}"]) for t in mag]
+    # taylorseer has no threshold: its two rows are two intervals, in lite mode (every block skipped on a predicted
+    # step, proj_out predicted), the mode whose skips reach the engine; sea's two thresholds act on the filtered
+    # latents, which evolve the same way whatever the weights (no calibration needed).
+    ts_intervals = [int(x) for x in a.taylorseer_intervals.split(",")]
+    sea = [float(x) for x in a.sea_thresholds.split(",")]
+    variants += [(f"taylorseer-lite {n}", ["--cache", "taylorseer", "--set", "cache.use_lite_mode=true",
+                                           "--set", f"cache.cache_interval={n}"]) for n in ts_intervals]
+    variants += [(f"sea {t:g}", ["--cache", "sea", "--set", f"cache.threshold={t!r}"]) for t in sea]
     print(f"bench: first_block signal (relative L1 change of block 0's residual, step to step, random weights): "
           f"min {min(all_sig):.4f}, median {statistics.median(all_sig):.4f}, max {max(all_sig):.4f} over "
           f"{len(all_sig)} passes; thresholds {fbc} ({fbc_how})", flush=True)
