@@ -259,6 +259,20 @@ TEST_F(Ltx2ImageCacheParity, EveryRouteWithTheCacheEqualsResidentBitwiseAndStrea
     }
 }
 
+// The module names the plugin binds are those of the class the fixtures hook (OriginalTransformer's named_modules()),
+// and those it routes are a subset of them.
+TEST_F(Ltx2ImageCacheParity, TheModuleNamesAreTheReferenceClasssOwn) {
+    Tiny t;
+    auto mine = lt::image_diffusers_module_names(t.m.transformer_config);
+    auto theirs = reference().at("module_names").get<std::vector<std::string>>();
+    std::sort(mine.begin(), mine.end());
+    std::sort(theirs.begin(), theirs.end());
+    EXPECT_EQ(mine, theirs);
+    for (const auto & h : lt::image_hookable_module_names(t.m.transformer_config)) {
+        EXPECT_TRUE(std::binary_search(theirs.begin(), theirs.end(), h)) << h;
+    }
+}
+
 TEST_F(Ltx2ImageCacheParity, EveryTaylorSeerRunEqualsDiffusersHookWithTheSameModuleSchedule) {
     Tiny t;
     const auto want = TensorFile::open_file(kDir / "pipeline.safetensors");

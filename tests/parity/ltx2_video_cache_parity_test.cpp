@@ -270,6 +270,20 @@ TEST_F(Ltx2VideoCacheParity, EveryRouteWithTheCacheEqualsResidentBitwiseAndStrea
     }
 }
 
+// The module names the plugin binds are LTX2VideoTransformer3DModel's named_modules() (what diffusers matches the
+// patterns against), and those it routes are a subset of them.
+TEST_F(Ltx2VideoCacheParity, TheModuleNamesAreTheDiffusersClasssOwn) {
+    Tiny t;
+    auto mine = lt::diffusers_module_names(t.m.transformer_config);
+    auto theirs = reference().at("module_names").get<std::vector<std::string>>();
+    std::sort(mine.begin(), mine.end());
+    std::sort(theirs.begin(), theirs.end());
+    EXPECT_EQ(mine, theirs);
+    for (const auto & h : lt::hookable_module_names(t.m.transformer_config)) {
+        EXPECT_TRUE(std::binary_search(theirs.begin(), theirs.end(), h)) << h;
+    }
+}
+
 TEST_F(Ltx2VideoCacheParity, EveryTaylorSeerRunEqualsDiffusersHookWithTheSameModuleSchedule) {
     Tiny t;
     const auto want = TensorFile::open_file(kDir / "pipeline.safetensors");

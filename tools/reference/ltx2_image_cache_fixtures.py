@@ -67,7 +67,8 @@ Files written:
   prompt_embeds.safetensors  ltx2_image_fixtures.prompt_embeds()
   pipeline.safetensors       "<run>.latents": the pipeline's denoised latents (packed [1, h*w, C])
   reference.json             written last: versions, steps, size, seed, guidance, runs (kind, params, pattern,
-                             signals, calibration)
+                             signals, calibration; TaylorSeer: hooked_modules, module_pattern), module_names
+                             (OriginalTransformer's named_modules(), what TaylorSeer's patterns match)
 """
 
 import json
@@ -406,6 +407,7 @@ def main():
            "block_metadata": {"class": "LTX2ImageTransformerBlock (ltx2_image_fixtures.OriginalBlock)",
                               **BLOCK_METADATA},
            "margin": MARGIN, "pattern_legend": "true/C: the pass computed every block; false/R: reused",
+           "module_names": [n for n, _ in li.OriginalTransformer(tr.config).named_modules()],
            "runs": runs}
     (out / "reference.json").write_text(json.dumps(ref, indent=1, default=list) + "\n")
     print(f"ltx2_image cache fixtures: diffusers {diffusers.__version__}, torch {torch.__version__} -> {out} "

@@ -63,7 +63,8 @@ Files written:
   pipeline.safetensors        "<run>.latents" (de-normalised [C, F', H', W'], output_type="latent") and
                               "<run>.audio_latents" (de-normalised [C, L, M])
   reference.json              written last: versions, settings, seed, runs (kind, params, pattern per context,
-                              signals, calibration; TaylorSeer: hooked_modules, module_pattern per context)
+                              signals, calibration; TaylorSeer: hooked_modules, module_pattern per context),
+                              module_names (the transformer's named_modules(), what TaylorSeer's patterns match)
 """
 
 import contextlib
@@ -446,6 +447,7 @@ def main():
            "settings": SETTINGS, "num_layers": NUM_LAYERS, "cache_contexts": list(BRANCHES),
            "block_metadata": {"class": "HookedBlock(LTX2VideoTransformerBlock)", **BLOCK_METADATA},
            "margin": MARGIN, "pattern_legend": "true/C: the pass computed every block; false/R: reused",
+           "module_names": [n for n, _ in base.transformer.named_modules()],
            "runs": runs}
     (out / "reference.json").write_text(json.dumps(ref, indent=1, default=list) + "\n")
     print(f"ltx2_video cache fixtures: diffusers {diffusers.__version__}, torch {torch.__version__} -> {out} "
