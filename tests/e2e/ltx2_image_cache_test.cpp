@@ -2,17 +2,20 @@
 // (tools/reference/ltx2_image_cache_fixtures.py: 20 steps, CFG 3, diffusers' hooks, one cache context "cond_uncond"
 // for the guidance batch): the per-step pattern of the whole CLI path equals the hook's, the report carries every pass
 // (steps[].extra.cache) and the summary (step_cache), the engine skips what the cache skips on the disk route, a
-// MagCache calibration writes mag_ratios.toml that a preset run takes, and the refused settings exit 2 naming the key
-// with the report written.
+// MagCache calibration writes mag_ratios.toml that a preset run takes, TaylorSeer lite mode predicts what the hook
+// predicts module for module and streams no block of a predicted step, and the refused settings exit 2 naming the key
+// with the report written (taylorseer with diffusers' default patterns, which match no module of this model, too).
 #include <gtest/gtest.h>
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <iostream>
 #include <map>
 #include <string>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
@@ -49,6 +52,23 @@ std::map<std::string, std::string> pattern_of(const json & report) {
         if (!s.at("extra").contains("cache")) continue;
         for (const auto & r : s.at("extra").at("cache"))
             out[r.at("branch").get<std::string>()] += r.at("computed").get<bool>() ? 'C' : 'R';
+    }
+    return out;
+}
+
+// TaylorSeer: module -> "C"/"P" per call, from steps[].extra.cache[].modules (one character per module of
+// step_cache.hooked_modules, "-" where not called).
+std::map<std::string, std::string> module_pattern_of(const json & report) {
+    const auto order = report.at("step_cache").at("hooked_modules").get<std::vector<std::string>>();
+    std::map<std::string, std::string> out;
+    for (const auto & s : report.at("steps")) {
+        if (!s.at("extra").contains("cache")) continue;
+        for (const auto & r : s.at("extra").at("cache")) {
+            if (!r.contains("modules")) continue;
+            const auto m = r.at("modules").get<std::string>();
+            for (size_t k = 0; k < m.size() && k < order.size(); ++k)
+                if (m[k] != '-') out[order[k]] += m[k];
+        }
     }
     return out;
 }
@@ -141,7 +161,41 @@ TEST(Ltx2ImageCache, RefusedSettingsExitTwoNamingTheKeyWithTheReportWritten) {
     expect_refused("few_steps", base_args(8) + " --cache first_block", "cache.min_steps");
     expect_refused("mag_without_ratios", base_args() + " --cache mag", "cache.mag_ratios");
     expect_refused("unknown_kind", base_args() + " --cache teacache", "cache.kind");
+    // diffusers' default patterns (^transformer_blocks.*attn) match no module of the image DiT (attn1, attn2 end in a
+    // digit; the fixture's ts_defaults: nothing hooked): a taylorseer that would change nothing is refused.
+    ASSERT_TRUE(reference().at("runs").at("ts_defaults").at("hooked_modules").empty());
+    expect_refused("taylorseer_defaults", base_args() + " --cache taylorseer", "cache.cache_identifiers");
     const auto allowed = ddo::test::run_ddo_host("ltx2_image_cache_few_allowed",
                                                  base_args(8) + " --cache first_block --set cache.allow_few_steps=true");
     EXPECT_EQ(allowed.exit_code, 0) << allowed.log;
+}
+
+// TaylorSeer lite mode through the host on the disk route: the hooked modules (every block, proj_out) and each one's
+// schedule equal the hook's (ts_lite), and a predicted step streams no block.
+TEST(Ltx2ImageCache, TaylorSeerLiteThroughTheHostPredictsWhatTheHookPredictsAndStreamsNoBlock) {
+    const auto ref = reference().at("runs").at("ts_lite");
+    const auto r = ddo::test::run_ddo_host("ltx2_image_cache_ts_lite",
+                                           base_args() + " --cache taylorseer --set cache.use_lite_mode=true" +
+                                               " --set components.transformer.route=disk");
+    ASSERT_EQ(r.exit_code, 0) << r.log;
+    const auto & sc = r.report.at("step_cache");
+    EXPECT_EQ(sc.at("kind"), "taylorseer");
+    auto hooked = sc.at("hooked_modules").get<std::vector<std::string>>();
+    auto ref_hooked = ref.at("hooked_modules").get<std::vector<std::string>>();
+    std::sort(hooked.begin(), hooked.end());
+    std::sort(ref_hooked.begin(), ref_hooked.end());
+    EXPECT_EQ(hooked, ref_hooked);
+    const auto pattern = module_pattern_of(r.report);
+    const auto & want = ref.at("module_pattern").at(kBranch);
+    EXPECT_EQ(pattern.size(), want.size());
+    for (const auto & [module, mp] : want.items()) {
+        const auto it = pattern.find(module);
+        EXPECT_EQ(it == pattern.end() ? "(never called)" : it->second, mp.get<std::string>()) << module;
+    }
+    EXPECT_NE(pattern_of(r.report).at(kBranch).find('R'), std::string::npos) << "no pass predicted";
+    const auto & c = r.report.at("counters").at("transformer").at("engine").at("counters");
+    EXPECT_GT(c.at("bytes_skipped").get<uint64_t>(), 0u) << c.dump();
+    EXPECT_EQ(c.at("bytes_skipped").get<uint64_t>(), sc.at("bytes_not_streamed").get<uint64_t>()) << sc.dump();
+    std::cout << "[ ts_lite   ] proj_out " << pattern.at("proj_out") << "; computed fraction "
+              << sc.at("computed_block_fraction") << ", " << c.at("bytes_skipped") << " bytes not streamed\n";
 }

@@ -2,15 +2,18 @@
 // (tools/reference/ltx2_video_cache_fixtures.py: LTX2Pipeline with diffusers' hooks, 20 steps, CFG + STG + modality
 // isolation, contexts "cond_uncond", "uncond_stg", "uncond_modality"): the per-step pattern of every context through
 // the whole CLI path equals the hook's, the engine skips what the cache skips on the disk route, image-to-video equals
-// the hooks on LTX2ImageToVideoPipeline (pattern and latents), and the settings the plugin does not implement with a
-// cache (two-stage, keyframe conditions) exit 2 naming the key, the report written.
+// the hooks on LTX2ImageToVideoPipeline (pattern and latents; TaylorSeer: the hooked modules and each one's schedule
+// per context), and the settings the plugin does not implement with a cache (two-stage, keyframe conditions) exit 2
+// naming the key, the report written.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <iostream>
 #include <map>
 #include <string>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
@@ -54,6 +57,24 @@ std::map<std::string, std::string> pattern_of(const json & report) {
         if (!s.at("extra").contains("cache")) continue;
         for (const auto & r : s.at("extra").at("cache"))
             out[r.at("branch").get<std::string>()] += r.at("computed").get<bool>() ? 'C' : 'R';
+    }
+    return out;
+}
+
+// TaylorSeer: per branch, module -> "C"/"P" per call, from steps[].extra.cache[].modules (one character per module of
+// step_cache.hooked_modules, "-" where not called).
+std::map<std::string, std::map<std::string, std::string>> module_pattern_of(const json & report) {
+    const auto order = report.at("step_cache").at("hooked_modules").get<std::vector<std::string>>();
+    std::map<std::string, std::map<std::string, std::string>> out;
+    for (const auto & s : report.at("steps")) {
+        if (!s.at("extra").contains("cache")) continue;
+        for (const auto & r : s.at("extra").at("cache")) {
+            auto & per = out[r.at("branch").get<std::string>()];
+            if (!r.contains("modules")) continue;
+            const auto m = r.at("modules").get<std::string>();
+            for (size_t k = 0; k < m.size() && k < order.size(); ++k)
+                if (m[k] != '-') per[order[k]] += m[k];
+        }
     }
     return out;
 }
@@ -133,4 +154,60 @@ TEST(Ltx2VideoCache, TwoStageAndKeyframesAreRefusedNamingTheKey) {
     expect_refused("keyframe", base_args() + " --cache first_block --image " + quoted(kDir / "keyframe.png") + "@3",
                    "workload.images");
     expect_refused("few_steps", base_args(8) + " --cache first_block", "cache.min_steps");
+}
+
+// TaylorSeer through the host on image-to-video (i2v_ts: max_order 2, fp32 factors, the self-attentions and
+// feed-forwards of both streams hooked by pattern through --set): the hooked modules, each one's computed/predicted
+// schedule in every context, and the latents equal diffusers' hook on LTX2ImageToVideoPipeline.
+TEST(Ltx2VideoCache, TaylorSeerImageToVideoEqualsTheHookModuleForModule) {
+    const std::string name = "i2v_ts";
+    const auto ref = reference().at("runs").at(name);
+    const auto & p = ref.at("params");
+    const std::string cache = " --cache taylorseer --set cache.max_order=" + p.at("max_order").dump() +
+                              " --set cache.taylor_factors_dtype=fp32 --set cache.cache_interval=" +
+                              p.at("cache_interval").dump() + " --set cache.disable_cache_before_step=" +
+                              p.at("disable_cache_before_step").dump() + " --set cache.disable_cache_after_step=" +
+                              p.at("disable_cache_after_step").dump() + " --set 'cache.cache_identifiers=" +
+                              p.at("cache_identifiers").dump() + "'";
+    ASSERT_EQ(p.at("taylor_factors_dtype").get<std::string>(), "float32");
+    const fs::path latents =
+        fs::temp_directory_path() / ("ddo_ltx2_cache_" + name + "_" + std::to_string(::getpid()) + ".safetensors");
+    fs::remove(latents);
+    const auto r = ddo::test::run_ddo_host("ltx2_video_cache_" + name,
+                                           base_args() + " --image " + quoted(kDir / "still.png") +
+                                               " --set plugin.ltx2_video.image_crf=0" + cache + " --save-latents " +
+                                               quoted(latents));
+    ASSERT_EQ(r.exit_code, 0) << r.log;
+    const auto & sc = r.report.at("step_cache");
+    EXPECT_EQ(sc.at("kind"), "taylorseer");
+    auto hooked = sc.at("hooked_modules").get<std::vector<std::string>>();
+    auto ref_hooked = ref.at("hooked_modules").get<std::vector<std::string>>();
+    std::sort(hooked.begin(), hooked.end());
+    std::sort(ref_hooked.begin(), ref_hooked.end());
+    EXPECT_EQ(hooked, ref_hooked);
+    EXPECT_GT(sc.at("module_calls_predicted").get<uint64_t>(), 0u) << sc.dump();
+    const auto pattern = module_pattern_of(r.report);
+    for (const auto & b : reference().at("cache_contexts")) {
+        const auto branch = b.get<std::string>();
+        const auto & want = ref.at("module_pattern").at(branch);
+        ASSERT_TRUE(pattern.count(branch)) << branch;
+        EXPECT_EQ(pattern.at(branch).size(), want.size()) << branch;
+        for (const auto & [module, mp] : want.items()) {
+            const auto it = pattern.at(branch).find(module);
+            EXPECT_EQ(it == pattern.at(branch).end() ? "(never called)" : it->second, mp.get<std::string>())
+                << branch << " " << module;
+        }
+    }
+    const auto got = ddo::model::TensorFile::open_file(latents);
+    const auto want = ddo::model::TensorFile::open_file(kDir / "pipeline.safetensors");
+    const double ev = (got.read("video_latents")[0].to(at::kDouble) - want.read(name + ".latents").to(at::kDouble))
+                          .abs().max().item<double>();
+    const double ea = (got.read("audio_latents")[0].to(at::kDouble) - want.read(name + ".audio_latents").to(at::kDouble))
+                          .abs().max().item<double>();
+    EXPECT_LE(ev, 1e-4);
+    EXPECT_LE(ea, 1e-4);
+    std::cout << "[ i2v       ] " << name << " cond_uncond transformer_blocks.1.attn1 "
+              << pattern.at("cond_uncond").at("transformer_blocks.1.attn1") << ": video latents max abs error " << ev
+              << ", audio " << ea << " (tolerance 1e-4)\n";
+    fs::remove(latents);
 }

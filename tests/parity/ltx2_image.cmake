@@ -25,13 +25,13 @@ if(TARGET ddo_ltx2_image)
   ddo_test_uses_aten(ltx2_image_parity_test)
 endif()
 
-# Step caching (FirstBlockCache, MagCache) against diffusers 0.42.1's own cache hooks on the composed image pipeline
+# Step caching (FirstBlockCache, MagCache, TaylorSeerCache) against diffusers 0.42.1's own cache hooks on the composed image pipeline
 # (tools/reference/ltx2_image_cache_fixtures.py, which builds on ltx2_image_fixtures.py's components and registers
 # the image block in diffusers' TransformerBlockRegistry).
 if(TARGET ddo_ltx2_image)
   set(LTX2_IMAGE_CACHE_FIXTURE_DIR ${CMAKE_BINARY_DIR}/fixtures/ltx2_image_cache)
   ddo_reference_fixtures(ltx2_image_cache SCRIPT ${CMAKE_SOURCE_DIR}/tools/reference/ltx2_image_cache_fixtures.py
-    DIR ${LTX2_IMAGE_CACHE_FIXTURE_DIR} COMMENT "running diffusers' FirstBlockCache and MagCache hooks on the LTX-2 image pipeline"
+    DIR ${LTX2_IMAGE_CACHE_FIXTURE_DIR} COMMENT "running diffusers' FirstBlockCache, MagCache and TaylorSeer hooks on the LTX-2 image pipeline"
     DEPENDS ${CMAKE_SOURCE_DIR}/tools/reference/ltx2_image_fixtures.py ${CMAKE_SOURCE_DIR}/tools/reference/ltx2_text_fixtures.py
             ${CMAKE_SOURCE_DIR}/tools/reference/gemma3_fixtures.py ${CMAKE_SOURCE_DIR}/tools/reference/tiny_gemma_tokenizer.py
             ${CMAKE_SOURCE_DIR}/tools/reference/ltx2_pipeline_fixtures.py)

@@ -2,8 +2,10 @@
 // (tools/reference/ltx2_image_cache_fixtures.py: the composed LTX-2 image reference with 4 blocks, hooked through the
 // original implementation's LTX2ImageTransformerBlock registered in diffusers' TransformerBlockRegistry as the
 // single-stream block it is; FirstBlockCache at two thresholds and with PAG, MagCache calibrating and at two
-// thresholds; 20 steps, CFG 3, rescale 0.7). The guidance batch [neg; pos] (+ pos with PAG) is ONE forward under one
-// cache context ("cond_uncond", as LTX2Pipeline names it), so there is one branch whose signal covers the whole batch.
+// thresholds; TaylorSeerCache in six configurations, hooked by module name on the same class; 20 steps, CFG 3,
+// rescale 0.7). The guidance batch [neg; pos] (+ pos with PAG) is ONE forward under one cache context ("cond_uncond",
+// as LTX2Pipeline names it), so there is one branch whose signal covers the whole batch. TaylorSeer: per hooked
+// module, the computed/predicted schedule identical; diffusers' default patterns hook nothing here, which ddo refuses.
 // Per run: the latents within 1e-4 of the reference's (ltx2_image's parity tolerance, fp32), the per-step
 // computed/reused pattern identical (the fixture keeps every threshold 1e-3 relative away from the values compared
 // with it), the signals within 1e-5 relative. Every engine route gives latents bitwise equal to the resident weights'
@@ -12,9 +14,11 @@
 
 #include <ATen/ATen.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <iostream>
 #include <map>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -57,7 +61,19 @@ StepCacheSettings settings_of(const nlohmann::json & run) {
     const auto kind = run.at("kind").get<std::string>();
     const auto & p = run.at("params");
     s.min_steps = 1;
-    if (kind == "first_block_cache") {
+    if (kind == "taylorseer_cache") {
+        s.kind = StepCacheKind::taylorseer;
+        s.cache_interval = p.value("cache_interval", 5);
+        s.disable_cache_before_step = p.value("disable_cache_before_step", 3);
+        if (p.contains("disable_cache_after_step")) s.disable_cache_after_step = p.at("disable_cache_after_step").get<int>();
+        s.max_order = p.value("max_order", 1);
+        const auto dt = p.value("taylor_factors_dtype", std::string("bfloat16"));
+        s.taylor_factors_dtype = dt == "float32" ? "fp32" : dt == "float16" ? "fp16" : "bf16";
+        if (p.contains("cache_identifiers")) s.cache_identifiers = p.at("cache_identifiers").get<std::vector<std::string>>();
+        if (p.contains("skip_predict_identifiers"))
+            s.skip_predict_identifiers = p.at("skip_predict_identifiers").get<std::vector<std::string>>();
+        s.use_lite_mode = p.value("use_lite_mode", false);
+    } else if (kind == "first_block_cache") {
         s.kind = StepCacheKind::first_block;
         s.threshold = p.at("threshold").get<double>();
     } else {
@@ -79,6 +95,26 @@ std::map<std::string, std::string> pattern_of(const nlohmann::json & records, in
         s.at(size_t(r.at("step").get<int>())) = r.at("computed").get<bool>() ? 'C' : 'R';
     }
     return out;
+}
+
+// TaylorSeer: module -> "C"/"P" per call, from the cache's pass records (summary.hooked_modules order).
+std::map<std::string, std::string> module_pattern_of(const nlohmann::json & records,
+                                                     const std::vector<std::string> & order) {
+    std::map<std::string, std::string> out;
+    for (const auto & r : records) {
+        if (!r.contains("modules")) continue;
+        const auto modules = r.at("modules").get<std::string>();
+        for (size_t k = 0; k < modules.size() && k < order.size(); ++k)
+            if (modules[k] != '-') out[order[k]] += modules[k];
+    }
+    return out;
+}
+
+// A StepCache for `run` bound to the tiny image DiT's modules (taylorseer needs it; other kinds ignore it).
+std::unique_ptr<StepCache> cache_for(const nlohmann::json & run, int steps, const lt::TransformerConfig & c) {
+    auto cache = std::make_unique<StepCache>(settings_of(run), steps);
+    cache->bind_modules(lt::image_hookable_module_names(c), lt::image_diffusers_module_names(c));
+    return cache;
 }
 
 struct Tiny {
@@ -126,7 +162,7 @@ TEST_F(Ltx2ImageCacheParity, EveryCacheRunEqualsDiffusersHookWithTheSamePattern)
     }
     int runs = 0;
     for (const auto & [name, run] : reference().at("runs").items()) {
-        if (!run.contains("pattern")) continue;
+        if (!run.contains("pattern") || run.at("kind") == "taylorseer_cache") continue;
         ++runs;
         const auto & settings = run.at("settings");
         ASSERT_GT(settings.at("guidance_scale").get<double>(), 1.0) << name << ": the runs guide with CFG";
@@ -220,5 +256,101 @@ TEST_F(Ltx2ImageCacheParity, EveryRouteWithTheCacheEqualsResidentBitwiseAndStrea
                       << c.at("skipped_groups") << " groups, " << c.at("bytes_skipped") << " bytes not streamed, "
                       << c.at("bytes_moved") << " bytes moved\n";
         }
+    }
+}
+
+// The module names the plugin binds are those of the class the fixtures hook (OriginalTransformer's named_modules()),
+// and those it routes are a subset of them.
+TEST_F(Ltx2ImageCacheParity, TheModuleNamesAreTheReferenceClasssOwn) {
+    Tiny t;
+    auto mine = lt::image_diffusers_module_names(t.m.transformer_config);
+    auto theirs = reference().at("module_names").get<std::vector<std::string>>();
+    std::sort(mine.begin(), mine.end());
+    std::sort(theirs.begin(), theirs.end());
+    EXPECT_EQ(mine, theirs);
+    for (const auto & h : lt::image_hookable_module_names(t.m.transformer_config)) {
+        EXPECT_TRUE(std::binary_search(theirs.begin(), theirs.end(), h)) << h;
+    }
+}
+
+TEST_F(Ltx2ImageCacheParity, EveryTaylorSeerRunEqualsDiffusersHookWithTheSameModuleSchedule) {
+    Tiny t;
+    const auto want = TensorFile::open_file(kDir / "pipeline.safetensors");
+    const int steps = reference().at("steps").get<int>();
+    int runs = 0;
+    for (const auto & [name, run] : reference().at("runs").items()) {
+        if (run.at("kind") != "taylorseer_cache") continue;
+        if (run.value("hooks_nothing", false)) {
+            // diffusers' default patterns match no module of this model (the hook then changes nothing): refused.
+            const auto msg = ddo::test::message_of<ddo::UsageError>([&] { cache_for(run, steps, t.m.transformer_config); });
+            EXPECT_NE(msg.find("hooks no module of this model"), std::string::npos) << msg;
+            EXPECT_TRUE(run.at("hooked_modules").empty()) << name;
+            continue;
+        }
+        ++runs;
+        const auto & settings = run.at("settings");
+        auto cache = cache_for(run, steps, t.m.transformer_config);
+        const auto got = denoise(t, settings, cache.get());
+        // The expansion's arithmetic is the hook's, op for op (fp32; 1e-4 as the other runs).
+        expect_close(name + " latents", got, want.read(name + ".latents"), 1e-4);
+        const auto summary = cache->summary();
+        const auto order = summary.at("hooked_modules").get<std::vector<std::string>>();
+        auto hooked = order;
+        auto ref_hooked = run.at("hooked_modules").get<std::vector<std::string>>();
+        std::sort(hooked.begin(), hooked.end());
+        std::sort(ref_hooked.begin(), ref_hooked.end());
+        EXPECT_EQ(hooked, ref_hooked) << name;
+        const auto pattern = module_pattern_of(cache->take_step_records(), order);
+        const auto & ref = run.at("module_pattern").at(kBranch);
+        EXPECT_EQ(pattern.size(), ref.size()) << name;
+        for (const auto & [module, p] : ref.items()) {
+            const auto it = pattern.find(module);
+            const std::string got_p = it == pattern.end() ? "(never called)" : it->second;
+            EXPECT_EQ(got_p, p.get<std::string>()) << name << " " << module;
+            std::cout << "[ modules   ] " << name << " " << module << " " << got_p << "\n";
+        }
+        EXPECT_GT(summary.at("module_calls_predicted").get<uint64_t>(), 0u) << name;
+        const auto base = want.read(settings.at("pag_scale").get<double>() > 0 ? "off_pag.latents" : "off.latents");
+        EXPECT_FALSE(at::equal(got, base)) << name << ": nothing was predicted";
+    }
+    EXPECT_GE(runs, 5);
+}
+
+// Lite mode skips every block on a predicted step: on every route the latents equal the resident weights' bitwise,
+// and the skipped blocks are neither acquired nor streamed.
+TEST_F(Ltx2ImageCacheParity, TaylorSeerLiteSkipsTheStreamingOfEveryBlockOnAPredictedStep) {
+    const ddo_allocator_vtable * linear = ddo::test::linear_allocator(LTX2_IMAGE_PLUGIN_DIR);
+    ASSERT_NE(linear, nullptr);
+    Tiny t;
+    const int steps = reference().at("steps").get<int>();
+    const int64_t layers = t.m.transformer_config.num_layers;
+    const auto dir = kDir / "checkpoint" / "transformer";
+    const auto groups = lt::image_transformer_groups(t.m.transformer_config);
+    uint64_t resident_bytes = 0;
+    for (const auto & g : groups)
+        if (g.name == "globals" || g.name == "transformer_blocks.0")
+            for (const auto & n : g.tensors) resident_bytes += t.m.transformer.nbytes_of(n);
+    const auto & run = reference().at("runs").at("ts_lite");
+    auto ref_cache = cache_for(run, steps, t.m.transformer_config);
+    const auto want = denoise(t, run.at("settings"), ref_cache.get());
+    uint64_t skipped_blocks = 0;
+    for (const auto & r : ref_cache->take_step_records())
+        skipped_blocks += uint64_t(layers - r.at("blocks_computed").get<int64_t>());
+    // 13 of 20 steps predicted (disable_cache_before_step 3, cache_interval 5), one context, every block.
+    EXPECT_EQ(skipped_blocks, uint64_t(13 * layers));
+    for (const auto route : {ddo::Route::dynamic, ddo::Route::disk, ddo::Route::group_block}) {
+        const double gb = route == ddo::Route::dynamic ? double(resident_bytes + 1024) / 1073741824.0 : 0;
+        auto cw = ddo::model::ComponentWeights::open(dir, groups, ddo::test::cpu_plan("transformer", route, linear, gb),
+                                                     at::kFloat);
+        lt::EngineWeights ew(*cw, groups, at::kFloat, at::kCPU);
+        auto cache = cache_for(run, steps, t.m.transformer_config);
+        const auto got = denoise(t, run.at("settings"), cache.get(), &ew);
+        EXPECT_EQ(cw->finish(), 0u) << ddo::to_string(route);
+        EXPECT_TRUE(at::equal(want, got)) << "ts_lite route " << ddo::to_string(route) << " differs from resident";
+        const auto c = cw->report().at("engine").at("counters");
+        EXPECT_EQ(c.at("skipped_groups").get<uint64_t>(), skipped_blocks) << c.dump();
+        EXPECT_GT(c.at("bytes_skipped").get<uint64_t>(), 0u) << c.dump();
+        std::cout << "[ routes    ] ts_lite " << ddo::to_string(route) << " == resident bitwise; skipped "
+                  << c.at("skipped_groups") << " groups, " << c.at("bytes_skipped") << " bytes not streamed\n";
     }
 }

@@ -20,7 +20,7 @@ if(TARGET ddo_ltx2_pipeline)
   ddo_test_uses_aten(ltx2_pipeline_parity_test)
 endif()
 
-# Step caching (FirstBlockCache, MagCache) against diffusers 0.42.1's own cache hooks on LTX2Pipeline
+# Step caching (FirstBlockCache, MagCache, TaylorSeerCache) against diffusers 0.42.1's own cache hooks on LTX2Pipeline
 # (tools/reference/ltx2_video_cache_fixtures.py, which builds on ltx2_pipeline_fixtures.py and wraps the dual-stream
 # block so that the hooks read its streams by the names they use).
 if(TARGET ddo_ltx2_pipeline)
@@ -28,7 +28,7 @@ if(TARGET ddo_ltx2_pipeline)
   ddo_reference_fixtures(ltx2_video_cache SCRIPT ${CMAKE_SOURCE_DIR}/tools/reference/ltx2_video_cache_fixtures.py
     DIR ${LTX2_VIDEO_CACHE_FIXTURE_DIR} DEPENDS ${CMAKE_SOURCE_DIR}/tools/reference/ltx2_pipeline_fixtures.py
             ${CMAKE_SOURCE_DIR}/tools/reference/ltx2_conditioning_fixtures.py
-    COMMENT "running diffusers' FirstBlockCache and MagCache hooks on the tiny LTX2Pipeline")
+    COMMENT "running diffusers' FirstBlockCache, MagCache and TaylorSeer hooks on the tiny LTX2Pipeline")
   ddo_add_gtest(ltx2_video_cache_parity_test LABELS parity
     SOURCES ${CMAKE_CURRENT_LIST_DIR}/ltx2_video_cache_parity_test.cpp
     LIBS ddo_ltx2_pipeline ddo_core)

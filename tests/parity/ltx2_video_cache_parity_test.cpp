@@ -2,18 +2,22 @@
 // (tools/reference/ltx2_video_cache_fixtures.py: the tiny LTX-2.3 pipeline with 4 blocks, 20 steps, CFG + STG +
 // modality isolation; the dual-stream block behind a thin wrapper that names its streams (video, audio) as the hooks
 // read them, registered in diffusers' TransformerBlockRegistry; FirstBlockCache at two thresholds, MagCache calibrating
-// and at two thresholds). Three cache contexts as LTX2Pipeline names them: "cond_uncond" (the guidance batch, one
-// forward), "uncond_stg", "uncond_modality". Per run: video and audio latents within 1e-4 of the reference's
-// (ltx2_video's parity tolerance, fp32), the per-step pattern of every context identical (thresholds 1e-3 relative
-// away from every compared value), the signals within 1e-5 relative. Every engine route bitwise equal to the resident
-// weights with the cache on, skipped blocks neither acquired nor streamed.
+// and at two thresholds; TaylorSeerCache in four configurations on the plain transformer, which it hooks by module
+// name). Three cache contexts as LTX2Pipeline names them: "cond_uncond" (the guidance batch, one forward),
+// "uncond_stg", "uncond_modality". Per run: video and audio latents within 1e-4 of the reference's (ltx2_video's
+// parity tolerance, fp32), the per-step pattern of every context identical (thresholds 1e-3 relative away from every
+// compared value), the signals within 1e-5 relative; TaylorSeer: per context and hooked module, the
+// computed/predicted schedule identical. Every engine route bitwise equal to the resident weights with the cache on,
+// skipped blocks neither acquired nor streamed (TaylorSeer lite: every block of a predicted step).
 #include <gtest/gtest.h>
 
 #include <ATen/ATen.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <iostream>
 #include <map>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -57,7 +61,19 @@ StepCacheSettings settings_of(const nlohmann::json & run) {
     const auto kind = run.at("kind").get<std::string>();
     const auto & p = run.at("params");
     s.min_steps = 1;
-    if (kind == "first_block_cache") {
+    if (kind == "taylorseer_cache") {
+        s.kind = StepCacheKind::taylorseer;
+        s.cache_interval = p.value("cache_interval", 5);
+        s.disable_cache_before_step = p.value("disable_cache_before_step", 3);
+        if (p.contains("disable_cache_after_step")) s.disable_cache_after_step = p.at("disable_cache_after_step").get<int>();
+        s.max_order = p.value("max_order", 1);
+        const auto dt = p.value("taylor_factors_dtype", std::string("bfloat16"));
+        s.taylor_factors_dtype = dt == "float32" ? "fp32" : dt == "float16" ? "fp16" : "bf16";
+        if (p.contains("cache_identifiers")) s.cache_identifiers = p.at("cache_identifiers").get<std::vector<std::string>>();
+        if (p.contains("skip_predict_identifiers"))
+            s.skip_predict_identifiers = p.at("skip_predict_identifiers").get<std::vector<std::string>>();
+        s.use_lite_mode = p.value("use_lite_mode", false);
+    } else if (kind == "first_block_cache") {
         s.kind = StepCacheKind::first_block;
         s.threshold = p.at("threshold").get<double>();
     } else {
@@ -79,6 +95,28 @@ std::map<std::string, std::string> pattern_of(const nlohmann::json & records, in
         s.at(size_t(r.at("step").get<int>())) = r.at("computed").get<bool>() ? 'C' : 'R';
     }
     return out;
+}
+
+// TaylorSeer: per branch, module -> "C"/"P" per call, from the cache's pass records (summary.hooked_modules order); a
+// pass that called no hooked module (uncond_modality with only a2v / v2a hooked) has no "modules".
+std::map<std::string, std::map<std::string, std::string>> module_pattern_of(const nlohmann::json & records,
+                                                                            const std::vector<std::string> & order) {
+    std::map<std::string, std::map<std::string, std::string>> out;
+    for (const auto & r : records) {
+        auto & per = out[r.at("branch").get<std::string>()];
+        if (!r.contains("modules")) continue;
+        const auto modules = r.at("modules").get<std::string>();
+        for (size_t k = 0; k < modules.size() && k < order.size(); ++k)
+            if (modules[k] != '-') per[order[k]] += modules[k];
+    }
+    return out;
+}
+
+// A StepCache for `run` bound to the tiny transformer's modules (taylorseer needs it; other kinds ignore it).
+std::unique_ptr<StepCache> cache_for(const nlohmann::json & run, int steps, const lt::TransformerConfig & c) {
+    auto cache = std::make_unique<StepCache>(settings_of(run), steps);
+    cache->bind_modules(lt::hookable_module_names(c), lt::diffusers_module_names(c));
+    return cache;
 }
 
 double num(const nlohmann::json & s, const char * k) { return s.at(k).get<double>(); }
@@ -139,7 +177,7 @@ TEST_F(Ltx2VideoCacheParity, EveryCacheRunEqualsDiffusersHookWithTheSamePattern)
     for (const auto & [name, run] : reference().at("runs").items()) {
         // The image-to-video runs ("image": LTX2ImageToVideoPipeline) are checked through ddo-host (e2e
         // ltx2_video_cache_test, Ltx2VideoCache.ImageToVideoEqualsTheHooks), where the still is read and encoded.
-        if (!run.contains("pattern") || run.contains("image")) continue;
+        if (!run.contains("pattern") || run.contains("image") || run.at("kind") == "taylorseer_cache") continue;
         ++runs;
         StepCache cache(settings_of(run), steps);
         const auto got = denoise(t, &cache);
@@ -229,5 +267,102 @@ TEST_F(Ltx2VideoCacheParity, EveryRouteWithTheCacheEqualsResidentBitwiseAndStrea
             std::cout << "[ routes    ] " << name << " " << ddo::to_string(route) << " == resident bitwise; skipped "
                       << c.at("skipped_groups") << " groups, " << c.at("bytes_skipped") << " bytes not streamed\n";
         }
+    }
+}
+
+// The module names the plugin binds are LTX2VideoTransformer3DModel's named_modules() (what diffusers matches the
+// patterns against), and those it routes are a subset of them.
+TEST_F(Ltx2VideoCacheParity, TheModuleNamesAreTheDiffusersClasssOwn) {
+    Tiny t;
+    auto mine = lt::diffusers_module_names(t.m.transformer_config);
+    auto theirs = reference().at("module_names").get<std::vector<std::string>>();
+    std::sort(mine.begin(), mine.end());
+    std::sort(theirs.begin(), theirs.end());
+    EXPECT_EQ(mine, theirs);
+    for (const auto & h : lt::hookable_module_names(t.m.transformer_config)) {
+        EXPECT_TRUE(std::binary_search(theirs.begin(), theirs.end(), h)) << h;
+    }
+}
+
+TEST_F(Ltx2VideoCacheParity, EveryTaylorSeerRunEqualsDiffusersHookWithTheSameModuleSchedule) {
+    Tiny t;
+    const auto want = TensorFile::open_file(kDir / "pipeline.safetensors");
+    const int steps = reference().at("steps").get<int>();
+    const auto contexts = reference().at("cache_contexts").get<std::vector<std::string>>();
+    const auto off_video = want.read("off.latents"), off_audio = want.read("off.audio_latents");
+    int runs = 0;
+    for (const auto & [name, run] : reference().at("runs").items()) {
+        // i2v_ts ("image") is checked through ddo-host (e2e ltx2_video_cache_test), where the still is encoded.
+        if (run.at("kind") != "taylorseer_cache" || run.contains("image")) continue;
+        ++runs;
+        auto cache = cache_for(run, steps, t.m.transformer_config);
+        const auto got = denoise(t, cache.get());
+        // The expansion's arithmetic is the hook's, op for op (fp32; 1e-4 as the other runs).
+        expect_close(name + " video latents", got.video, want.read(name + ".latents"), 1e-4);
+        expect_close(name + " audio latents", got.audio, want.read(name + ".audio_latents"), 1e-4);
+        const auto summary = cache->summary();
+        const auto order = summary.at("hooked_modules").get<std::vector<std::string>>();
+        auto hooked = order;
+        auto ref_hooked = run.at("hooked_modules").get<std::vector<std::string>>();
+        std::sort(hooked.begin(), hooked.end());
+        std::sort(ref_hooked.begin(), ref_hooked.end());
+        EXPECT_EQ(hooked, ref_hooked) << name;
+        const auto pattern = module_pattern_of(cache->take_step_records(), order);
+        for (const auto & b : contexts) {
+            const auto & ref = run.at("module_pattern").at(b);
+            const auto mine = pattern.count(b) ? pattern.at(b) : std::map<std::string, std::string>{};
+            EXPECT_EQ(mine.size(), ref.size()) << name << " " << b << ": the modules called in this context";
+            for (const auto & [module, p] : ref.items()) {
+                const auto it = mine.find(module);
+                const std::string got_p = it == mine.end() ? "(never called)" : it->second;
+                EXPECT_EQ(got_p, p.get<std::string>()) << name << " " << b << " " << module;
+                std::cout << "[ modules   ] " << name << " " << b << " " << module << " " << got_p << "\n";
+            }
+        }
+        EXPECT_GT(summary.at("module_calls_predicted").get<uint64_t>(), 0u) << name;
+        EXPECT_FALSE(at::equal(got.video, off_video)) << name << ": nothing was predicted";
+        EXPECT_FALSE(at::equal(got.audio, off_audio)) << name << ": nothing was predicted";
+    }
+    EXPECT_GE(runs, 4);
+}
+
+// Lite mode skips every block on a predicted step (the blocks "skip": zeros of both streams; proj_out predicted,
+// audio_proj_out computed on the zeros): on every route the latents equal the resident weights' bitwise, and the
+// skipped blocks are neither acquired nor streamed.
+TEST_F(Ltx2VideoCacheParity, TaylorSeerLiteSkipsTheStreamingOfEveryBlockOnAPredictedStep) {
+    const ddo_allocator_vtable * linear = ddo::test::linear_allocator(LTX2_VIDEO_CACHE_PLUGIN_DIR);
+    ASSERT_NE(linear, nullptr);
+    Tiny t;
+    const int steps = reference().at("steps").get<int>();
+    const int64_t layers = t.m.transformer_config.num_layers;
+    const auto dir = kDir / "checkpoint" / "transformer";
+    const auto groups = lt::transformer_groups(t.m.transformer_config);
+    uint64_t resident_bytes = 0;
+    for (const auto & g : groups)
+        if (g.name == "globals" || g.name == "transformer_blocks.0")
+            for (const auto & n : g.tensors) resident_bytes += t.m.transformer.nbytes_of(n);
+    const auto & run = reference().at("runs").at("ts_lite");
+    auto ref_cache = cache_for(run, steps, t.m.transformer_config);
+    const auto want = denoise(t, ref_cache.get());
+    uint64_t skipped_blocks = 0;
+    for (const auto & r : ref_cache->take_step_records())
+        skipped_blocks += uint64_t(layers - r.at("blocks_computed").get<int64_t>());
+    // 13 of 20 steps predicted (disable_cache_before_step 3, cache_interval 5), three contexts, every block.
+    EXPECT_EQ(skipped_blocks, uint64_t(3 * 13 * layers));
+    for (const auto route : {ddo::Route::dynamic, ddo::Route::disk, ddo::Route::group_block}) {
+        const double gb = route == ddo::Route::dynamic ? double(resident_bytes + 1024) / 1073741824.0 : 0;
+        auto cw = ddo::model::ComponentWeights::open(dir, groups, ddo::test::cpu_plan("transformer", route, linear, gb),
+                                                     at::kFloat);
+        lt::EngineWeights ew(*cw, groups, at::kFloat, at::kCPU);
+        auto cache = cache_for(run, steps, t.m.transformer_config);
+        const auto got = denoise(t, cache.get(), &ew);
+        EXPECT_EQ(cw->finish(), 0u) << ddo::to_string(route);
+        EXPECT_TRUE(at::equal(want.video, got.video) && at::equal(want.audio, got.audio))
+            << "ts_lite route " << ddo::to_string(route) << " differs from resident";
+        const auto c = cw->report().at("engine").at("counters");
+        EXPECT_EQ(c.at("skipped_groups").get<uint64_t>(), skipped_blocks) << c.dump();
+        EXPECT_GT(c.at("bytes_skipped").get<uint64_t>(), 0u) << c.dump();
+        std::cout << "[ routes    ] ts_lite " << ddo::to_string(route) << " == resident bitwise; skipped "
+                  << c.at("skipped_groups") << " groups, " << c.at("bytes_skipped") << " bytes not streamed\n";
     }
 }

@@ -1,5 +1,6 @@
 #!/usr/bin/env python3
-"""Pipeline parity fixtures for ltx2_image step caching: FirstBlockCache and MagCache (diffusers 0.42.1 hooks).
+"""Pipeline parity fixtures for ltx2_image step caching: FirstBlockCache, MagCache and TaylorSeerCache (diffusers
+0.42.1 hooks).
 
 Usage: ltx2_image_cache_fixtures.py OUT_DIR [--probe]
 
@@ -42,13 +43,32 @@ Runs (20 steps, CFG 3, rescale 0.7; the base case of ltx2_image_fixtures.py with
                  num_inference_steps=STEPS) at two thresholds; the accumulated error compared with the threshold stays
                  1e-3 (relative) away from it (asserted)
 
+TaylorSeer (diffusers' apply_taylorseer_cache, what enable_cache calls, on OriginalTransformer: it hooks modules by
+their names, no registration; the names are that class's named_modules(), the ones the plugin routes):
+  ts_defaults    TaylorSeerCacheConfig() as diffusers defaults it: the default patterns ^transformer_blocks.*attn
+                 (re.fullmatch) match no module of this model (attn1 and attn2 end in a digit), so nothing is hooked
+                 and the latents are `off`'s bit for bit (asserted); ddo refuses such a setting (it would change
+                 nothing)
+  ts             the default schedule (cache_interval 5, disable_cache_before_step 3, max_order 1, bf16 factors) with
+                 cache_identifiers every attn1 and attn2
+  ts_o2          max_order 2, fp32 factors, cache_interval 3, disable_cache_before_step 2, disable_cache_after_step 16;
+                 cache_identifiers every attn1 and ff
+  ts_pag         ts_o2 with PAG 0.2 on block 1 (the hooked attn1 of block 1 is the perturbed one: the hook wraps the
+                 whole module call)
+  ts_lite        use_lite_mode: every block "skip" (zeros of the recorded shape when predicting), proj_out predicted
+  ts_nested      cache_identifiers block 1, its attn1 (not called while its block predicts) and proj_out;
+                 skip_predict_identifiers block 2's attn2; cache_interval 4, disable_cache_before_step 2, fp16 factors
+Recorded per hooked module: the schedule of its calls (TaylorSeerCacheHook._measure_should_compute): C computed,
+P predicted.
+
 Files written:
   checkpoint/                a diffusers-layout checkpoint (transformer with NUM_LAYERS blocks, connectors, vae,
                              scheduler: ltx2_image_fixtures' components)
   prompt_embeds.safetensors  ltx2_image_fixtures.prompt_embeds()
   pipeline.safetensors       "<run>.latents": the pipeline's denoised latents (packed [1, h*w, C])
   reference.json             written last: versions, steps, size, seed, guidance, runs (kind, params, pattern,
-                             signals, calibration)
+                             signals, calibration; TaylorSeer: hooked_modules, module_pattern), module_names
+                             (OriginalTransformer's named_modules(), what TaylorSeer's patterns match)
 """
 
 import json
@@ -63,11 +83,12 @@ from safetensors.torch import save_file
 
 import diffusers
 from diffusers import FlowMatchEulerDiscreteScheduler
-from diffusers.hooks import FirstBlockCacheConfig, MagCacheConfig
+from diffusers.hooks import FirstBlockCacheConfig, MagCacheConfig, TaylorSeerCacheConfig
 from diffusers.hooks._helpers import TransformerBlockMetadata, TransformerBlockRegistry
 from diffusers.hooks.first_block_cache import FBCHeadBlockHook, apply_first_block_cache
 from diffusers.hooks.hooks import CacheContext, _set_cache_context
 from diffusers.hooks.mag_cache import MagCacheBlockHook, MagCacheHeadHook, apply_mag_cache
+from diffusers.hooks.taylorseer_cache import TaylorSeerCacheHook, apply_taylorseer_cache
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import ltx2_image_fixtures as li  # noqa: E402
@@ -85,6 +106,18 @@ MAG_THRESHOLDS = {"mag": 0.02, "mag_hi": 0.12}
 REUSE_RANGE = {"fbc_lo": (1, 6), "fbc_hi": (8, 15), "fbc_pag": (4, 15), "mag": (2, 8), "mag_hi": (8, STEPS - 4)}
 MAG_MAX_SKIP_STEPS = 3
 MAG_RETENTION_RATIO = 0.2
+TS_O2 = dict(max_order=2, taylor_factors_dtype=torch.float32, cache_interval=3, disable_cache_before_step=2,
+             disable_cache_after_step=16, cache_identifiers=[r"transformer_blocks\.[0-9]+\.(attn1|ff)"])
+TAYLORSEER_RUNS = {  # name: (params, settings)
+    "ts_defaults": ({}, BASE),
+    "ts": (dict(cache_identifiers=[r"transformer_blocks\.[0-9]+\.attn[12]"]), BASE),
+    "ts_o2": (TS_O2, BASE),
+    "ts_pag": (TS_O2, PAG),
+    "ts_lite": (dict(use_lite_mode=True), BASE),
+    "ts_nested": (dict(cache_interval=4, disable_cache_before_step=2, taylor_factors_dtype=torch.float16,
+                       cache_identifiers=[r"transformer_blocks\.1(\.attn1)?", "proj_out"],
+                       skip_predict_identifiers=[r"transformer_blocks\.2\.attn2"]), BASE),
+}
 
 BLOCK_METADATA = dict(return_hidden_states_index=0, return_encoder_hidden_states_index=None,
                       hidden_states_argument_name="hidden_states")
@@ -97,6 +130,8 @@ class Recorder:
         self.mag_err_compared = {b: [] for b in BRANCHES}
         self.mag_err_after = {b: [] for b in BRANCHES}
         self.calibration = {b: [] for b in BRANCHES}
+        self.modules = {b: {} for b in BRANCHES}  # TaylorSeer: module -> [computed?] per call
+        self.hooked = []
 
 
 REC = None
@@ -153,6 +188,27 @@ def install_hook_probes():
 
     MagCacheBlockHook._perform_calibration_step = mag_calibrate_probe
 
+    ts_measure = TaylorSeerCacheHook._measure_should_compute
+
+    def ts_measure_probe(self):
+        should, state = ts_measure(self)
+        REC.modules[self.state_manager.context.name].setdefault(self._ddo_name, []).append(bool(should))
+        return should, state
+
+    TaylorSeerCacheHook._measure_should_compute = ts_measure_probe
+
+
+def name_taylorseer_hooks(transformer):
+    """Gives each TaylorSeer hook its module's name (the probe records by name)."""
+    names = []
+    for name, module in transformer.named_modules():
+        registry = getattr(module, "_diffusers_hook", None)
+        hook = registry.get_hook("taylorseer_cache") if registry is not None else None
+        if hook is not None:
+            hook._ddo_name = name
+            names.append(name)
+    return names
+
 
 class InCacheContext:
     """The hooked transformer as compose_image calls it, each call under cache_context(CONTEXT) (LTX2Pipeline's)."""
@@ -186,6 +242,9 @@ def hooked(tr, cache_config):
         apply_first_block_cache(orig, cache_config)
     elif isinstance(cache_config, MagCacheConfig):
         apply_mag_cache(orig, cache_config)
+    elif isinstance(cache_config, TaylorSeerCacheConfig):
+        apply_taylorseer_cache(orig, cache_config)
+        REC.hooked = name_taylorseer_hooks(orig)
     return InCacheContext(orig, tr.config)
 
 
@@ -312,6 +371,29 @@ def main():
                       "signals": {"accumulated_err_compared": rec.mag_err_compared,
                                   "accumulated_err_after": rec.mag_err_after}}
 
+    # TaylorSeer (module docstring): per hooked module, the C/P schedule in the one context.
+    for name, (params, settings) in TAYLORSEER_RUNS.items():
+        latents, rec = run(tr, conn, vae, embeds, TaylorSeerCacheConfig(**params), settings)
+        base = tensors["off_pag.latents" if settings is PAG else "off.latents"]
+        shown = {k: (str(x).split(".")[-1] if isinstance(x, torch.dtype) else x) for k, x in params.items()}
+        runs[name] = {"kind": "taylorseer_cache", "params": shown, "settings": settings, "hooked_modules": rec.hooked,
+                      "module_pattern": {b: {m: pattern_string(f).replace("R", "P") for m, f in rec.modules[b].items()}
+                                         for b in BRANCHES}}
+        if name == "ts_defaults":
+            assert rec.hooked == [] and torch.equal(latents, base), "the default patterns hook a module of this model"
+            runs[name]["hooks_nothing"] = True
+            continue
+        assert not torch.equal(latents, base), f"{name} predicted nothing"
+        assert rec.hooked, f"{name}: no module hooked"
+        for b in BRANCHES:
+            # Every hooked module is called (ts_nested's attn1 of block 1 too: its block computes on some steps).
+            assert set(rec.modules[b]) == set(rec.hooked), (name, b, sorted(rec.modules[b]), rec.hooked)
+            assert any(not f for calls in rec.modules[b].values() for f in calls), (name, b, "nothing predicted")
+        if name == "ts_lite":
+            assert sorted(rec.hooked) == sorted([f"transformer_blocks.{i}" for i in range(NUM_LAYERS)] + ["proj_out"])
+        tensors[f"{name}.latents"] = latents
+        print(f"{name:12s} " + " ".join(f"{m}={p}" for m, p in runs[name]["module_pattern"][CONTEXT].items()))
+
     for name, r in runs.items():
         if "pattern" in r:
             r["pattern_string"] = {b: pattern_string(r["pattern"][b]) for b in BRANCHES}
@@ -325,6 +407,7 @@ def main():
            "block_metadata": {"class": "LTX2ImageTransformerBlock (ltx2_image_fixtures.OriginalBlock)",
                               **BLOCK_METADATA},
            "margin": MARGIN, "pattern_legend": "true/C: the pass computed every block; false/R: reused",
+           "module_names": [n for n, _ in li.OriginalTransformer(tr.config).named_modules()],
            "runs": runs}
     (out / "reference.json").write_text(json.dumps(ref, indent=1, default=list) + "\n")
     print(f"ltx2_image cache fixtures: diffusers {diffusers.__version__}, torch {torch.__version__} -> {out} "

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
-"""Pipeline parity fixtures for ltx2_video step caching: FirstBlockCache and MagCache (diffusers 0.42.1 hooks) on
-diffusers' own LTX2Pipeline.
+"""Pipeline parity fixtures for ltx2_video step caching: FirstBlockCache, MagCache and TaylorSeerCache (diffusers
+0.42.1 hooks) on diffusers' own LTX2Pipeline.
 
 Usage: ltx2_video_cache_fixtures.py OUT_DIR [--probe]
 
@@ -36,6 +36,26 @@ image-to-video (LTX2ImageToVideoPipeline, still.png of ltx2_conditioning_fixture
 image_crf 0): i2v_off, i2v_fbc_hi (fbc_hi's threshold), i2v_mag_hi (mag_hi's parameters).
 No threshold lies within 1e-3 (relative) of a value compared with it (asserted).
 
+TaylorSeer (TaylorSeerCacheConfig through transformer.enable_cache on the PLAIN transformer: it hooks modules by their
+names, so no block registration and no wrapper -- the module names are LTX2VideoTransformer3DModel's own):
+  ts          diffusers' defaults (cache_interval 5, disable_cache_before_step 3, max_order 1, bf16 factors). The
+              default patterns ^transformer_blocks.*attn (re.fullmatch) hook only audio_to_video_attn and
+              video_to_audio_attn: attn1, attn2, audio_attn1, audio_attn2 end in a digit. uncond_modality
+              (isolate_modalities) never calls those two, so that context hooks nothing.
+  ts_o2       max_order 2, fp32 factors, cache_interval 3, disable_cache_before_step 2, disable_cache_after_step 16;
+              cache_identifiers: every block's attn1, audio_attn1 (the self-attentions, perturbed on block 1 in the
+              uncond_stg passes: the hook wraps the whole module call), ff and audio_ff
+  ts_lite     use_lite_mode: every block "skip" (a predicted block returns zeros of the recorded shapes, both
+              streams), ^proj_out$ predicted; audio_proj_out is not matched, so on a predicted step it is COMPUTED on
+              the audio stream of zeros (audio_norm_out's input all zeros: recorded and asserted): diffusers'
+              behaviour, reproduced
+  ts_nested   cache_identifiers block 1 (the dual-stream block: a two-output expansion), its attn2 (not called
+              while its block predicts) and audio_proj_out; skip_predict_identifiers block 2's video_to_audio_attn;
+              cache_interval 4, disable_cache_before_step 2, fp16 factors
+  i2v_ts      ts_o2's parameters on the image-to-video pipeline
+Recorded per context and hooked module: the schedule of its calls (TaylorSeerCacheHook._measure_should_compute):
+C computed, P predicted.
+
 Files written:
   checkpoint/                 the LTX-2.3 tiny checkpoint (save_pretrained), NUM_LAYERS blocks
   prompt_embeds.safetensors   ltx2_pipeline_fixtures.prompt_embeds()
@@ -43,7 +63,8 @@ Files written:
   pipeline.safetensors        "<run>.latents" (de-normalised [C, F', H', W'], output_type="latent") and
                               "<run>.audio_latents" (de-normalised [C, L, M])
   reference.json              written last: versions, settings, seed, runs (kind, params, pattern per context,
-                              signals, calibration)
+                              signals, calibration; TaylorSeer: hooked_modules, module_pattern per context),
+                              module_names (the transformer's named_modules(), what TaylorSeer's patterns match)
 """
 
 import contextlib
@@ -63,10 +84,11 @@ from safetensors.torch import save_file
 import diffusers
 from diffusers import (FlowMatchEulerDiscreteScheduler, LTX2ImageToVideoPipeline, LTX2Pipeline,
                        LTX2VideoTransformer3DModel)
-from diffusers.hooks import FirstBlockCacheConfig, MagCacheConfig
+from diffusers.hooks import FirstBlockCacheConfig, MagCacheConfig, TaylorSeerCacheConfig
 from diffusers.hooks._helpers import TransformerBlockMetadata, TransformerBlockRegistry
 from diffusers.hooks.first_block_cache import FBCHeadBlockHook, apply_first_block_cache
 from diffusers.hooks.mag_cache import MagCacheBlockHook, MagCacheHeadHook, apply_mag_cache
+from diffusers.hooks.taylorseer_cache import TaylorSeerCacheHook
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import ltx2_conditioning_fixtures as cf  # noqa: E402
@@ -83,6 +105,17 @@ FBC_THRESHOLDS = {"fbc_lo": 0.11, "fbc_hi": 0.17}
 MAG_THRESHOLDS = {"mag": 0.06, "mag_hi": 0.2}
 MAG_MAX_SKIP_STEPS = 3
 MAG_RETENTION_RATIO = 0.2
+TS_O2 = dict(max_order=2, taylor_factors_dtype=torch.float32, cache_interval=3, disable_cache_before_step=2,
+             disable_cache_after_step=16,
+             cache_identifiers=[r"transformer_blocks\.[0-9]+\.(audio_)?attn1", r"transformer_blocks\.[0-9]+\.(audio_)?ff"])
+TAYLORSEER_RUNS = {
+    "ts": {},
+    "ts_o2": TS_O2,
+    "ts_lite": dict(use_lite_mode=True),
+    "ts_nested": dict(cache_interval=4, disable_cache_before_step=2, taylor_factors_dtype=torch.float16,
+                      cache_identifiers=[r"transformer_blocks\.1(\.attn2)?", "audio_proj_out"],
+                      skip_predict_identifiers=[r"transformer_blocks\.2\.video_to_audio_attn"]),
+}
 
 BLOCK_METADATA = dict(return_hidden_states_index=0, return_encoder_hidden_states_index=1,
                       hidden_states_argument_name="hidden_states")
@@ -127,6 +160,10 @@ class Recorder:
         self.mag_err_compared = {b: [] for b in BRANCHES}
         self.mag_err_after = {b: [] for b in BRANCHES}
         self.calibration = {b: [] for b in BRANCHES}
+        self.modules = {b: {} for b in BRANCHES}  # TaylorSeer: module -> [computed?] per call
+        self.hooked = []
+        self.last_context = None
+        self.audio_norm_out_zero = {b: [] for b in BRANCHES}  # per pass: audio_norm_out's input all zeros
 
 
 REC = None
@@ -182,6 +219,28 @@ def install_hook_probes():
 
     MagCacheBlockHook._perform_calibration_step = mag_calibrate_probe
 
+    ts_measure = TaylorSeerCacheHook._measure_should_compute
+
+    def ts_measure_probe(self):
+        should, state = ts_measure(self)
+        REC.last_context = self.state_manager.context.name
+        REC.modules[self.state_manager.context.name].setdefault(self._ddo_name, []).append(bool(should))
+        return should, state
+
+    TaylorSeerCacheHook._measure_should_compute = ts_measure_probe
+
+
+def name_taylorseer_hooks(transformer):
+    """Gives each TaylorSeer hook its module's name (the probe records by name)."""
+    names = []
+    for name, module in transformer.named_modules():
+        registry = getattr(module, "_diffusers_hook", None)
+        hook = registry.get_hook("taylorseer_cache") if registry is not None else None
+        if hook is not None:
+            hook._ddo_name = name
+            names.append(name)
+    return names
+
 
 def build_transformer():
     """ltx2_pipeline_fixtures.transformer(v23=True) with NUM_LAYERS blocks (the same constructor arguments)."""
@@ -198,7 +257,19 @@ def build_transformer():
 def make_pipeline(base, wrap, cache_config=None, cls=LTX2Pipeline):
     """A pipeline on a copy of `base`'s transformer; `wrap`: its blocks through HookedBlock (with the cache)."""
     tr = copy.deepcopy(base.transformer)
-    if wrap:
+    if isinstance(cache_config, TaylorSeerCacheConfig):
+        # TaylorSeer hooks modules by name: the plain transformer, its module names diffusers' own.
+        assert not wrap
+        tr.enable_cache(cache_config)
+        REC.hooked = name_taylorseer_hooks(tr)
+
+        def audio_norm_out_probe(module, args):
+            # The pass's context: that of the last hook called (lite mode hooks every block, so each pass calls one).
+            REC.audio_norm_out_zero[REC.last_context].append(bool((args[0] == 0).all()))
+
+        if cache_config.use_lite_mode:
+            tr.audio_norm_out.register_forward_pre_hook(audio_norm_out_probe)
+    elif wrap:
         hooked = [HookedBlock(b) for b in tr.transformer_blocks]
         holder = Holder(hooked)
         tr.transformer_blocks = nn.ModuleList([Adapter(h) for h in hooked])
@@ -333,6 +404,37 @@ def main():
                                   {"accumulated_err_compared": rec.mag_err_compared,
                                    "accumulated_err_after": rec.mag_err_after})}
 
+    # TaylorSeer on the plain transformer (module docstring): per context and hooked module, the C/P schedule.
+    for name, params, image in [(n, p, None) for n, p in TAYLORSEER_RUNS.items()] + [("i2v_ts", TS_O2, still)]:
+        v, a, rec = run(base, embeds, TaylorSeerCacheConfig(**params), wrap=False, still=image)
+        base_name = "off" if image is None else "i2v_off"
+        assert not torch.equal(v, tensors[f"{base_name}.latents"]), f"{name} predicted nothing (video)"
+        assert not torch.equal(a, tensors[f"{base_name}.audio_latents"]), f"{name} predicted nothing (audio)"
+        assert rec.hooked, f"{name}: no module hooked"
+        for b in BRANCHES:
+            assert set(rec.modules[b]) <= set(rec.hooked), (name, b, sorted(rec.modules[b]), rec.hooked)
+        assert any(not f for calls in rec.modules["cond_uncond"].values() for f in calls), (name, "nothing predicted")
+        if name == "ts":
+            assert sorted(rec.hooked) == sorted(f"transformer_blocks.{i}.{m}" for i in range(NUM_LAYERS)
+                                                for m in ("audio_to_video_attn", "video_to_audio_attn")), rec.hooked
+            assert rec.modules["uncond_modality"] == {}, "isolate_modalities calls no a2v / v2a attention"
+        if name == "ts_lite":
+            assert sorted(rec.hooked) == sorted([f"transformer_blocks.{i}" for i in range(NUM_LAYERS)] + ["proj_out"])
+            for b in BRANCHES:
+                predicted = [not f for f in rec.modules[b]["proj_out"]]
+                assert rec.audio_norm_out_zero[b] == predicted, (b, rec.audio_norm_out_zero[b], predicted)
+        shown = {k: (str(x).split(".")[-1] if isinstance(x, torch.dtype) else x) for k, x in params.items()}
+        tensors[f"{name}.latents"], tensors[f"{name}.audio_latents"] = v, a
+        runs[name] = {"kind": "taylorseer_cache", "params": shown, "hooked_modules": rec.hooked,
+                      "module_pattern": {b: {m: pattern_string(f).replace("R", "P") for m, f in rec.modules[b].items()}
+                                         for b in BRANCHES}}
+        if image is not None:
+            runs[name]["image"] = "still.png"
+        if name == "ts_lite":
+            runs[name]["audio_norm_out_input_zero"] = rec.audio_norm_out_zero
+        for b in BRANCHES:
+            print(f"{name:10s} {b:15s} " + " ".join(f"{m}={p}" for m, p in runs[name]["module_pattern"][b].items()))
+
     for name, r in runs.items():
         if "pattern" in r:
             r["pattern_string"] = {b: pattern_string(r["pattern"][b]) for b in BRANCHES}
@@ -345,6 +447,7 @@ def main():
            "settings": SETTINGS, "num_layers": NUM_LAYERS, "cache_contexts": list(BRANCHES),
            "block_metadata": {"class": "HookedBlock(LTX2VideoTransformerBlock)", **BLOCK_METADATA},
            "margin": MARGIN, "pattern_legend": "true/C: the pass computed every block; false/R: reused",
+           "module_names": [n for n, _ in base.transformer.named_modules()],
            "runs": runs}
     (out / "reference.json").write_text(json.dumps(ref, indent=1, default=list) + "\n")
     print(f"ltx2_video cache fixtures: diffusers {diffusers.__version__}, torch {torch.__version__} -> {out} "

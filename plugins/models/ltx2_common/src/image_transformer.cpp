@@ -117,7 +117,11 @@ ImageTransformerState image_prepare(const TransformerConfig & c, Weights & w, co
     return s;
 }
 
-void image_run_block(const TransformerConfig & c, Weights & w, int64_t i, ImageTransformerState & s) {
+void image_run_block(const TransformerConfig & c, Weights & w, int64_t i, ImageTransformerState & s,
+                     const ModuleHook & hook) {
+    auto hooked = [&](const char * module, const std::function<at::Tensor()> & compute) {
+        return hook ? hook(module, compute) : compute();
+    };
     const std::string p = dit_block_prefix(i);
     const Weights::Scope scope(w, p);
     const int64_t batch = s.x.size(0);
@@ -129,7 +133,10 @@ void image_run_block(const TransformerConfig & c, Weights & w, int64_t i, ImageT
     // 1. Self-attention (PAG: the perturbed samples take the value projection in pag_blocks).
     auto vp = mod_params(w.get(p + ".scale_shift_table"), s.temb, batch);
     auto h = rms_norm(x, eps) * (1 + vp[1]) + vp[0];
-    x = x + attention(w, attn_spec(c, p + ".attn1"), h, std::nullopt, std::nullopt, &s.rope, nullptr, perturb) * vp[2];
+    // A hooked attn1 wraps the whole module call, the PAG value passthrough of the perturbed samples included.
+    x = x + hooked("attn1", [&] {
+                return attention(w, attn_spec(c, p + ".attn1"), h, std::nullopt, std::nullopt, &s.rope, nullptr, perturb);
+            }) * vp[2];
 
     // 2. Prompt K/V modulation (table + prompt AdaLN, or the table alone), text cross-attention.
     const auto table = w.get(p + ".prompt_scale_shift_table");
@@ -137,25 +144,75 @@ void image_run_block(const TransformerConfig & c, Weights & w, int64_t i, ImageT
     const auto text = s.text * (1 + kv[1]) + kv[0];
     h = rms_norm(x, eps);
     if (c.cross_attn_mod) h = h * (1 + vp[7]) + vp[6];
-    auto o = attention(w, attn_spec(c, p + ".attn2"), h, text, s.text_mask, nullptr, nullptr);
+    auto o = hooked("attn2", [&] { return attention(w, attn_spec(c, p + ".attn2"), h, text, s.text_mask, nullptr, nullptr); });
     if (c.cross_attn_mod) o = o * vp[8];
     x = x + o;
 
     // 3. Feed-forward.
     h = rms_norm(x, eps) * (1 + vp[4]) + vp[3];
-    s.x = x + feed_forward(w, p + ".ff", h, c.ff_bias) * vp[5];
+    s.x = x + hooked("ff", [&] { return feed_forward(w, p + ".ff", h, c.ff_bias); }) * vp[5];
 }
 
-at::Tensor image_finish(const TransformerConfig & /*c*/, Weights & w, const ImageTransformerState & s) {
+at::Tensor image_finish(const TransformerConfig & /*c*/, Weights & w, const ImageTransformerState & s,
+                        const ModuleHook & hook) {
     const Weights::Scope scope(w, "globals");
     auto v = w.get("scale_shift_table").unsqueeze(0).unsqueeze(0) + s.embedded_timestep.unsqueeze(2);  // [B,T,2,D]
     auto n = at::layer_norm(s.x, {s.x.size(-1)}, {}, {}, 1e-6);
-    return linear(w, "proj_out", n * (1 + v.select(2, 1)) + v.select(2, 0));
+    const auto x = n * (1 + v.select(2, 1)) + v.select(2, 0);
+    auto projection = [&] { return linear(w, "proj_out", x); };
+    return hook ? hook("proj_out", projection) : projection();
+}
+
+std::vector<std::string> image_diffusers_module_names(const TransformerConfig & c) {
+    std::vector<std::string> n = {"", "proj_in"};
+    auto adaln = [&](const std::string & p) {
+        for (const char * m : {"", ".emb", ".emb.time_proj", ".emb.timestep_embedder", ".emb.timestep_embedder.linear_1",
+                               ".emb.timestep_embedder.act", ".emb.timestep_embedder.linear_2", ".silu", ".linear"})
+            n.push_back(p + m);
+    };
+    adaln("time_embed");
+    if (c.prompt_adaln()) adaln("prompt_adaln");
+    n.push_back("rope");
+    n.push_back("transformer_blocks");
+    for (int64_t i = 0; i < c.num_layers; ++i) {
+        const std::string b = dit_block_prefix(i);
+        n.push_back(b);
+        for (const auto & [norm, attn] : {std::pair{".norm1", ".attn1"}, std::pair{".norm2", ".attn2"}}) {
+            n.push_back(b + norm);
+            for (const char * m : {"", ".norm_q", ".norm_k", ".to_q", ".to_k", ".to_v", ".to_out", ".to_out.0",
+                                   ".to_out.1"})
+                n.push_back(b + attn + m);
+            if (c.gated_attn) n.push_back(b + attn + ".to_gate_logits");
+        }
+        n.push_back(b + ".norm3");
+        for (const char * m : {"", ".net", ".net.0", ".net.0.proj", ".net.1", ".net.2"}) n.push_back(b + ".ff" + m);
+    }
+    n.push_back("norm_out");
+    n.push_back("proj_out");
+    return n;
+}
+
+std::vector<std::string> image_hookable_module_names(const TransformerConfig & c) {
+    std::vector<std::string> n;
+    for (int64_t i = 0; i < c.num_layers; ++i) {
+        const std::string b = dit_block_prefix(i);
+        for (const char * m : {"", ".attn1", ".attn2", ".ff"}) n.push_back(b + m);
+    }
+    n.push_back("proj_out");
+    return n;
 }
 
 at::Tensor image_forward(const TransformerConfig & c, Weights & w, const ImageTransformerInputs & in,
                          model::StepCache * cache, const std::string & branch, int step) {
     auto s = image_prepare(c, w, in);
+    // taylorseer (Note [Step caching]): the hooked submodules by their diffusers names, in this guidance branch.
+    const bool modules = cache && cache->settings().kind == model::StepCacheKind::taylorseer;
+    auto module_hook = [&](std::string prefix) -> ModuleHook {
+        if (!modules) return {};
+        return [cache, &branch, prefix = std::move(prefix)](const char * m, const std::function<at::Tensor()> & compute) {
+            return cache->module(branch, prefix + m, [&] { return model::Outputs{compute()}; }).outputs.front();
+        };
+    };
     if (cache) {
         // The block is single-stream (the image tokens; the text is read, not returned): its one hidden state is the
         // cache's stream, over the whole guidance batch as the reference's one forward under cache_context.
@@ -163,7 +220,7 @@ at::Tensor image_forward(const TransformerConfig & c, Weights & w, const ImageTr
                   ->run(branch, step, {s.x}, c.num_layers,
                         [&](int64_t i, const model::Streams & x) {
                             s.x = x.front();
-                            image_run_block(c, w, i, s);
+                            image_run_block(c, w, i, s, module_hook(dit_block_prefix(i) + "."));
                             return model::Streams{s.x};
                         },
                         [&](int64_t i) { return w.skip(dit_block_prefix(i)); })
@@ -171,7 +228,7 @@ at::Tensor image_forward(const TransformerConfig & c, Weights & w, const ImageTr
     } else {
         for (int64_t i = 0; i < c.num_layers; ++i) image_run_block(c, w, i, s);
     }
-    return image_finish(c, w, s);
+    return image_finish(c, w, s, module_hook(""));
 }
 
 }  // namespace ddo::ltx2

@@ -13,6 +13,7 @@
 #include <filesystem>
 #include <optional>
 #include <set>
+#include <string>
 #include <vector>
 
 #include <ATen/ATen.h>
@@ -69,9 +70,18 @@ struct ImageTransformerState {
 };
 
 ImageTransformerState image_prepare(const TransformerConfig & c, Weights & w, const ImageTransformerInputs & in);
-void image_run_block(const TransformerConfig & c, Weights & w, int64_t i, ImageTransformerState & state);
-// Velocity [B, N, out_channels].
-at::Tensor image_finish(const TransformerConfig & c, Weights & w, const ImageTransformerState & state);
+// `hook` (taylorseer): the block's attn1, attn2 and ff calls go through it (ModuleHook, transformer.hpp).
+void image_run_block(const TransformerConfig & c, Weights & w, int64_t i, ImageTransformerState & state,
+                     const ModuleHook & hook = {});
+// Velocity [B, N, out_channels]. `hook`: proj_out goes through it.
+at::Tensor image_finish(const TransformerConfig & c, Weights & w, const ImageTransformerState & state,
+                        const ModuleHook & hook = {});
+// The module names of the image DiT as the cache fixtures' reference class has them (named_modules() of
+// tools/reference/ltx2_image_fixtures.py OriginalTransformer, the original LTX2ImageTransformer2DModel; the root ""
+// included), and those the plugin routes through the step cache (taylorseer): each transformer_blocks.<i>, its attn1,
+// attn2 and ff, and proj_out.
+std::vector<std::string> image_diffusers_module_names(const TransformerConfig & c);
+std::vector<std::string> image_hookable_module_names(const TransformerConfig & c);
 // `cache` (borrowed; null: every block runs): the block loop goes through the step cache as one pass of branch
 // `branch` at denoising step `step` (Note [Step caching]); a block it skips is told to the weights (Weights::skip).
 at::Tensor image_forward(const TransformerConfig & c, Weights & w, const ImageTransformerInputs & in,

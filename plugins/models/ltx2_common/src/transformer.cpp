@@ -105,6 +105,11 @@ AttentionSpec attn_spec(const TransformerConfig & c, const std::string & prefix,
     return {prefix, heads, gated, c.attention_bias, c.attention_out_bias, c.norm_eps};
 }
 
+// One submodule call through `hook` (taylorseer), or computed when there is none.
+at::Tensor hooked(const ModuleHook & hook, const char * module, const std::function<at::Tensor()> & compute) {
+    return hook ? hook(module, compute) : compute();
+}
+
 }  // namespace
 
 void add_linear_spec(TensorSpecs & s, const std::string & p, int64_t out, int64_t in, bool bias) {
@@ -297,7 +302,7 @@ namespace {
 // Step 2 of run_block: the text cross-attention of both streams, with the 2.3 prompt K/V modulation (shift, scale).
 void text_cross_attention(const TransformerConfig & c, Weights & w, const std::string & p, const TransformerState & s,
                           const std::vector<at::Tensor> & vp, const std::vector<at::Tensor> & ap, at::Tensor & x,
-                          at::Tensor & a) {
+                          at::Tensor & a, const ModuleHook & hook) {
     const int64_t batch = s.x.size(0);
     const double eps = c.norm_eps;
     auto text = s.text;
@@ -315,14 +320,18 @@ void text_cross_attention(const TransformerConfig & c, Weights & w, const std::s
     }
     auto h = rms_norm(x, eps);
     if (c.cross_attn_mod) h = h * (1 + vp[7]) + vp[6];
-    auto o = attention(w, attn_spec(c, p + ".attn2", c.num_attention_heads, c.gated_attn), h, text, s.text_mask,
-                       nullptr, nullptr);
+    auto o = hooked(hook, "attn2", [&] {
+        return attention(w, attn_spec(c, p + ".attn2", c.num_attention_heads, c.gated_attn), h, text, s.text_mask,
+                         nullptr, nullptr);
+    });
     if (c.cross_attn_mod) o = o * vp[8];
     x = x + o;
     h = rms_norm(a, eps);
     if (c.audio_cross_attn_mod) h = h * (1 + ap[7]) + ap[6];
-    o = attention(w, attn_spec(c, p + ".audio_attn2", c.audio_num_attention_heads, c.audio_gated_attn), h,
-                  audio_text, s.audio_text_mask, nullptr, nullptr);
+    o = hooked(hook, "audio_attn2", [&] {
+        return attention(w, attn_spec(c, p + ".audio_attn2", c.audio_num_attention_heads, c.audio_gated_attn), h,
+                         audio_text, s.audio_text_mask, nullptr, nullptr);
+    });
     if (c.audio_cross_attn_mod) o = o * ap[8];
     a = a + o;
 }
@@ -330,7 +339,7 @@ void text_cross_attention(const TransformerConfig & c, Weights & w, const std::s
 // Step 3 of run_block, a2v / v2a: both norms from the streams before either update; tables (scale, shift, scale,
 // shift | gate).
 void av_cross_attention(const TransformerConfig & c, Weights & w, const std::string & p, const TransformerState & s,
-                        at::Tensor & x, at::Tensor & a) {
+                        at::Tensor & x, at::Tensor & a, const ModuleHook & hook) {
     const int64_t batch = s.x.size(0);
     const double eps = c.norm_eps;
     auto nx = rms_norm(x, eps);
@@ -344,22 +353,26 @@ void av_cross_attention(const TransformerConfig & c, Weights & w, const std::str
     if (s.use_a2v) {
         auto q = nx * (1 + vca[0]) + vca[1];
         auto kv = na * (1 + aca[0]) + aca[1];
-        x = x + a2v_gate * attention(w, attn_spec(c, p + ".audio_to_video_attn", c.audio_num_attention_heads,
+        x = x + a2v_gate * hooked(hook, "audio_to_video_attn", [&] {
+                    return attention(w, attn_spec(c, p + ".audio_to_video_attn", c.audio_num_attention_heads,
                                                   c.gated_attn),
                                      q, kv, std::nullopt, &s.cross_video_rope, &s.cross_audio_rope);
+                });
     }
     if (s.use_v2a) {
         auto kv = nx * (1 + vca[2]) + vca[3];
         auto q = na * (1 + aca[2]) + aca[3];
-        a = a + v2a_gate * attention(w, attn_spec(c, p + ".video_to_audio_attn", c.audio_num_attention_heads,
+        a = a + v2a_gate * hooked(hook, "video_to_audio_attn", [&] {
+                    return attention(w, attn_spec(c, p + ".video_to_audio_attn", c.audio_num_attention_heads,
                                                   c.audio_gated_attn),
                                      q, kv, std::nullopt, &s.cross_audio_rope, &s.cross_video_rope);
+                });
     }
 }
 
 }  // namespace
 
-void run_block(const TransformerConfig & c, Weights & w, int64_t i, TransformerState & s) {
+void run_block(const TransformerConfig & c, Weights & w, int64_t i, TransformerState & s, const ModuleHook & hook) {
     const std::string p = dit_block_prefix(i);
     const Weights::Scope scope(w, p);
     const int64_t batch = s.x.size(0);
@@ -372,46 +385,118 @@ void run_block(const TransformerConfig & c, Weights & w, int64_t i, TransformerS
     // 1.1 Video self-attention.
     auto vp = mod_params(w.get(p + ".scale_shift_table"), s.temb, batch);
     auto h = rms_norm(x, eps) * (1 + vp[1]) + vp[0];
-    x = x + attention(w, attn_spec(c, p + ".attn1", c.num_attention_heads, c.gated_attn), h, std::nullopt,
-                      std::nullopt, &s.video_rope, nullptr, perturb) *
-                vp[2];
+    // A hooked attention wraps the whole module call, the STG value passthrough of a perturbed pass included.
+    x = x + hooked(hook, "attn1", [&] {
+                return attention(w, attn_spec(c, p + ".attn1", c.num_attention_heads, c.gated_attn), h, std::nullopt,
+                                 std::nullopt, &s.video_rope, nullptr, perturb);
+            }) * vp[2];
     // 1.2 Audio self-attention.
     auto ap = mod_params(w.get(p + ".audio_scale_shift_table"), s.temb_audio, batch);
     h = rms_norm(a, eps) * (1 + ap[1]) + ap[0];
-    a = a + attention(w, attn_spec(c, p + ".audio_attn1", c.audio_num_attention_heads, c.audio_gated_attn), h,
-                      std::nullopt, std::nullopt, &s.audio_rope, nullptr, perturb) *
-                ap[2];
+    a = a + hooked(hook, "audio_attn1", [&] {
+                return attention(w, attn_spec(c, p + ".audio_attn1", c.audio_num_attention_heads, c.audio_gated_attn),
+                                 h, std::nullopt, std::nullopt, &s.audio_rope, nullptr, perturb);
+            }) * ap[2];
 
     // 2. Text cross-attention; 2.3 prompt K/V modulation (shift, scale).
-    text_cross_attention(c, w, p, s, vp, ap, x, a);
+    text_cross_attention(c, w, p, s, vp, ap, x, a, hook);
 
     // 3. a2v / v2a.
-    if (s.use_a2v || s.use_v2a) av_cross_attention(c, w, p, s, x, a);
+    if (s.use_a2v || s.use_v2a) av_cross_attention(c, w, p, s, x, a, hook);
 
     // 4. Feed-forward.
     h = rms_norm(x, eps) * (1 + vp[4]) + vp[3];
-    x = x + feed_forward(w, p + ".ff", h, c.ff_bias) * vp[5];
+    x = x + hooked(hook, "ff", [&] { return feed_forward(w, p + ".ff", h, c.ff_bias); }) * vp[5];
     h = rms_norm(a, eps) * (1 + ap[4]) + ap[3];
-    a = a + feed_forward(w, p + ".audio_ff", h, c.audio_ff_bias) * ap[5];
+    a = a + hooked(hook, "audio_ff", [&] { return feed_forward(w, p + ".audio_ff", h, c.audio_ff_bias); }) * ap[5];
     s.x = x;
     s.a = a;
 }
 
-std::pair<at::Tensor, at::Tensor> finish(const TransformerConfig & /*c*/, Weights & w, const TransformerState & s) {
+std::pair<at::Tensor, at::Tensor> finish(const TransformerConfig & /*c*/, Weights & w, const TransformerState & s,
+                                         const ModuleHook & hook) {
     const Weights::Scope scope(w, "globals");
-    auto out = [&](const std::string & table, const at::Tensor & emb, const at::Tensor & h, const std::string & proj) {
+    auto out = [&](const std::string & table, const at::Tensor & emb, const at::Tensor & h, const char * proj) {
         auto v = w.get(table).unsqueeze(0).unsqueeze(0) + emb.unsqueeze(2);  // [B, T, 2, D]
         auto shift = v.select(2, 0), scale = v.select(2, 1);
         auto n = at::layer_norm(h, {h.size(-1)}, {}, {}, 1e-6);
-        return linear(w, proj, n * (1 + scale) + shift);
+        const auto x = n * (1 + scale) + shift;
+        return hooked(hook, proj, [&] { return linear(w, proj, x); });
     };
     return {out("scale_shift_table", s.embedded_timestep, s.x, "proj_out"),
             out("audio_scale_shift_table", s.audio_embedded_timestep, s.a, "audio_proj_out")};
 }
 
+std::vector<std::string> diffusers_module_names(const TransformerConfig & c) {
+    std::vector<std::string> n = {"", "proj_in", "audio_proj_in"};
+    if (c.use_prompt_embeddings)
+        for (const char * p : {"caption_projection", "audio_caption_projection"})
+            for (const char * m : {"", ".linear_1", ".act_1", ".linear_2"}) n.push_back(std::string(p) + m);
+    auto adaln = [&](const std::string & p) {
+        for (const char * m : {"", ".emb", ".emb.time_proj", ".emb.timestep_embedder", ".emb.timestep_embedder.linear_1",
+                               ".emb.timestep_embedder.act", ".emb.timestep_embedder.linear_2", ".silu", ".linear"})
+            n.push_back(p + m);
+    };
+    for (const char * p : {"time_embed", "audio_time_embed", "av_cross_attn_video_scale_shift",
+                           "av_cross_attn_audio_scale_shift", "av_cross_attn_video_a2v_gate",
+                           "av_cross_attn_audio_v2a_gate"})
+        adaln(p);
+    if (c.prompt_adaln()) {
+        adaln("prompt_adaln");
+        adaln("audio_prompt_adaln");
+    }
+    for (const char * m : {"rope", "audio_rope", "cross_attn_rope", "cross_attn_audio_rope", "transformer_blocks"})
+        n.push_back(m);
+    for (int64_t i = 0; i < c.num_layers; ++i) {
+        const std::string b = dit_block_prefix(i);
+        n.push_back(b);
+        auto attention = [&](const char * norm, const char * attn, bool gated) {
+            n.push_back(b + "." + norm);
+            for (const char * m : {"", ".norm_q", ".norm_k", ".to_q", ".to_k", ".to_v", ".to_out", ".to_out.0",
+                                   ".to_out.1"})
+                n.push_back(b + "." + attn + m);
+            if (gated) n.push_back(b + "." + attn + ".to_gate_logits");
+        };
+        attention("norm1", "attn1", c.gated_attn);
+        attention("audio_norm1", "audio_attn1", c.audio_gated_attn);
+        attention("norm2", "attn2", c.gated_attn);
+        attention("audio_norm2", "audio_attn2", c.audio_gated_attn);
+        attention("audio_to_video_norm", "audio_to_video_attn", c.gated_attn);
+        attention("video_to_audio_norm", "video_to_audio_attn", c.audio_gated_attn);
+        for (const char * ff : {"ff", "audio_ff"}) {
+            n.push_back(b + (std::string(ff) == "ff" ? ".norm3" : ".audio_norm3"));
+            for (const char * m : {"", ".net", ".net.0", ".net.0.proj", ".net.1", ".net.2"}) n.push_back(b + "." + ff + m);
+        }
+    }
+    for (const char * m : {"norm_out", "proj_out", "audio_norm_out", "audio_proj_out"}) n.push_back(m);
+    return n;
+}
+
+std::vector<std::string> hookable_module_names(const TransformerConfig & c) {
+    std::vector<std::string> n;
+    for (int64_t i = 0; i < c.num_layers; ++i) {
+        const std::string b = dit_block_prefix(i);
+        n.push_back(b);
+        for (const char * m : {"attn1", "audio_attn1", "attn2", "audio_attn2", "audio_to_video_attn",
+                               "video_to_audio_attn", "ff", "audio_ff"})
+            n.push_back(b + "." + m);
+    }
+    n.push_back("proj_out");
+    n.push_back("audio_proj_out");
+    return n;
+}
+
 std::pair<at::Tensor, at::Tensor> forward(const TransformerConfig & c, Weights & w, const TransformerInputs & in,
                                           model::StepCache * cache, const std::string & branch, int step) {
     auto s = prepare(c, w, in);
+    // taylorseer (Note [Step caching]): the hooked submodules by their diffusers names, in this guidance branch.
+    const bool modules = cache && cache->settings().kind == model::StepCacheKind::taylorseer;
+    auto module_hook = [&](std::string prefix) -> ModuleHook {
+        if (!modules) return {};
+        return [cache, &branch, prefix = std::move(prefix)](const char * m, const std::function<at::Tensor()> & compute) {
+            return cache->module(branch, prefix + m, [&] { return model::Outputs{compute()}; }).outputs.front();
+        };
+    };
     if (cache) {
         // The block is dual-stream: (video, audio) in and out; the video stream is the hooks' hidden_states (the
         // signal), the audio stream their second returned stream (Note [Step caching], LTX-2).
@@ -420,7 +505,7 @@ std::pair<at::Tensor, at::Tensor> forward(const TransformerConfig & c, Weights &
             [&](int64_t i, const model::Streams & x) {
                 s.x = x.at(0);
                 s.a = x.at(1);
-                run_block(c, w, i, s);
+                run_block(c, w, i, s, module_hook(dit_block_prefix(i) + "."));
                 return model::Streams{s.x, s.a};
             },
             [&](int64_t i) { return w.skip(dit_block_prefix(i)); });
@@ -429,7 +514,7 @@ std::pair<at::Tensor, at::Tensor> forward(const TransformerConfig & c, Weights &
     } else {
         for (int64_t i = 0; i < c.num_layers; ++i) run_block(c, w, i, s);
     }
-    return finish(c, w, s);
+    return finish(c, w, s, module_hook(""));
 }
 
 }  // namespace ddo::ltx2

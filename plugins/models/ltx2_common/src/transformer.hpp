@@ -9,6 +9,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <set>
 #include <string>
@@ -86,10 +87,26 @@ struct TransformerState {
 };
 
 TransformerState prepare(const TransformerConfig & c, Weights & w, const TransformerInputs & in);
-// Block i on state.x / state.a (updated in place).
-void run_block(const TransformerConfig & c, Weights & w, int64_t i, TransformerState & state);
-// (video velocity [B, N_v, out_channels], audio velocity [B, N_a, audio_out_channels]).
-std::pair<at::Tensor, at::Tensor> finish(const TransformerConfig & c, Weights & w, const TransformerState & state);
+
+// The step cache's hook on a submodule (taylorseer; Note [Step caching]): called with the module's diffusers name
+// relative to its parent ("attn1", "ff" in a block; "proj_out" in finish) and the computation of its output; returns
+// that output, computed or predicted. Empty: every module computes.
+using ModuleHook = std::function<at::Tensor(const char * module, const std::function<at::Tensor()> & compute)>;
+
+// Block i on state.x / state.a (updated in place). `hook`: each LTX2Attention (attn1, audio_attn1, attn2,
+// audio_attn2, audio_to_video_attn, video_to_audio_attn) and FeedForward (ff, audio_ff) call goes through it.
+void run_block(const TransformerConfig & c, Weights & w, int64_t i, TransformerState & state,
+               const ModuleHook & hook = {});
+// (video velocity [B, N_v, out_channels], audio velocity [B, N_a, audio_out_channels]). `hook`: proj_out and
+// audio_proj_out go through it.
+std::pair<at::Tensor, at::Tensor> finish(const TransformerConfig & c, Weights & w, const TransformerState & state,
+                                         const ModuleHook & hook = {});
+
+// The diffusers module names of LTX2VideoTransformer3DModel (named_modules(), the root "" included), and those the
+// plugin routes through the step cache (taylorseer): each transformer_blocks.<i>, its six attentions and two
+// feed-forwards, proj_out and audio_proj_out.
+std::vector<std::string> diffusers_module_names(const TransformerConfig & c);
+std::vector<std::string> hookable_module_names(const TransformerConfig & c);
 // prepare, every block, finish. `cache` (borrowed; null: every block runs): the block loop goes through the step
 // cache as one pass of branch `branch` at denoising step `step` (Note [Step caching]), the streams (video, audio) --
 // the video's residual is the signal; a block it skips is told to the weights (Weights::skip).

@@ -221,11 +221,13 @@ RunPlan plan_run(model::ModelRun & run, const Request & r, const ImageModel & m)
     else if (r.prompt.given()) run.plan_images(1);
     // cache.* checked now (a refused setting before anything loads), on the steps the loop denoises.
     if (!r.prompt.encode_only) p.step_cache = run.step_cache(int(p.sigmas.size()));
-    if (p.step_cache && p.step_cache->settings().kind == model::StepCacheKind::taylorseer)
-        run.refuse_step_cache("taylorseer has no module hooks in the LTX-2 transformer yet (first_block and mag do)");
     // sea gates on the latents as video (C, F, H, W) and the step's sigma: not wired in the LTX-2 loops yet.
     if (p.step_cache && p.step_cache->settings().kind == model::StepCacheKind::sea)
-        run.refuse_step_cache("sea is not wired into the LTX-2 denoising loops yet (first_block and mag are)");
+        run.refuse_step_cache("sea is not wired into the LTX-2 denoising loops yet (first_block, mag and taylorseer "
+                              "are)");
+    if (p.step_cache)  // taylorseer: its module patterns resolved against the modules the image DiT routes
+        p.step_cache->bind_modules(image_hookable_module_names(m.transformer_config),
+                                   image_diffusers_module_names(m.transformer_config));
     p.connectors = run.plan("connectors");
     p.transformer = run.plan("transformer");
     p.vae = run.plan("vae");

@@ -337,11 +337,13 @@ RunPlan plan_run(model::ModelRun & run, const Request & r, const VideoModel & m)
                                   "LTX2ConditionPipeline) are not implemented with a step cache; one still on frame 0 "
                                   "(image-to-video) is");
         p.guidance.ds.step_cache = run.step_cache(int(p.sampling.sigmas.size()));
-        if (p.guidance.ds.step_cache && p.guidance.ds.step_cache->settings().kind == model::StepCacheKind::taylorseer)
-            run.refuse_step_cache("taylorseer has no module hooks in the LTX-2 transformer yet (first_block and mag do)");
         // sea gates on the latents as video (C, F, H, W) and the step's sigma: not wired in the LTX-2 loops yet.
         if (p.guidance.ds.step_cache && p.guidance.ds.step_cache->settings().kind == model::StepCacheKind::sea)
-            run.refuse_step_cache("sea is not wired into the LTX-2 denoising loops yet (first_block and mag are)");
+            run.refuse_step_cache("sea is not wired into the LTX-2 denoising loops yet (first_block, mag and taylorseer "
+                                  "are)");
+        if (p.guidance.ds.step_cache)  // taylorseer: its module patterns resolved against the modules the DiT routes
+            p.guidance.ds.step_cache->bind_modules(hookable_module_names(m.transformer_config),
+                                                   diffusers_module_names(m.transformer_config));
     }
     // LTX2Pipeline's decode noise is reproduced where ddo carries the pipeline's generator as the reference does: a
     // text-to-video run (Note [LTX-2 decode noise]).
