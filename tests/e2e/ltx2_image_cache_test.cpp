@@ -3,7 +3,8 @@
 // for the guidance batch): the per-step pattern of the whole CLI path equals the hook's, the report carries every pass
 // (steps[].extra.cache) and the summary (step_cache), the engine skips what the cache skips on the disk route, a
 // MagCache calibration writes mag_ratios.toml that a preset run takes, TaylorSeer lite mode predicts what the hook
-// predicts module for module and streams no block of a predicted step, and the refused settings exit 2 naming the key
+// predicts module for module and streams no block of a predicted step, SeaCache reuses what the hook reuses and streams
+// no block of a reused pass, and the refused settings exit 2 naming the key
 // with the report written (taylorseer with diffusers' default patterns, which match no module of this model, too).
 #include <gtest/gtest.h>
 
@@ -198,4 +199,34 @@ TEST(Ltx2ImageCache, TaylorSeerLiteThroughTheHostPredictsWhatTheHookPredictsAndS
     EXPECT_EQ(c.at("bytes_skipped").get<uint64_t>(), sc.at("bytes_not_streamed").get<uint64_t>()) << sc.dump();
     std::cout << "[ ts_lite   ] proj_out " << pattern.at("proj_out") << "; computed fraction "
               << sc.at("computed_block_fraction") << ", " << c.at("bytes_skipped") << " bytes not streamed\n";
+}
+
+// SeaCache through the host on the disk route (the fixture's sea_o0: residual order 0, no limit on reuses in a row, two
+// retained and two end steps, every sea key through --set): the pattern equals the hook's, and a reused pass streams
+// none of the stack's blocks.
+TEST(Ltx2ImageCache, SeaThroughTheHostReusesWhatTheHookReusesAndSkipsTheStack) {
+    const auto ref = reference().at("runs").at("sea_o0");
+    const auto & p = ref.at("params");
+    ASSERT_EQ(p.at("residual_order").get<int>(), 0);
+    const auto r = ddo::test::run_ddo_host(
+        "ltx2_image_cache_sea", base_args() + " --cache sea --set cache.threshold=" + json(p.at("threshold")).dump() +
+                                    " --set cache.residual_order=0 --set cache.max_consecutive_cached=" +
+                                    json(p.at("max_consecutive_cached")).dump() + " --set cache.retention_steps=" +
+                                    json(p.at("retention_steps")).dump() + " --set cache.cache_end_steps=" +
+                                    json(p.at("cache_end_steps")).dump() + " --set cache.power_exp=3" +
+                                    " --set components.transformer.route=disk");
+    ASSERT_EQ(r.exit_code, 0) << r.log;
+    const auto pattern = pattern_of(r.report);
+    ASSERT_EQ(pattern.size(), 1u) << "one branch: the guidance batch is one forward";
+    EXPECT_EQ(pattern.at(kBranch), ref.at("pattern_string").at(kBranch).get<std::string>());
+    const auto & sc = r.report.at("step_cache");
+    EXPECT_EQ(sc.at("kind"), "sea");
+    EXPECT_EQ(sc.at("residual_order").get<int>(), 0);
+    const auto reused = std::count(pattern.at(kBranch).begin(), pattern.at(kBranch).end(), 'R');
+    EXPECT_GT(reused, 0);
+    const auto layers = reference().at("num_layers").get<int64_t>();
+    const auto & c = r.report.at("counters").at("transformer").at("engine").at("counters");
+    EXPECT_EQ(c.at("skipped_groups").get<int64_t>(), reused * layers) << c.dump();
+    EXPECT_EQ(c.at("bytes_skipped").get<uint64_t>(), sc.at("bytes_not_streamed").get<uint64_t>()) << sc.dump();
+    std::cout << "[ sea       ] " << pattern.at(kBranch) << "; " << c.at("bytes_skipped") << " bytes not streamed\n";
 }

@@ -3,7 +3,7 @@
 // isolation, contexts "cond_uncond", "uncond_stg", "uncond_modality"): the per-step pattern of every context through
 // the whole CLI path equals the hook's, the engine skips what the cache skips on the disk route, image-to-video equals
 // the hooks on LTX2ImageToVideoPipeline (pattern and latents; TaylorSeer: the hooked modules and each one's schedule
-// per context), and the settings the plugin does not implement with a cache (two-stage, keyframe conditions) exit 2
+// per context; SeaCache, whose indicator includes the clean conditioned frame), and the settings the plugin does not implement with a cache (two-stage, keyframe conditions) exit 2
 // naming the key, the report written.
 #include <gtest/gtest.h>
 
@@ -208,6 +208,58 @@ TEST(Ltx2VideoCache, TaylorSeerImageToVideoEqualsTheHookModuleForModule) {
     EXPECT_LE(ea, 1e-4);
     std::cout << "[ i2v       ] " << name << " cond_uncond transformer_blocks.1.attn1 "
               << pattern.at("cond_uncond").at("transformer_blocks.1.attn1") << ": video latents max abs error " << ev
+              << ", audio " << ea << " (tolerance 1e-4)\n";
+    fs::remove(latents);
+}
+
+// SeaCache through the host on image-to-video (i2v_sea: residual order 0, no limit on reuses in a row, two retained and
+// two end steps, every sea key through --set; the indicator is the latents with the clean frame 0), on the disk route:
+// the pattern of every context and the latents equal diffusers' hook on LTX2ImageToVideoPipeline, and a reused pass
+// streams none of the stack's blocks.
+TEST(Ltx2VideoCache, SeaImageToVideoEqualsTheHookAndSkipsTheStack) {
+    const std::string name = "i2v_sea";
+    const auto ref = reference().at("runs").at(name);
+    const auto & p = ref.at("params");
+    ASSERT_EQ(p.at("residual_order").get<int>(), 0);
+    const std::string cache = " --cache sea --set cache.threshold=" + json(p.at("threshold")).dump() +
+                              " --set cache.residual_order=0 --set cache.max_consecutive_cached=" +
+                              json(p.at("max_consecutive_cached")).dump() + " --set cache.retention_steps=" +
+                              json(p.at("retention_steps")).dump() + " --set cache.cache_end_steps=" +
+                              json(p.at("cache_end_steps")).dump() + " --set cache.power_exp=3";
+    const fs::path latents =
+        fs::temp_directory_path() / ("ddo_ltx2_cache_" + name + "_" + std::to_string(::getpid()) + ".safetensors");
+    fs::remove(latents);
+    const auto r = ddo::test::run_ddo_host("ltx2_video_cache_" + name,
+                                           base_args() + " --image " + quoted(kDir / "still.png") +
+                                               " --set plugin.ltx2_video.image_crf=0" + cache +
+                                               " --set components.transformer.route=disk --save-latents " +
+                                               quoted(latents));
+    ASSERT_EQ(r.exit_code, 0) << r.log;
+    const auto pattern = pattern_of(r.report);
+    int64_t reused = 0;
+    for (const auto & b : reference().at("cache_contexts")) {
+        const auto branch = b.get<std::string>();
+        ASSERT_TRUE(pattern.count(branch)) << branch;
+        EXPECT_EQ(pattern.at(branch), ref.at("pattern_string").at(branch).get<std::string>()) << branch;
+        reused += std::count(pattern.at(branch).begin(), pattern.at(branch).end(), 'R');
+    }
+    EXPECT_GT(reused, 0);
+    const auto & sc = r.report.at("step_cache");
+    EXPECT_EQ(sc.at("kind"), "sea");
+    EXPECT_EQ(sc.at("residual_order").get<int>(), 0);
+    const auto layers = reference().at("num_layers").get<int64_t>();
+    const auto & c = r.report.at("counters").at("transformer").at("engine").at("counters");
+    EXPECT_EQ(c.at("skipped_groups").get<int64_t>(), reused * layers) << c.dump();
+    EXPECT_EQ(c.at("bytes_skipped").get<uint64_t>(), sc.at("bytes_not_streamed").get<uint64_t>()) << sc.dump();
+    const auto got = ddo::model::TensorFile::open_file(latents);
+    const auto want = ddo::model::TensorFile::open_file(kDir / "pipeline.safetensors");
+    const double ev = (got.read("video_latents")[0].to(at::kDouble) - want.read(name + ".latents").to(at::kDouble))
+                          .abs().max().item<double>();
+    const double ea = (got.read("audio_latents")[0].to(at::kDouble) - want.read(name + ".audio_latents").to(at::kDouble))
+                          .abs().max().item<double>();
+    EXPECT_LE(ev, 1e-4);
+    EXPECT_LE(ea, 1e-4);
+    std::cout << "[ i2v       ] " << name << " " << pattern.at("cond_uncond") << ": video latents max abs error " << ev
               << ", audio " << ea << " (tolerance 1e-4)\n";
     fs::remove(latents);
 }

@@ -2,8 +2,10 @@
 // (tools/reference/ltx2_image_cache_fixtures.py: the composed LTX-2 image reference with 4 blocks, hooked through the
 // original implementation's LTX2ImageTransformerBlock registered in diffusers' TransformerBlockRegistry as the
 // single-stream block it is; FirstBlockCache at two thresholds and with PAG, MagCache calibrating and at two
-// thresholds; TaylorSeerCache in six configurations, hooked by module name on the same class; 20 steps, CFG 3,
-// rescale 0.7). The guidance batch [neg; pos] (+ pos with PAG) is ONE forward under one cache context ("cond_uncond",
+// thresholds; TaylorSeerCache in six configurations, hooked by module name on the same class; SeaCache at two
+// thresholds and with residual order 0, its generic leader/tail path on the same block, its root hook on the
+// transformer, the step's sigma in the cache context and the latents (C, 1, H, W) per sample as the indicator's input;
+// 20 steps, CFG 3, rescale 0.7). The guidance batch [neg; pos] (+ pos with PAG) is ONE forward under one cache context ("cond_uncond",
 // as LTX2Pipeline names it), so there is one branch whose signal covers the whole batch. TaylorSeer: per hooked
 // module, the computed/predicted schedule identical; diffusers' default patterns hook nothing here, which ddo refuses.
 // Per run: the latents within 1e-4 of the reference's (ltx2_image's parity tolerance, fp32), the per-step
@@ -73,6 +75,14 @@ StepCacheSettings settings_of(const nlohmann::json & run) {
         if (p.contains("skip_predict_identifiers"))
             s.skip_predict_identifiers = p.at("skip_predict_identifiers").get<std::vector<std::string>>();
         s.use_lite_mode = p.value("use_lite_mode", false);
+    } else if (kind == "sea_cache") {
+        s.kind = StepCacheKind::sea;
+        s.threshold = p.at("threshold").get<double>();
+        s.residual_order = p.value("residual_order", 1);
+        s.retention_steps = p.value("retention_steps", 1);
+        s.cache_end_steps = p.value("cache_end_steps", 1);
+        s.max_consecutive_cached = p.value("max_consecutive_cached", 2);
+        s.power_exp = p.value("power_exp", 3.0);
     } else if (kind == "first_block_cache") {
         s.kind = StepCacheKind::first_block;
         s.threshold = p.at("threshold").get<double>();
@@ -175,8 +185,10 @@ TEST_F(Ltx2ImageCacheParity, EveryCacheRunEqualsDiffusersHookWithTheSamePattern)
         EXPECT_EQ(pattern.at(kBranch), run.at("pattern_string").at(kBranch).get<std::string>()) << name;
         std::cout << "[ pattern   ] " << name << " " << kBranch << " " << pattern.at(kBranch) << "\n";
         if (run.contains("signals")) {
-            const std::string sig =
-                run.at("signals").contains("relative_l1") ? "relative_l1" : "accumulated_err_compared";
+            const auto & sigs = run.at("signals");
+            const std::string sig = sigs.contains("relative_l1")                   ? "relative_l1"
+                                    : sigs.contains("accumulated_distance_compared") ? "accumulated_distance_compared"
+                                                                                     : "accumulated_err_compared";
             for (const auto & r : records) {
                 const auto & ref = run.at("signals").at(sig).at(kBranch).at(r.at("step").get<size_t>());
                 if (ref.is_null() || !r.contains("signal") || r.at("signal").is_null()) {
@@ -200,7 +212,7 @@ TEST_F(Ltx2ImageCacheParity, EveryCacheRunEqualsDiffusersHookWithTheSamePattern)
             EXPECT_FALSE(at::equal(got, base)) << name << ": the cache reused nothing";
         }
     }
-    EXPECT_GE(runs, 6);
+    EXPECT_GE(runs, 9);
 }
 
 TEST_F(Ltx2ImageCacheParity, EveryRouteWithTheCacheEqualsResidentBitwiseAndStreamsNoSkippedBlock) {
@@ -215,7 +227,7 @@ TEST_F(Ltx2ImageCacheParity, EveryRouteWithTheCacheEqualsResidentBitwiseAndStrea
     for (const auto & g : groups)
         if (g.name == "globals" || g.name == "transformer_blocks.0")
             for (const auto & n : g.tensors) resident_bytes += t.m.transformer.nbytes_of(n);
-    for (const std::string name : {"fbc_hi", "fbc_pag", "mag_hi"}) {
+    for (const std::string name : {"fbc_hi", "fbc_pag", "mag_hi", "sea_hi"}) {
         const auto & run = reference().at("runs").at(name);
         StepCache ref_cache(settings_of(run), steps);
         const auto want = denoise(t, run.at("settings"), &ref_cache);

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
-"""Pipeline parity fixtures for ltx2_image step caching: FirstBlockCache, MagCache and TaylorSeerCache (diffusers
-0.42.1 hooks).
+"""Pipeline parity fixtures for ltx2_image step caching: FirstBlockCache, MagCache, TaylorSeerCache and SeaCache
+(diffusers 0.42.1 hooks).
 
 Usage: ltx2_image_cache_fixtures.py OUT_DIR [--probe]
 
@@ -61,6 +61,29 @@ their names, no registration; the names are that class's named_modules(), the on
 Recorded per hooked module: the schedule of its calls (TaylorSeerCacheHook._measure_should_compute): C computed,
 P predicted.
 
+SeaCache (SeaCacheConfig, its generic leader/tail path: diffusers' apply_sea_cache, what enable_cache calls, on
+OriginalTransformer, whose registered single-stream block has no auxiliary stream):
+  sea_lo/sea_hi  SeaCacheConfig(threshold) at two thresholds (residual_order 1, retention_steps 1, cache_end_steps 1,
+                 max_consecutive_cached 2, power_exp 3: diffusers' defaults)
+  sea_o0         residual_order 0, max_consecutive_cached 0 (no limit), retention_steps 2, cache_end_steps 2
+What the generic path needs and the composed pipeline does not give it, given here:
+  (a) the block registered: OriginalBlock, as above; the leader hook on block 0, pass-throughs on 1-2, the tail
+      hook (which records the residual) on block 3.
+  (b) the root hook around the real transformer call: apply_sea_cache registers its SeaCacheRootHook on the module
+      it is given, here OriginalTransformer itself, the module compose_image calls (through InCacheContext): its
+      pre_forward runs at every transformer call with that call's arguments. Asserted: the callback runs once per
+      step and passes are reused (a fail-open run would compute every pass).
+  (c) cache_context with step metadata: InCacheContext sets CacheContext("cond_uncond", step_index, sigma,
+      num_inference_steps) from the run's scheduler (step_index: the scheduler's, None before the first step: 0;
+      sigma = float(scheduler.sigmas[i]); num_inference_steps = len(scheduler.timesteps)), as diffusers' Wan pipeline
+      passes them.
+  raw_vision_callback(module, args, kwargs) binds the call to OriginalTransformer.forward's signature and returns
+  LTX2Pipeline._unpack_latents(hidden_states, 1, height, width).unbind(0): the latents the transformer receives as
+  one-frame videos, (C, 1, H, W) per sample of the guidance batch ([neg; pos]: the same latents twice).
+Recorded: computed/reused per pass (SeaCacheLeaderBlockHook.new_forward: not skip_remaining) and the accumulated
+distance compared with the threshold (SeaCacheSharedState.resolve_gate: null where a guard forced the pass),
+thresholds 1e-3 (relative) away from every compared value (asserted).
+
 Files written:
   checkpoint/                a diffusers-layout checkpoint (transformer with NUM_LAYERS blocks, connectors, vae,
                              scheduler: ltx2_image_fixtures' components)
@@ -71,6 +94,9 @@ Files written:
                              (OriginalTransformer's named_modules(), what TaylorSeer's patterns match)
 """
 
+import contextlib
+import inspect
+import io
 import json
 import os
 import sys
@@ -82,12 +108,13 @@ import torch
 from safetensors.torch import save_file
 
 import diffusers
-from diffusers import FlowMatchEulerDiscreteScheduler
-from diffusers.hooks import FirstBlockCacheConfig, MagCacheConfig, TaylorSeerCacheConfig
+from diffusers import FlowMatchEulerDiscreteScheduler, LTX2Pipeline
+from diffusers.hooks import FirstBlockCacheConfig, MagCacheConfig, SeaCacheConfig, TaylorSeerCacheConfig
 from diffusers.hooks._helpers import TransformerBlockMetadata, TransformerBlockRegistry
 from diffusers.hooks.first_block_cache import FBCHeadBlockHook, apply_first_block_cache
 from diffusers.hooks.hooks import CacheContext, _set_cache_context
 from diffusers.hooks.mag_cache import MagCacheBlockHook, MagCacheHeadHook, apply_mag_cache
+from diffusers.hooks.sea_cache import SeaCacheLeaderBlockHook, SeaCacheSharedState, apply_sea_cache
 from diffusers.hooks.taylorseer_cache import TaylorSeerCacheHook, apply_taylorseer_cache
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -119,6 +146,17 @@ TAYLORSEER_RUNS = {  # name: (params, settings)
                        skip_predict_identifiers=[r"transformer_blocks\.2\.attn2"]), BASE),
 }
 
+# SeaCache (module docstring); thresholds chosen from the accumulated distances measured with --probe: 0.89 at step 1
+# falling to about 0.04-0.05 per step late in the schedule.
+#   sea_lo 0.15: CCCCCCRCRCRRCRRCRRCC  7 reused (smallest margin 2.3 %: 0.1466 at step 6)
+#   sea_hi 0.6:  CCRCRRCRRCRRCRRCRRCC 12 reused (every third step forced by max_consecutive_cached 2)
+#   sea_o0 0.6:  CCRCRRRCRRRRRRRRRRCC 13 reused (order 0, no limit; smallest margin 5.2 %)
+SEA_LO, SEA_HI = 0.15, 0.6
+SEA_RUNS = {"sea_lo": dict(threshold=SEA_LO), "sea_hi": dict(threshold=SEA_HI),
+            "sea_o0": dict(threshold=SEA_HI, residual_order=0, max_consecutive_cached=0, retention_steps=2,
+                           cache_end_steps=2)}
+REUSE_RANGE.update({"sea_lo": (5, 9), "sea_hi": (10, 14), "sea_o0": (11, 16)})
+
 BLOCK_METADATA = dict(return_hidden_states_index=0, return_encoder_hidden_states_index=None,
                       hidden_states_argument_name="hidden_states")
 
@@ -132,6 +170,8 @@ class Recorder:
         self.calibration = {b: [] for b in BRANCHES}
         self.modules = {b: {} for b in BRANCHES}  # TaylorSeer: module -> [computed?] per call
         self.hooked = []
+        self.sea_compared = {b: [] for b in BRANCHES}  # SeaCache: the accumulated distance compared (None: forced)
+        self.sea_root_calls = 0  # SeaCache: raw_vision_callback calls (the root hook's pre_forward with metadata)
 
 
 REC = None
@@ -197,6 +237,48 @@ def install_hook_probes():
 
     TaylorSeerCacheHook._measure_should_compute = ts_measure_probe
 
+    sea_leader = SeaCacheLeaderBlockHook.new_forward
+    sea_gate = SeaCacheSharedState.resolve_gate
+    current = {}
+
+    def sea_gate_probe(self, state, metadata, indicator, config):
+        prev, acc = state.previous_indicator, state.accumulated_distance
+        forced = (prev is None or indicator is None or metadata.step_index < config.retention_steps
+                  or metadata.step_index >= metadata.num_inference_steps - config.cache_end_steps
+                  or bool(config.max_consecutive_cached and state.consecutive_cached >= config.max_consecutive_cached))
+        compared = None
+        if not forced:  # the gate's own expression, evaluated again on the same tensors
+            d = sum(float(((c.float() - q.float()).abs().mean() / (q.float().abs().mean() + 1e-16)).cpu())
+                    for c, q in zip(indicator, prev)) / len(indicator)
+            compared = acc + d
+        should = sea_gate(self, state, metadata, indicator, config)
+        assert should == (compared is None or compared >= config.threshold), (compared, config.threshold, should)
+        REC.sea_compared[current["name"]].append(compared)
+        return should
+
+    def sea_leader_probe(self, module, *args, **kwargs):
+        current["name"] = self.state_manager._context.name
+        out = sea_leader(self, module, *args, **kwargs)
+        REC.pattern[current["name"]].append(not self.state_manager.get_state().skip_remaining)
+        return out
+
+    SeaCacheSharedState.resolve_gate = sea_gate_probe
+    SeaCacheLeaderBlockHook.new_forward = sea_leader_probe
+
+
+def sea_config(**params):
+    """SeaCacheConfig with the raw_vision_callback this model needs: the latents as (C, 1, H, W) one-frame videos, one
+    per sample (module docstring)."""
+
+    def raw_vision(module, args, kwargs):
+        assert isinstance(module, li.OriginalTransformer), type(module)
+        REC.sea_root_calls += 1
+        bound = inspect.signature(type(module).forward).bind(module, *args, **kwargs).arguments
+        x = bound["hidden_states"]
+        return list(LTX2Pipeline._unpack_latents(x, 1, bound["height"], bound["width"]).unbind(0))
+
+    return SeaCacheConfig(raw_vision_callback=raw_vision, **params)
+
 
 def name_taylorseer_hooks(transformer):
     """Gives each TaylorSeer hook its module's name (the probe records by name)."""
@@ -211,13 +293,19 @@ def name_taylorseer_hooks(transformer):
 
 
 class InCacheContext:
-    """The hooked transformer as compose_image calls it, each call under cache_context(CONTEXT) (LTX2Pipeline's)."""
+    """The hooked transformer as compose_image calls it, each call under cache_context(CONTEXT) (LTX2Pipeline's);
+    with `scheduler` (SeaCache), the context carries the step's metadata (module docstring, (c))."""
 
-    def __init__(self, model, config):
-        self.model, self.config = model, config
+    def __init__(self, model, config, scheduler=None):
+        self.model, self.config, self.scheduler = model, config, scheduler
 
     def __call__(self, *args, **kwargs):
-        _set_cache_context(self.model, CacheContext(CONTEXT))
+        meta = {}
+        if self.scheduler is not None:
+            s = self.scheduler
+            i = 0 if s.step_index is None else s.step_index
+            meta = dict(step_index=i, sigma=float(s.sigmas[i]), num_inference_steps=len(s.timesteps))
+        _set_cache_context(self.model, CacheContext(CONTEXT, **meta))
         try:
             return self.model(*args, **kwargs)
         finally:
@@ -234,7 +322,7 @@ def components():
     return tr.eval(), conn, vae, sched
 
 
-def hooked(tr, cache_config):
+def hooked(tr, cache_config, scheduler):
     orig = li.OriginalTransformer(tr.config)
     orig.load_state_dict(tr.state_dict(), strict=True)
     orig.eval()
@@ -245,15 +333,18 @@ def hooked(tr, cache_config):
     elif isinstance(cache_config, TaylorSeerCacheConfig):
         apply_taylorseer_cache(orig, cache_config)
         REC.hooked = name_taylorseer_hooks(orig)
+    elif isinstance(cache_config, SeaCacheConfig):
+        apply_sea_cache(orig, cache_config)  # the root hook on orig: the module called (module docstring, (b))
+        return InCacheContext(orig, tr.config, scheduler)
     return InCacheContext(orig, tr.config)
 
 
 def run(tr, conn, vae, embeds, cache_config, settings=BASE):
     global REC
     REC = Recorder()
+    sched = FlowMatchEulerDiscreteScheduler(**li.LTX2_SCHEDULER)
     with torch.no_grad():
-        latents, _ = li.compose_image(hooked(tr, cache_config), conn, vae,
-                                      FlowMatchEulerDiscreteScheduler(**li.LTX2_SCHEDULER), embeds, settings, SEED)
+        latents, _ = li.compose_image(hooked(tr, cache_config, sched), conn, vae, sched, embeds, settings, SEED)
     rec, REC = REC, None
     return latents.contiguous(), rec
 
@@ -317,6 +408,13 @@ def main():
             print(label, "fbc signals", [None if v is None else round(v, 4) for v in rec.fbc_signal[CONTEXT]])
         _, rec = run(tr, conn, vae, embeds, MagCacheConfig(calibrate=True, num_inference_steps=STEPS))
         print("mag calibration", [round(v, 4) for v in rec.calibration[CONTEXT]])
+        # SeaCache at threshold 0: every pass computes, so each compared value is that step's own distance.
+        _, rec = run(tr, conn, vae, embeds, sea_config(threshold=0.0, max_consecutive_cached=0))
+        print("sea distances", [None if v is None else round(v, 4) for v in rec.sea_compared[CONTEXT]])
+        for name, params in SEA_RUNS.items():
+            _, rec = run(tr, conn, vae, embeds, sea_config(**params))
+            print(name, pattern_string(rec.pattern[CONTEXT]),
+                  [None if v is None else round(v, 4) for v in rec.sea_compared[CONTEXT]])
         return 0
 
     for name, threshold in FBC_THRESHOLDS.items():
@@ -342,8 +440,6 @@ def main():
                        "pattern": rec.pattern, "signals": {"relative_l1": rec.fbc_signal}}
 
     mag_common = dict(num_inference_steps=STEPS)
-    import contextlib
-    import io
     with contextlib.redirect_stdout(io.StringIO()):
         latents, rec = run(tr, conn, vae, embeds, MagCacheConfig(calibrate=True, **mag_common))
     assert torch.equal(latents, tensors["off.latents"]), "MagCache calibration changed the latents"
@@ -370,6 +466,22 @@ def main():
                       "mag_ratios_from": f"mag_calibrate.calibration.{CONTEXT}", "pattern": rec.pattern,
                       "signals": {"accumulated_err_compared": rec.mag_err_compared,
                                   "accumulated_err_after": rec.mag_err_after}}
+
+    # SeaCache (module docstring): the hooks on OriginalTransformer (root hook included), step metadata in the context.
+    for name, params in SEA_RUNS.items():
+        latents, rec = run(tr, conn, vae, embeds, sea_config(**params))
+        assert rec.sea_root_calls == STEPS, (name, rec.sea_root_calls)
+        for b in BRANCHES:
+            assert len(rec.pattern[b]) == STEPS and len(rec.sea_compared[b]) == STEPS, (name, b, rec.pattern[b])
+            check_margin(f"{name}/{b}", params["threshold"], rec.sea_compared[b])
+            check_mix(name, b, rec.pattern[b])
+        assert not torch.equal(latents, tensors["off.latents"]), f"{name} reused nothing"
+        tensors[f"{name}.latents"] = latents
+        runs[name] = {"kind": "sea_cache", "params": params, "settings": BASE, "pattern": rec.pattern,
+                      "signals": {"accumulated_distance_compared": rec.sea_compared},
+                      "step_context": "step_index, sigma = float(scheduler.sigmas[i]), num_inference_steps",
+                      "raw_vision": "LTX2Pipeline._unpack_latents(hidden_states, 1, h, w): (C, 1, H, W) per sample",
+                      "root_hook": "apply_sea_cache(OriginalTransformer): the module called"}
 
     # TaylorSeer (module docstring): per hooked module, the C/P schedule in the one context.
     for name, (params, settings) in TAYLORSEER_RUNS.items():

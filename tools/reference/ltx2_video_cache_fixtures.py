@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
-"""Pipeline parity fixtures for ltx2_video step caching: FirstBlockCache, MagCache and TaylorSeerCache (diffusers
-0.42.1 hooks) on diffusers' own LTX2Pipeline.
+"""Pipeline parity fixtures for ltx2_video step caching: FirstBlockCache, MagCache, TaylorSeerCache and SeaCache
+(diffusers 0.42.1 hooks) on diffusers' own LTX2Pipeline.
 
 Usage: ltx2_video_cache_fixtures.py OUT_DIR [--probe]
 
@@ -56,6 +56,36 @@ names, so no block registration and no wrapper -- the module names are LTX2Video
 Recorded per context and hooked module: the schedule of its calls (TaylorSeerCacheHook._measure_should_compute):
 C computed, P predicted.
 
+SeaCache (SeaCacheConfig, its generic leader/tail path: apply_sea_cache on the Holder of HookedBlock wrappers, the
+auxiliary stream of the (0, 1) registration the AUDIO, as the other block hooks):
+  sea_lo/sea_hi  SeaCacheConfig(threshold) at two thresholds (residual_order 1, retention_steps 1, cache_end_steps 1,
+                 max_consecutive_cached 2, power_exp 3: diffusers' defaults)
+  sea_o0         threshold 0.65, residual_order 0, max_consecutive_cached 0 (no limit), retention_steps 2,
+                 cache_end_steps 2
+  i2v_sea        sea_o0's parameters on LTX2ImageToVideoPipeline (the indicator includes the clean frame 0)
+What the generic path needs and LTX2Pipeline does not give it, given here:
+  (a) the blocks registered: HookedBlock, (0, 1), as above; apply_sea_cache(holder, config) puts the leader hook on
+      block 0, pass-through hooks on blocks 1-2 and the tail hook (which records the residual) on block 3.
+  (b) the root hook around the REAL transformer call: apply_sea_cache registers its SeaCacheRootHook on the module it
+      is given, the Holder, which is never called (so the gate would never see scheduler metadata: every pass would
+      compute, fail-open). The script takes that very instance from the Holder's registry
+      (HookRegistry.check_if_exists_or_initialize(holder).get_hook("sea_cache_root")) and registers it again, under
+      the same name, on the pipeline's transformer (HookRegistry.check_if_exists_or_initialize(transformer)
+      .register_hook(root, "sea_cache_root")): its pre_forward then runs at every transformer call with that call's
+      arguments, and it shares the StateManager and SeaCacheSharedState of the block hooks. Being the one stateful
+      hook there, it also receives the cache context that transformer.cache_context sets (the block hooks read the
+      same StateManager). Asserted: the callback runs once per transformer call (3 per step) and passes are reused.
+  (c) cache_context with step metadata: transformer.cache_context(name) is wrapped to pass step_index (the
+      scheduler's step_index, None before the first step: 0), sigma = float(scheduler.sigmas[i]) and
+      num_inference_steps = len(scheduler.timesteps), as diffusers' Wan pipeline passes them.
+  raw_vision_callback(module, args, kwargs) returns LTX2Pipeline._unpack_latents(kwargs["hidden_states"],
+  kwargs["num_frames"], kwargs["height"], kwargs["width"], patch sizes).unbind(0): the video latents the
+  transformer receives, (C, F, H, W) per sample (cond_uncond: two samples, the same latents twice; image-to-video:
+  frame 0 is the clean conditioned frame).
+Recorded per context: computed/reused per pass (SeaCacheLeaderBlockHook.new_forward: not skip_remaining) and the
+accumulated distance compared with the threshold (SeaCacheSharedState.resolve_gate: null where a guard forced the
+pass), thresholds 1e-3 (relative) away from every compared value (asserted).
+
 Files written:
   checkpoint/                 the LTX-2.3 tiny checkpoint (save_pretrained), NUM_LAYERS blocks
   prompt_embeds.safetensors   ltx2_pipeline_fixtures.prompt_embeds()
@@ -84,10 +114,12 @@ from safetensors.torch import save_file
 import diffusers
 from diffusers import (FlowMatchEulerDiscreteScheduler, LTX2ImageToVideoPipeline, LTX2Pipeline,
                        LTX2VideoTransformer3DModel)
-from diffusers.hooks import FirstBlockCacheConfig, MagCacheConfig, TaylorSeerCacheConfig
+from diffusers.hooks import FirstBlockCacheConfig, MagCacheConfig, SeaCacheConfig, TaylorSeerCacheConfig
 from diffusers.hooks._helpers import TransformerBlockMetadata, TransformerBlockRegistry
 from diffusers.hooks.first_block_cache import FBCHeadBlockHook, apply_first_block_cache
+from diffusers.hooks.hooks import HookRegistry
 from diffusers.hooks.mag_cache import MagCacheBlockHook, MagCacheHeadHook, apply_mag_cache
+from diffusers.hooks.sea_cache import SeaCacheLeaderBlockHook, SeaCacheSharedState, apply_sea_cache
 from diffusers.hooks.taylorseer_cache import TaylorSeerCacheHook
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -116,6 +148,20 @@ TAYLORSEER_RUNS = {
                       cache_identifiers=[r"transformer_blocks\.1(\.attn2)?", "audio_proj_out"],
                       skip_predict_identifiers=[r"transformer_blocks\.2\.video_to_audio_attn"]),
 }
+
+# SeaCache (module docstring); thresholds chosen from the accumulated distances measured with --probe (the indicator
+# is the filtered video latents, the same in the three contexts, so their patterns agree): 0.96 at step 1 falling to
+# about 0.06-0.07 per step late in the schedule.
+#   sea_lo 0.15:  CCCCCCRCRCRRCRRCRRCC  7 reused (smallest margin 5.7 %; steps 12, 15, 18 forced by max_consecutive_cached)
+#   sea_hi 0.6:   CCRCRRCRRCRRCRRCRRCC 12 reused (smallest margin 0.9 %: 0.5947 at step 2)
+#   sea_o0 0.65:  CCRCRRRRCRRRRRRRRCCC 13 reused (order 0, no limit; smallest margin 4.1 %)
+#   i2v_sea 0.65: CCRCRRRRCRRRRRRRRRCC 14 reused (smallest margin 0.95 %)
+SEA_LO, SEA_HI = 0.15, 0.6
+SEA_O0 = dict(threshold=0.65, residual_order=0, max_consecutive_cached=0, retention_steps=2, cache_end_steps=2)
+SEA_RUNS = {"sea_lo": dict(threshold=SEA_LO), "sea_hi": dict(threshold=SEA_HI), "sea_o0": SEA_O0}
+# Reused passes per context each sea run must land in (inclusive): the intended mix, so that a changed reference is
+# noticed.
+SEA_REUSE_RANGE = {"sea_lo": (5, 9), "sea_hi": (10, 14), "sea_o0": (11, 15), "i2v_sea": (11, 16)}
 
 BLOCK_METADATA = dict(return_hidden_states_index=0, return_encoder_hidden_states_index=1,
                       hidden_states_argument_name="hidden_states")
@@ -164,6 +210,8 @@ class Recorder:
         self.hooked = []
         self.last_context = None
         self.audio_norm_out_zero = {b: [] for b in BRANCHES}  # per pass: audio_norm_out's input all zeros
+        self.sea_compared = {b: [] for b in BRANCHES}  # SeaCache: the accumulated distance compared (None: forced)
+        self.sea_root_calls = 0  # SeaCache: raw_vision_callback calls (the root hook's pre_forward with metadata)
 
 
 REC = None
@@ -229,6 +277,63 @@ def install_hook_probes():
 
     TaylorSeerCacheHook._measure_should_compute = ts_measure_probe
 
+    sea_leader = SeaCacheLeaderBlockHook.new_forward
+    sea_gate = SeaCacheSharedState.resolve_gate
+    current = {}
+
+    def sea_gate_probe(self, state, metadata, indicator, config):
+        prev, acc = state.previous_indicator, state.accumulated_distance
+        forced = (prev is None or indicator is None or metadata.step_index < config.retention_steps
+                  or metadata.step_index >= metadata.num_inference_steps - config.cache_end_steps
+                  or bool(config.max_consecutive_cached and state.consecutive_cached >= config.max_consecutive_cached))
+        compared = None
+        if not forced:  # the gate's own expression, evaluated again on the same tensors
+            d = sum(float(((c.float() - q.float()).abs().mean() / (q.float().abs().mean() + 1e-16)).cpu())
+                    for c, q in zip(indicator, prev)) / len(indicator)
+            compared = acc + d
+        should = sea_gate(self, state, metadata, indicator, config)
+        assert should == (compared is None or compared >= config.threshold), (compared, config.threshold, should)
+        REC.sea_compared[current["name"]].append(compared)
+        return should
+
+    def sea_leader_probe(self, module, *args, **kwargs):
+        current["name"] = self.state_manager._context.name
+        out = sea_leader(self, module, *args, **kwargs)
+        REC.pattern[current["name"]].append(not self.state_manager.get_state().skip_remaining)
+        return out
+
+    SeaCacheSharedState.resolve_gate = sea_gate_probe
+    SeaCacheLeaderBlockHook.new_forward = sea_leader_probe
+
+
+def sea_config(**params):
+    """SeaCacheConfig with the raw_vision_callback LTX2Pipeline needs: the transformer's video latents as (C, F, H, W)
+    videos, one per sample (module docstring)."""
+
+    def raw_vision(module, args, kwargs):
+        assert isinstance(module, LTX2VideoTransformer3DModel), type(module)
+        REC.sea_root_calls += 1
+        video = LTX2Pipeline._unpack_latents(kwargs["hidden_states"], kwargs["num_frames"], kwargs["height"],
+                                             kwargs["width"], module.config.patch_size, module.config.patch_size_t)
+        return list(video.unbind(0))
+
+    return SeaCacheConfig(raw_vision_callback=raw_vision, **params)
+
+
+def with_step_context(pipe):
+    """transformer.cache_context(name) -> cache_context(name, step_index, sigma, num_inference_steps), as Wan passes."""
+    transformer = pipe.transformer
+    original = transformer.cache_context
+
+    @contextlib.contextmanager
+    def cache_context(name, **kwargs):
+        s = pipe.scheduler
+        i = 0 if s.step_index is None else s.step_index
+        with original(name, step_index=i, sigma=float(s.sigmas[i]), num_inference_steps=len(s.timesteps), **kwargs):
+            yield
+
+    transformer.cache_context = cache_context
+
 
 def name_taylorseer_hooks(transformer):
     """Gives each TaylorSeer hook its module's name (the probe records by name)."""
@@ -277,11 +382,20 @@ def make_pipeline(base, wrap, cache_config=None, cls=LTX2Pipeline):
             apply_first_block_cache(holder, cache_config)
         elif isinstance(cache_config, MagCacheConfig):
             apply_mag_cache(holder, cache_config)
+        elif isinstance(cache_config, SeaCacheConfig):
+            # (b) of the module docstring: the root hook apply_sea_cache put on the Holder, registered again (the same
+            # instance) on the transformer, whose forward the pipeline calls.
+            apply_sea_cache(holder, cache_config)
+            root = HookRegistry.check_if_exists_or_initialize(holder).get_hook("sea_cache_root")
+            assert root is not None
+            HookRegistry.check_if_exists_or_initialize(tr).register_hook(root, "sea_cache_root")
         tr._ddo_holder = [holder]  # kept alive beside the transformer (not a submodule)
     pipe = cls(scheduler=FlowMatchEulerDiscreteScheduler(), vae=base.vae, audio_vae=base.audio_vae,
                         text_encoder=None, tokenizer=None, connectors=base.connectors, transformer=tr,
                         vocoder=base.vocoder)
     pipe.set_progress_bar_config(disable=True)
+    if isinstance(cache_config, SeaCacheConfig):
+        with_step_context(pipe)  # (c) of the module docstring
     return pipe
 
 
@@ -308,6 +422,26 @@ def check_margin(label, threshold, values):
         if v is not None:
             assert abs(v - threshold) > MARGIN * abs(threshold), \
                 f"{label}: threshold {threshold} within {MARGIN} (relative) of the value {v} compared with it"
+
+
+def check_sea(name, params, rec):
+    """A SeaCache run gated for real: the root hook saw every transformer call, every context decided every step,
+    passes were reused, and no threshold lies within MARGIN of a compared value."""
+    assert rec.sea_root_calls == len(BRANCHES) * STEPS, (name, rec.sea_root_calls)
+    lo, hi = SEA_REUSE_RANGE[name]
+    for b in BRANCHES:
+        assert len(rec.pattern[b]) == STEPS and len(rec.sea_compared[b]) == STEPS, (name, b, rec.pattern[b])
+        check_margin(f"{name}/{b}", params["threshold"], rec.sea_compared[b])
+        reused = rec.pattern[b].count(False)
+        assert rec.pattern[b][0] and lo <= reused <= hi, f"{name}/{b}: {pattern_string(rec.pattern[b])} reuses {reused}"
+
+
+def sea_record(params, rec):
+    return {"kind": "sea_cache", "params": params, "pattern": rec.pattern,
+            "signals": {"accumulated_distance_compared": rec.sea_compared},
+            "step_context": "step_index, sigma = float(scheduler.sigmas[i]), num_inference_steps",
+            "raw_vision": "LTX2Pipeline._unpack_latents(hidden_states): (C, F, H, W) per sample",
+            "root_hook": "apply_sea_cache(Holder) and the same SeaCacheRootHook registered on the transformer"}
 
 
 def main():
@@ -339,6 +473,15 @@ def main():
             _, _, rec = run(base, embeds, MagCacheConfig(calibrate=True, num_inference_steps=STEPS))
         for b in BRANCHES:
             print(b, "mag calibration", [round(x, 4) for x in rec.calibration[b]])
+        # SeaCache at threshold 0: every pass computes, so each compared value is that step's own distance.
+        _, _, rec = run(base, embeds, sea_config(threshold=0.0, max_consecutive_cached=0))
+        for b in BRANCHES:
+            print(b, "sea distances", [None if x is None else round(x, 4) for x in rec.sea_compared[b]])
+        for name, params in SEA_RUNS.items():
+            _, _, rec = run(base, embeds, sea_config(**params))
+            for b in BRANCHES:
+                print(name, b, pattern_string(rec.pattern[b]),
+                      [None if x is None else round(x, 4) for x in rec.sea_compared[b]])
         return 0
 
     for name, threshold in FBC_THRESHOLDS.items():
@@ -379,6 +522,16 @@ def main():
                       "signals": {"accumulated_err_compared": rec.mag_err_compared,
                                   "accumulated_err_after": rec.mag_err_after}}
 
+    # SeaCache (module docstring): the hooks on the wrapped blocks, the root hook on the transformer, step metadata in
+    # the cache context.
+    for name, params in SEA_RUNS.items():
+        v, a, rec = run(base, embeds, sea_config(**params))
+        check_sea(name, params, rec)
+        assert not torch.equal(v, tensors["off.latents"]), f"{name} reused nothing (video)"
+        assert not torch.equal(a, tensors["off.audio_latents"]), f"{name} reused nothing (audio)"
+        tensors[f"{name}.latents"], tensors[f"{name}.audio_latents"] = v, a
+        runs[name] = sea_record(params, rec)
+
     # Image-to-video (LTX2ImageToVideoPipeline, the same cache contexts): still.png of ltx2_conditioning_fixtures as
     # latent frame 0; uncached (wrapped == plain asserted), FirstBlockCache at fbc_hi's threshold, MagCache at mag_hi's.
     still, _ = cf.images(out)
@@ -403,6 +556,12 @@ def main():
                       "signals": ({"relative_l1": rec.fbc_signal} if "fbc" in name else
                                   {"accumulated_err_compared": rec.mag_err_compared,
                                    "accumulated_err_after": rec.mag_err_after})}
+
+    v, a, rec = run(base, embeds, sea_config(**SEA_O0), still=still)
+    check_sea("i2v_sea", SEA_O0, rec)
+    assert not torch.equal(v, tensors["i2v_off.latents"]), "i2v_sea reused nothing (video)"
+    tensors["i2v_sea.latents"], tensors["i2v_sea.audio_latents"] = v, a
+    runs["i2v_sea"] = dict(sea_record(SEA_O0, rec), image="still.png")
 
     # TaylorSeer on the plain transformer (module docstring): per context and hooked module, the C/P schedule.
     for name, params, image in [(n, p, None) for n, p in TAYLORSEER_RUNS.items()] + [("i2v_ts", TS_O2, still)]:

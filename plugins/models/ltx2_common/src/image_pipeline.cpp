@@ -115,6 +115,15 @@ at::Tensor image_denoise(const TransformerConfig & c, Weights & dit, const Image
             in.pag_blocks = s.guidance.pag_blocks;
             in.perturbation_mask = pmask;
         }
+        // sea (Note [Step caching]): the gate reads the step's sigma (the scheduler's float32 value) and the latents the
+        // transformer receives as one-frame videos, (C, 1, H, W) per sample of the guidance batch (LTX2Pipeline's
+        // _unpack_latents with one frame).
+        if (s.step_cache && s.step_cache->settings().kind == model::StepCacheKind::sea) {
+            const auto & x = in.hidden_states;
+            s.step_cache->observe("cond_uncond", double(sigma),
+                                  x.reshape({x.size(0), 1, g.latent_height, g.latent_width, -1}).permute({0, 4, 1, 2, 3})
+                                      .unbind(0));
+        }
         auto v = image_forward(c, dit, in, s.step_cache, "cond_uncond", i).to(at::kFloat);
         if (cfg || pag) {
             const auto parts = v.chunk(mult, 0);

@@ -71,8 +71,8 @@ struct ImageDenoiseSettings {
     std::function<void(int step)> check_interrupted;
     std::function<void(int step, int total)> on_step;
     // cache.* (ModelRun::step_cache; Note [Step caching]): each step's one transformer pass goes through it as branch
-    // "cond_uncond" (the guidance batch is one forward, as LTX2Pipeline's cache_context names it). Borrowed; null:
-    // every block of every step.
+    // "cond_uncond" (the guidance batch is one forward, as LTX2Pipeline's cache_context names it); sea observes the
+    // step's sigma and the batch's latents (C, 1, H, W) per sample first. Borrowed; null: every block of every step.
     model::StepCache * step_cache = nullptr;
 };
 

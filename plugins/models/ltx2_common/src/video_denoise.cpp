@@ -46,7 +46,7 @@ struct StepInputs {
 std::pair<at::Tensor, at::Tensor> pass(const TransformerConfig & c, Weights & dit, const at::Tensor & video,
                                        const at::Tensor & audio, const at::Tensor & text_v, const at::Tensor & text_a,
                                        const at::Tensor & mask, const StepInputs & step, const LatentGeometry & g,
-                                       const DenoiseSettings & s, bool isolate, bool stg, int step_index) {
+                                       const DenoiseSettings & s, bool isolate, bool stg, int step_index, float sigma) {
     TransformerInputs in;
     in.hidden_states = video.to(s.dtype);
     in.audio_hidden_states = audio.to(s.dtype);
@@ -68,6 +68,16 @@ std::pair<at::Tensor, at::Tensor> pass(const TransformerConfig & c, Weights & di
     in.use_cross_timestep = s.use_cross_timestep;
     // LTX2Pipeline's cache_context names (pipeline_ltx2.py): one state per kind of pass.
     const char * branch = stg ? "uncond_stg" : isolate ? "uncond_modality" : "cond_uncond";
+    // sea (Note [Step caching]): the gate reads the step's sigma (the scheduler's float32 value) and the video latents
+    // the transformer receives, unpacked to (C, F, H, W) per sample as LTX2Pipeline._unpack_latents does (the [neg;
+    // pos] batch: the same latents twice; image-to-video: the clean conditioned frame 0 included).
+    if (s.step_cache && s.step_cache->settings().kind == model::StepCacheKind::sea) {
+        if (in.hidden_states.size(1) != g.video_tokens())
+            throw RuntimeError("ltx2: sea observes the latent grid's " + std::to_string(g.video_tokens()) +
+                               " video tokens, the pass has " + std::to_string(in.hidden_states.size(1)) +
+                               " (appended keyframe tokens are refused with a step cache); this is a bug");
+        s.step_cache->observe(branch, double(sigma), unpack_video(in.hidden_states, g).unbind(0));
+    }
     auto [v, a] = forward(c, dit, in, s.step_cache, branch, step_index);
     return {v.to(at::kFloat), a.to(at::kFloat)};
 }
@@ -134,7 +144,7 @@ Denoised denoise(const TransformerConfig & c, Weights & dit, const ConnectorsOut
         Predictions pv, pa;
         if (passes.cfg) {
             auto [v, a] = pass(c, dit, at::cat({latents, latents}), at::cat({audio_latents, audio_latents}),
-                               text.video, text.audio, text.mask, step, g, s, false, false, i);
+                               text.video, text.audio, text.mask, step, g, s, false, false, i, sigma);
             auto vc = v.chunk(2, 0), ac = a.chunk(2, 0);
             pv.uncond = vc[0];
             pv.cond = vc[1];
@@ -142,17 +152,20 @@ Denoised denoise(const TransformerConfig & c, Weights & dit, const ConnectorsOut
             pa.cond = ac[1];
         } else {
             std::tie(pv.cond, pa.cond) =
-                pass(c, dit, latents, audio_latents, text.video, text.audio, text.mask, step, g, s, false, false, i);
+                pass(c, dit, latents, audio_latents, text.video, text.audio, text.mask, step, g, s, false, false, i,
+                     sigma);
         }
         // The extra passes take the first half of the CFG batch's timesteps and coordinates (the pipelines' chunk).
         const auto step1 = passes.cfg ? step_inputs(c, timestep, B, g, s, cond, f32) : step;
         if (passes.stg) {
-            auto [v, a] = pass(c, dit, latents, audio_latents, pos_v, pos_a, pos_mask, step1, g, s, false, true, i);
+            auto [v, a] =
+                pass(c, dit, latents, audio_latents, pos_v, pos_a, pos_mask, step1, g, s, false, true, i, sigma);
             pv.stg = v;
             pa.stg = a;
         }
         if (passes.isolate) {
-            auto [v, a] = pass(c, dit, latents, audio_latents, pos_v, pos_a, pos_mask, step1, g, s, true, false, i);
+            auto [v, a] =
+                pass(c, dit, latents, audio_latents, pos_v, pos_a, pos_mask, step1, g, s, true, false, i, sigma);
             pv.isolated = v;
             pa.isolated = a;
         }

@@ -42,7 +42,8 @@ struct DenoiseSettings {
     double fps = 24.0;                 // the conditioning frame rate (frame_rate / motion_speed; motion_speed 1)
     at::ScalarType dtype = at::kFloat; // the text/transformer dtype (latent_model_input.to(prompt_embeds.dtype))
     // cache.* (ModelRun::step_cache; Note [Step caching]): each pass goes through it under the pipelines'
-    // cache_context names: "cond_uncond" (the guidance batch, one forward), "uncond_stg", "uncond_modality".
+    // cache_context names: "cond_uncond" (the guidance batch, one forward), "uncond_stg", "uncond_modality"; sea
+    // observes each pass's sigma and video latents (C, F, H, W) per sample first.
     // Borrowed; null: every block of every pass.
     model::StepCache * step_cache = nullptr;
 };

@@ -221,10 +221,6 @@ RunPlan plan_run(model::ModelRun & run, const Request & r, const ImageModel & m)
     else if (r.prompt.given()) run.plan_images(1);
     // cache.* checked now (a refused setting before anything loads), on the steps the loop denoises.
     if (!r.prompt.encode_only) p.step_cache = run.step_cache(int(p.sigmas.size()));
-    // sea gates on the latents as video (C, F, H, W) and the step's sigma: not wired in the LTX-2 loops yet.
-    if (p.step_cache && p.step_cache->settings().kind == model::StepCacheKind::sea)
-        run.refuse_step_cache("sea is not wired into the LTX-2 denoising loops yet (first_block, mag and taylorseer "
-                              "are)");
     if (p.step_cache)  // taylorseer: its module patterns resolved against the modules the image DiT routes
         p.step_cache->bind_modules(image_hookable_module_names(m.transformer_config),
                                    image_diffusers_module_names(m.transformer_config));

@@ -337,10 +337,6 @@ RunPlan plan_run(model::ModelRun & run, const Request & r, const VideoModel & m)
                                   "LTX2ConditionPipeline) are not implemented with a step cache; one still on frame 0 "
                                   "(image-to-video) is");
         p.guidance.ds.step_cache = run.step_cache(int(p.sampling.sigmas.size()));
-        // sea gates on the latents as video (C, F, H, W) and the step's sigma: not wired in the LTX-2 loops yet.
-        if (p.guidance.ds.step_cache && p.guidance.ds.step_cache->settings().kind == model::StepCacheKind::sea)
-            run.refuse_step_cache("sea is not wired into the LTX-2 denoising loops yet (first_block, mag and taylorseer "
-                                  "are)");
         if (p.guidance.ds.step_cache)  // taylorseer: its module patterns resolved against the modules the DiT routes
             p.guidance.ds.step_cache->bind_modules(hookable_module_names(m.transformer_config),
                                                    diffusers_module_names(m.transformer_config));
