@@ -37,6 +37,10 @@ json reference() {
     return json::parse(in);
 }
 
+// The fixture's cache contexts, a value: a range-for over reference().at("cache_contexts") would iterate a member of
+// a temporary destroyed before the loop runs (C++20).
+json contexts() { return reference().at("cache_contexts"); }
+
 // The fixture's settings as ddo-host flags (the plugin's defaults are LTX2Pipeline's: STG 1, modality 3, rescale 0.7,
 // audio STG 1 / modality 3 / rescale 0.7, use_cross_timestep).
 std::string base_args(int steps = 0) {
@@ -97,7 +101,7 @@ TEST(Ltx2VideoCache, FirstBlockThroughTheHostReusesWhatTheHookReusesInEveryConte
                                     " --set components.transformer.route=disk");
     ASSERT_EQ(r.exit_code, 0) << r.log;
     const auto pattern = pattern_of(r.report);
-    for (const auto & b : reference().at("cache_contexts"))
+    for (const auto & b : contexts())
         EXPECT_EQ(pattern.at(b.get<std::string>()), ref.at("pattern_string").at(b.get<std::string>()).get<std::string>())
             << b;
     const auto & sc = r.report.at("step_cache");
@@ -130,7 +134,7 @@ TEST(Ltx2VideoCache, ImageToVideoEqualsTheHooks) {
                                                    quoted(latents));
         ASSERT_EQ(r.exit_code, 0) << r.log;
         const auto pattern = pattern_of(r.report);
-        for (const auto & b : reference().at("cache_contexts"))
+        for (const auto & b : contexts())
             EXPECT_EQ(pattern.at(b.get<std::string>()), ref.at("pattern_string").at(b.get<std::string>()).get<std::string>())
                 << name << " " << b;
         const auto got = ddo::model::TensorFile::open_file(latents);
@@ -187,7 +191,7 @@ TEST(Ltx2VideoCache, TaylorSeerImageToVideoEqualsTheHookModuleForModule) {
     EXPECT_EQ(hooked, ref_hooked);
     EXPECT_GT(sc.at("module_calls_predicted").get<uint64_t>(), 0u) << sc.dump();
     const auto pattern = module_pattern_of(r.report);
-    for (const auto & b : reference().at("cache_contexts")) {
+    for (const auto & b : contexts()) {
         const auto branch = b.get<std::string>();
         const auto & want = ref.at("module_pattern").at(branch);
         ASSERT_TRUE(pattern.count(branch)) << branch;
@@ -237,7 +241,7 @@ TEST(Ltx2VideoCache, SeaImageToVideoEqualsTheHookAndSkipsTheStack) {
     ASSERT_EQ(r.exit_code, 0) << r.log;
     const auto pattern = pattern_of(r.report);
     int64_t reused = 0;
-    for (const auto & b : reference().at("cache_contexts")) {
+    for (const auto & b : contexts()) {
         const auto branch = b.get<std::string>();
         ASSERT_TRUE(pattern.count(branch)) << branch;
         EXPECT_EQ(pattern.at(branch), ref.at("pattern_string").at(branch).get<std::string>()) << branch;
