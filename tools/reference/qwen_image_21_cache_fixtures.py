@@ -124,9 +124,9 @@ REUSE_RANGE = {"fbc_lo": (3, 5), "fbc_hi": (10, 14), "mag": (2, 8), "mag_hi": (9
                "sea_lo": (5, 9), "sea_hi": (10, 14), "sea_o0": (10, 16)}
 # SeaCache's accumulated distance on this model (random weights; the indicator is the filtered latents, the same for
 # both branches, so their patterns agree): 0.78 at step 1 falling to about 0.05-0.11 per step late in the schedule.
-#   sea_lo 0.15: CCCCCCRCRCRRCRRCRRCC  7 reused (smallest margin 2.3 %; steps 12, 15 forced by max_consecutive_cached)
-#   sea_hi 0.6:  CCRCRRCRRCRRCRRCRRCC 12 reused (every third step forced by max_consecutive_cached 2)
-#   sea_o0 0.6:  CCRCRRRCRRRRRRRRRRCC 13 reused (order 0, no limit; smallest margin 0.9 %)
+#   sea_lo 0.15: CCCCCCRCRCRRCRRCRRCC  8 reused (smallest margin 2.3 %; steps 12, 15 forced by max_consecutive_cached)
+#   sea_hi 0.6:  CCRCRRCRRCRRCRRCRRCC 11 reused (every third step forced by max_consecutive_cached 2)
+#   sea_o0 0.6:  CCRCRRRCRRRRRRRRRRCC 14 reused (order 0, no limit; smallest margin 0.9 %)
 SEA_LO, SEA_HI = 0.15, 0.6
 TAYLORSEER_RUNS = {
     "ts": ({}, False),
