@@ -69,3 +69,15 @@ if(TARGET ltx2_video AND TARGET ddo-host AND DDO_PYTHON AND TARGET ltx2_video_ca
     LTX2_VIDEO_CACHE_FIXTURE_DIR="${CMAKE_BINARY_DIR}/fixtures/ltx2_video_cache" DDO_HOST_BIN="$<TARGET_FILE:ddo-host>")
   add_dependencies(ltx2_video_cache_test ddo-host ltx2_video linear vmm ddo_manifest_main ltx2_video_cache_fixtures)
 endif()
+
+# --cache on a two-stage run (issue 41) through ddo-host on tools/reference/ltx2_two_stage_cache_fixtures.py: each
+# stage's pattern and the stage-2 latents equal diffusers' hooks per stage; stage 2 uncached below cache.min_steps.
+if(TARGET ltx2_video AND TARGET ddo-host AND DDO_PYTHON AND TARGET ltx2_two_stage_cache_fixtures)
+  ddo_add_gtest(ltx2_two_stage_cache_test LABELS e2e TIMEOUT 900
+    SOURCES ${CMAKE_CURRENT_LIST_DIR}/ltx2_two_stage_cache_test.cpp
+    LIBS ddo_model nlohmann_json::nlohmann_json)
+  ddo_test_uses_aten(ltx2_two_stage_cache_test)
+  target_compile_definitions(ltx2_two_stage_cache_test PRIVATE
+    LTX2_TWO_STAGE_CACHE_FIXTURE_DIR="${CMAKE_BINARY_DIR}/fixtures/ltx2_two_stage_cache" DDO_HOST_BIN="$<TARGET_FILE:ddo-host>")
+  add_dependencies(ltx2_two_stage_cache_test ddo-host ltx2_video linear vmm ddo_manifest_main ltx2_two_stage_cache_fixtures)
+endif()

@@ -12,4 +12,10 @@ if(TARGET ddo_ltx2_pipeline AND TARGET ddo_ltx2_upsampler)
   target_compile_definitions(ltx2_two_stage_parity_test PRIVATE
     LTX2_TWO_STAGE_FIXTURE_DIR="${LTX2_TWO_STAGE_FIXTURE_DIR}")
   ddo_test_uses_aten(ltx2_two_stage_parity_test)
+
+  # Step caching on the two-stage composition (issue 41): diffusers' hooks per stage (the fixture script builds on
+  # ltx2_video_cache_fixtures.py's wrapped blocks and probes); tests/e2e/ltx2_two_stage_cache_test.cpp runs ddo-host on it.
+  ddo_reference_fixtures(ltx2_two_stage_cache SCRIPT ${CMAKE_SOURCE_DIR}/tools/reference/ltx2_two_stage_cache_fixtures.py
+    DIR ${CMAKE_BINARY_DIR}/fixtures/ltx2_two_stage_cache
+    COMMENT "running diffusers' cache hooks on the tiny two-stage LTX-2 composition")
 endif()

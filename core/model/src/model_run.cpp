@@ -411,9 +411,9 @@ void ModelRun::step(int step, int total) {
         engine[w->component()] = std::move(e);
     }
     nlohmann::json extra = {{"engine", std::move(engine)}};
-    if (step_cache_) {
-        extra["cache"] = step_cache_->take_step_records();
-        if (ctx_.tracker) ctx_.tracker->set_step_cache(step_cache_->summary());
+    if (active_step_cache_ && step_cache_stage_open_) {  // a denoising loop's step, not a decode piece's
+        extra["cache"] = active_step_cache_->take_step_records();
+        if (ctx_.tracker) ctx_.tracker->set_step_cache(step_cache_report(active_step_cache_->summary()));
     }
     if (ctx_.tracker) ctx_.tracker->step(phase_name_, step - 1, dt, std::nullopt, std::move(extra));
     log(1, phase_name_ + " step " + std::to_string(step) + "/" + std::to_string(total));  // the host draws progress
@@ -424,13 +424,23 @@ StepCache * ModelRun::step_cache(int steps) {
     if (!step_cache_accepted_)
         throw UsageError(plugin_ + ": step_cache() without accept_step_cache() before workload(); this is a bug in the "
                          "model plugin");
-    if (step_cache_) {
-        step_cache_->reset();
+    step_cache_stages_ = nlohmann::json::array();
+    step_cache_first_ = nullptr;
+    if (step_cache_ && step_cache_->steps() == steps) {
+        step_cache_->reset();  // a new generation (runtime.generation_repeats)
+        active_step_cache_ = step_cache_.get();
+        step_cache_stage_open_ = true;
+        step_cache_stages_.push_back({{"phase", phase_name_}, {"steps", steps}, {"cached", true}});
         return step_cache_.get();
     }
-    auto settings = StepCacheSettings::read(*ctx_.settings);
+    auto settings = step_cache_ ? step_cache_->settings() : StepCacheSettings::read(*ctx_.settings);
     if (settings.kind == StepCacheKind::off) return nullptr;
+    const bool claimed = step_cache_ != nullptr;  // a later generation after a staged run: the file is claimed
     step_cache_ = std::make_unique<StepCache>(std::move(settings), steps);
+    active_step_cache_ = step_cache_.get();
+    step_cache_stage_open_ = true;
+    step_cache_stages_.push_back({{"phase", phase_name_}, {"steps", steps}, {"cached", true}});
+    if (claimed) return step_cache_.get();
     if (step_cache_->settings().kind == StepCacheKind::mag && step_cache_->settings().calibrate) {
         const fs::path p = (ctx_.output_dir.empty() ? fs::current_path() : ctx_.output_dir) / "mag_ratios.toml";
         std::error_code ec;
@@ -448,6 +458,47 @@ StepCache * ModelRun::step_cache(int steps) {
     return step_cache_.get();
 }
 
+StepCache * ModelRun::step_cache_stage(int steps) {
+    if (!step_cache_ || step_cache_stages_.empty()) return nullptr;
+    finish_step_cache();  // the stage before, if the plugin has not
+    auto settings = step_cache_->settings();
+    nlohmann::json stage = {{"phase", phase_name_}, {"steps", steps}};
+    if (steps < settings.min_steps && !settings.allow_few_steps) {
+        active_step_cache_ = nullptr;
+        stage["cached"] = false;
+        stage["reason"] = "a " + std::to_string(steps) + "-step schedule, below cache.min_steps = " +
+                          std::to_string(settings.min_steps) + ": this stage runs without the cache (set "
+                          "cache.allow_few_steps = true to cache it too)";
+        step_cache_stages_.push_back(std::move(stage));
+        // Requested and effective per stage in the report's adjustments (the first stage cached, this one not).
+        const std::string kind = to_string(settings.kind);
+        nlohmann::json effective = nlohmann::json::object();
+        for (const auto & st : step_cache_stages_)
+            effective[st.at("phase").get<std::string>()] = st.at("cached").get<bool>() ? kind : "off";
+        adjust("cache.kind", kind, effective, phase_name_ + ": " + step_cache_stages_.back().at("reason").get<std::string>());
+        if (ctx_.tracker) ctx_.tracker->set_step_cache(step_cache_report(nullptr));
+        return nullptr;
+    }
+    // A mag calibration measures every stage; mag_ratios.toml holds the first stage's (finish_step_cache).
+    step_cache_ = std::make_unique<StepCache>(std::move(settings), steps);
+    active_step_cache_ = step_cache_.get();
+    step_cache_stage_open_ = true;
+    stage["cached"] = true;
+    step_cache_stages_.push_back(std::move(stage));
+    if (ctx_.tracker) ctx_.tracker->set_step_cache(step_cache_report(step_cache_->summary()));
+    return step_cache_.get();
+}
+
+nlohmann::json ModelRun::step_cache_report(nlohmann::json current) const {
+    // One stage: its summary, as it always was. Several: the first stage's summary with stages[] beside it, each
+    // stage's own summary (or why it ran uncached) in it.
+    if (step_cache_stages_.size() <= 1) return current;
+    nlohmann::json out = step_cache_first_;
+    out["stages"] = step_cache_stages_;
+    if (!current.is_null()) out["stages"].back()["summary"] = std::move(current);
+    return out;
+}
+
 void ModelRun::refuse_step_cache(const std::string & why) const {
     const auto kind = ctx_.settings->get_optional<std::string>("cache.kind");
     if (!kind || *kind == "off") return;
@@ -456,9 +507,13 @@ void ModelRun::refuse_step_cache(const std::string & why) const {
 }
 
 void ModelRun::finish_step_cache() {
-    if (!step_cache_) return;
-    auto summary = step_cache_->summary();
-    if (!calibration_file_.empty() && generation_ == 1) {
+    if (!active_step_cache_ || !step_cache_stage_open_) return;
+    step_cache_stage_open_ = false;
+    auto summary = active_step_cache_->summary();
+    const bool first_stage = step_cache_stages_.size() <= 1;
+    // The stage's phase is the one its loop ran in (step_cache() is called while planning, before it opens).
+    if (!step_cache_stages_.empty()) step_cache_stages_.back()["phase"] = phase_name_;
+    if (!calibration_file_.empty() && generation_ == 1 && first_stage) {
         const auto cal = step_cache_->calibration();
         if (cal.empty() || cal.front().second.empty())
             throw RuntimeError("cache.calibrate: no pass was calibrated; the denoising loop ran no step");
@@ -480,7 +535,9 @@ void ModelRun::finish_step_cache() {
                                              {{"role", "mag_ratios"}, {"branch", cal.front().first}});
         summary["calibration_file"] = calibration_file_.string();
     }
-    if (ctx_.tracker) ctx_.tracker->set_step_cache(std::move(summary));
+    if (first_stage) step_cache_first_ = summary;
+    if (!step_cache_stages_.empty()) step_cache_stages_.back()["summary"] = summary;
+    if (ctx_.tracker) ctx_.tracker->set_step_cache(step_cache_report(std::move(summary)));
 }
 
 void ModelRun::check_interrupted(const std::string & where) const {

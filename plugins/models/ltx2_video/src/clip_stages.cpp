@@ -239,8 +239,14 @@ ClipDenoised denoise_clip(model::ModelRun & run, const ClipDenoise & d, const Co
         run.begin_phase("denoise_stage2");
         ResidentWeights audio_stats(m.audio_vae, at::kFloat, at::kCPU);
         auto s2 = stage2_start(upscaled, out.audio, audio_stats, d.geo, ts.noise_scale, i2v, gen, device);
-        out = denoise(tc, *dit.view, text_for(ts.settings, text), d.geo, {s2.video, s2.audio}, ts.schedule, ts.settings,
+        // cache.*: stage 2 with a cache of its own, fresh state for its schedule, or none below cache.min_steps
+        // (Note [Step caching], "Two-stage runs").
+        auto settings2 = ts.settings;
+        settings2.step_cache = run.step_cache_stage(int(ts.sigmas.size()));
+        if (settings2.step_cache) settings2.step_cache->bind_modules(hookable_module_names(tc), diffusers_module_names(tc));
+        out = denoise(tc, *dit.view, text_for(settings2, text), d.geo, {s2.video, s2.audio}, ts.schedule, settings2,
                       cb, i2v ? &s2.conditioning : nullptr);
+        run.finish_step_cache();
     }
     unload(run, dit);
     // LTX2Pipeline draws the decode noise after the loop, from the generator of the start noise (Note [LTX-2 decode

@@ -55,7 +55,7 @@ struct Request {
 };
 
 Request resolve_request(model::ModelRun & run) {
-    run.accept_step_cache();  // one-stage denoising runs through run.step_cache (cache.*); the rest refuse below
+    run.accept_step_cache();  // denoising runs through run.step_cache (cache.*); keyframe conditions refuse (plan_run)
     Request r{run.workload(kDefaults), {}, 0};
     run.require_model_dir();
     run.check_class("transformer/config.json", {"LTX2VideoTransformer3DModel"});
@@ -63,10 +63,6 @@ Request resolve_request(model::ModelRun & run) {
     run.check_class("audio_vae/config.json", {"AutoencoderKLLTX2Audio"});
     run.check_class("connectors/config.json", {"LTX2TextConnectors"});
     run.check_class("vocoder/config.json", {"LTX2Vocoder", "LTX2VocoderWithBWE"});
-    // cache.* (Note [Step caching]): one-stage runs, text-to-video and image-to-video. A two-stage run's second
-    // stage is another, few-step schedule on other latents: refused (keyframe conditions: plan_run).
-    if (!run.option<std::string>("upsampler", "").empty())
-        run.refuse_step_cache("a two-stage run (plugin.ltx2_video.upsampler) is not implemented with a step cache");
     run.refuse_if_set("workload.strength", "ltx2_video conditions on each image at strength 1 (the pipelines' "
                                            "default); --strength is ltx2_image's img2img");
     // Where the prompt comes from: text (the checkpoint's Gemma-3 encodes it) or a --prompt-embeds file.
@@ -329,8 +325,9 @@ RunPlan plan_run(model::ModelRun & run, const Request & r, const VideoModel & m)
     p.vae_choice = choose_video_vae_strategy(p.vae, m.vae, m.vae_config, 1, p.clip.frames, p.clip.width,
                                              p.clip.height, r.w.dtype, p.vae.vae_tiles.temporal_frames);
     if (!r.prompt.encode_only) plan_stages(run, r, m, p);
-    // cache.* checked now (a refused setting before anything loads); the denoising loop runs through it. Keyframe
-    // conditions (LTX2ConditionPipeline: appended keyframe tokens) have no hook fixture yet: refused.
+    // cache.* checked now (a refused setting before anything loads); the denoising loop runs through it (a two-stage
+    // run's stage 2 through run.step_cache_stage: denoise_clip). Keyframe conditions (LTX2ConditionPipeline: appended
+    // keyframe tokens) have no hook fixture yet: refused.
     if (!r.prompt.encode_only) {
         if (p.conditions.pipeline == ClipConditions::Pipeline::condition)
             run.refuse_step_cache("keyframe conditions (workload.images: an image past frame 0, or several images; "

@@ -196,6 +196,12 @@ public:
     // of each pass go into the next step()'s report entry (steps[].cache), its summary into the report's step_cache.
     // Owned by the run; one per run (a second call returns the same cache, reset, for a new generation).
     StepCache * step_cache(int steps);
+    // A later denoising stage of the same run (ltx2_video's stage 2; Note [Step caching], "Two-stage runs"), after
+    // finish_step_cache() of the stage before it: a cache of the same settings with fresh state for this stage's
+    // `steps`, its records in the steps of the open phase; null when the run has no cache, or when `steps` is below
+    // cache.min_steps without cache.allow_few_steps (the stage runs without the cache and the report's
+    // step_cache.stages[] says why: the first stage's schedule is the one the user chose, and only it is refused).
+    StepCache * step_cache_stage(int steps);
     // A configuration of an accepting plugin that cannot run with the step cache (a two-stage run, say): UsageError
     // (exit 2) naming cache.kind and `why` when it is set to another kind than off.
     void refuse_step_cache(const std::string & why) const;
@@ -327,7 +333,12 @@ private:
     bool latents_files_accepted_ = false;
     bool step_cache_accepted_ = false;
     std::vector<PathLock> frame_locks_;   // plan_frame_files' claim
-    std::unique_ptr<StepCache> step_cache_;
+    std::unique_ptr<StepCache> step_cache_;  // the current stage's (step_cache_stage replaces it)
+    nlohmann::json step_cache_report(nlohmann::json current) const;  // the report's step_cache, current: this stage's
+    StepCache * active_step_cache_ = nullptr;  // the stage's cache whose records step() takes (null: an uncached stage)
+    bool step_cache_stage_open_ = false;  // the active stage's loop has not been finished (finish_step_cache)
+    nlohmann::json step_cache_stages_ = nlohmann::json::array();  // per stage: phase, steps, cached, summary or reason
+    nlohmann::json step_cache_first_;  // the first stage's summary (the report's step_cache, stages[] beside it)
     std::filesystem::path calibration_file_;  // mag calibration's mag_ratios.toml (empty: none)
     PathLock calibration_lock_;
     nlohmann::json workload_;
