@@ -79,8 +79,8 @@ ROOT = HERE.parent.parent
 sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(ROOT / "tools" / "reference"))
 import ltx2_video_bench_checkpoint as ckpt_mod  # noqa: E402
-from qwen_image_21_cache import (MAG_TARGETS, mag_replay, pick_mag_thresholds, psnr, quantile,  # noqa: E402
-                                 signal_stats)
+from qwen_image_21_cache import (MAG_TARGETS, mag_replay, pick_mag_thresholds, print_rows, psnr,  # noqa: E402
+                                 quantile, signal_stats)
 from qwen_image_21_quant import summary  # noqa: E402  (median, min, max over the rounds: one definition)
 from qwen_image_21_cpu import cpu_steal_s  # noqa: E402
 
@@ -268,22 +268,7 @@ def print_table(a, routes, variants, rows, runs):
           f"{a.frames} frames, {a.steps} steps, CFG {a.cfg_scale:g} batched (STG {a.stg_scale:g}, modality "
           f"{a.modality_scale:g}: {runs[('off', routes[0])][0]['passes_per_step']} pass a step), {a.threads} threads, "
           f"{a.rounds} rounds (medians, min-max; ratios: median of per-round ratios to off on the same route) ==")
-    print(f"  {'run':<26} {'denoise wall s':>22} {'wall x':>6} {'steady step s':>22} {'step x':>6} "
-          f"{'streamed GB':>11} {'bytes x':>7} {'computed':>8} {'reused':>7} {'wall x-comp':>11} {'px diff':>7} "
-          f"{'PSNR dB':>7} {'stall s':>7}")
-    for r in routes:
-        for v, _ in variants:
-            row = rows[f"{v} {r}"]
-            w, s, sr = row["denoise_wall_s"], row["steady_step_s"], row["streamed_ratio"]
-            reused = f"{statistics.median(row['reused_passes']):g}/{row['passes']}" if row["passes"] else "-"
-            ps = row["psnr_vs_off_db"]
-            print(f"  {v + ' ' + r:<26} {w['median']:8.2f} ({w['min']:.2f}-{w['max']:.2f}) "
-                  f"{row['wall_ratio']['median']:6.3f} {s['median']:8.3f} ({s['min']:.3f}-{s['max']:.3f}) "
-                  f"{row['steady_ratio']['median']:6.3f} {row['bytes_streamed']['median'] / 1e9:11.2f} "
-                  f"{('-' if sr is None else format(sr['median'], '.3f')):>7} {row['computed_fraction']:8.3f} "
-                  f"{reused:>7} {row['wall_ratio_minus_fraction']:+11.3f} {row['max_pixel_diff_vs_off']:7d} "
-                  f"{('inf' if ps == math.inf else format(ps, '.1f')):>7} "
-                  f"{('-' if row['stall_s'] is None else format(row['stall_s']['median'], '.2f')):>7}")
+    print_rows(routes, variants, rows)
     if len(variants) > 1:
         print("  passes per step, first round, per cache context (C computed, R reused):")
         for v, _ in variants[1:]:

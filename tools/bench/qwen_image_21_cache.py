@@ -204,6 +204,26 @@ def quantile(values, q):
     return v[lo] + (v[hi] - v[lo]) * (i - lo)
 
 
+def print_rows(routes, variants, rows):
+    """The table's header and one line per variant and route (the LTX-2 bench prints the same columns)."""
+    print(f"  {'run':<26} {'denoise wall s':>22} {'wall x':>6} {'steady step s':>22} {'step x':>6} "
+          f"{'streamed GB':>11} {'bytes x':>7} {'computed':>8} {'reused':>7} {'wall x-comp':>11} {'px diff':>7} "
+          f"{'PSNR dB':>7} {'stall s':>7}")
+    for r in routes:
+        for v, _ in variants:
+            row = rows[f"{v} {r}"]
+            w, s, sr = row["denoise_wall_s"], row["steady_step_s"], row["streamed_ratio"]
+            reused = f"{statistics.median(row['reused_passes']):g}/{row['passes']}" if row["passes"] else "-"
+            ps = row["psnr_vs_off_db"]
+            print(f"  {v + ' ' + r:<26} {w['median']:8.2f} ({w['min']:.2f}-{w['max']:.2f}) "
+                  f"{row['wall_ratio']['median']:6.3f} {s['median']:8.3f} ({s['min']:.3f}-{s['max']:.3f}) "
+                  f"{row['steady_ratio']['median']:6.3f} {row['bytes_streamed']['median'] / 1e9:11.2f} "
+                  f"{('-' if sr is None else format(sr['median'], '.3f')):>7} {row['computed_fraction']:8.3f} "
+                  f"{reused:>7} {row['wall_ratio_minus_fraction']:+11.3f} {row['max_pixel_diff_vs_off']:7d} "
+                  f"{('inf' if ps == math.inf else format(ps, '.1f')):>7} "
+                  f"{('-' if row['stall_s'] is None else format(row['stall_s']['median'], '.2f')):>7}")
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("build")
@@ -351,23 +371,7 @@ def main():
           f"checkpoint), {a.size}x{a.size}, {a.steps} steps, CFG {a.cfg_scale:g} (2 passes a step), {kv}, "
           f"{a.threads} threads, {a.rounds} rounds (medians, min-max; ratios: median of per-round ratios to off on the "
           f"same route) ==")
-    hdr = (f"  {'run':<26} {'denoise wall s':>22} {'wall x':>6} {'steady step s':>22} {'step x':>6} "
-           f"{'streamed GB':>11} {'bytes x':>7} {'computed':>8} {'reused':>7} {'wall x-comp':>11} {'px diff':>7} "
-           f"{'PSNR dB':>7} {'stall s':>7}")
-    print(hdr)
-    for r in routes:
-        for v, _ in variants:
-            row = rows[f"{v} {r}"]
-            w, s, sr = row["denoise_wall_s"], row["steady_step_s"], row["streamed_ratio"]
-            reused = f"{statistics.median(row['reused_passes']):g}/{row['passes']}" if row["passes"] else "-"
-            ps = row["psnr_vs_off_db"]
-            print(f"  {v + ' ' + r:<26} {w['median']:8.2f} ({w['min']:.2f}-{w['max']:.2f}) "
-                  f"{row['wall_ratio']['median']:6.3f} {s['median']:8.3f} ({s['min']:.3f}-{s['max']:.3f}) "
-                  f"{row['steady_ratio']['median']:6.3f} {row['bytes_streamed']['median'] / 1e9:11.2f} "
-                  f"{('-' if sr is None else format(sr['median'], '.3f')):>7} {row['computed_fraction']:8.3f} "
-                  f"{reused:>7} {row['wall_ratio_minus_fraction']:+11.3f} {row['max_pixel_diff_vs_off']:7d} "
-                  f"{('inf' if ps == math.inf else format(ps, '.1f')):>7} "
-                  f"{('-' if row['stall_s'] is None else format(row['stall_s']['median'], '.2f')):>7}")
+    print_rows(routes, variants, rows)
     print("  passes per step, first round, cond branch (C computed, R reused; the uncond branch's is printed where it "
           "differs):")
     for v, _ in variants[1:]:
