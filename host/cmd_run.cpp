@@ -14,6 +14,7 @@
 #include <iostream>
 
 #include "command_registry.hpp"
+#include "machine_spec.hpp"
 #include "ddo/store/diffusers_checkpoint.hpp"
 #include "model_table.hpp"
 #include "run_command.hpp"
@@ -390,6 +391,8 @@ void setup_and_run(const RunArgs & a, const HostOptions & options, const fs::pat
     check_output_paths(a, report_path);
     check_input_paths(a);
     require_utf8(a);
+    // The machine the memory forecast is held against: a bad profile or size is exit 2 before anything loads.
+    const MachineSpec machine = resolve_machine(a.machine, a.device_memory, a.host_memory, options.preset_dir / "machines");
     const std::optional<std::uint64_t> drawn_seed = draw_seed(a, tracker);
     ResolveRequest rq;
     rq.preset = a.preset;
@@ -419,6 +422,7 @@ void setup_and_run(const RunArgs & a, const HostOptions & options, const fs::pat
         throw Error(ExitCode::interrupted, interrupted_by(hooks) + " before the run started");
     RunContext ctx;
     fill_run_context(ctx, a, settings, tracker, report_path, console, hooks);
+    ctx.machine = machine;
     load_allocator(ctx, settings, registry, tracker);
     run_plugin(plugin, ctx, tracker, a.dry_run, hooks);
     tracker.mark_completed();
@@ -509,9 +513,9 @@ void check_run_settings(const RunArgs & a, const HostOptions & options) {
 
 namespace {
 
-void install(CLI::App & app, HostOptions & options) {
-    auto a = std::make_shared<RunArgs>();
-    auto argv = std::make_shared<std::vector<std::string>>();
+}  // namespace
+
+void add_run_options(CLI::App & app, RunArgs * a) {
     const char * g = "Run";
     app.add_option("--plugin", a->plugin, "model plugin: name or unique alias (ddo-host plugins)")->group(g);
     app.add_option("--preset", a->preset, "preset name or file (looked up in the presets directory); default: DDO_PRESET, else auto")
@@ -576,6 +580,23 @@ void install(CLI::App & app, HostOptions & options) {
                  "record a full content hash (sha256 + xxh3) of every checkpoint file in the report (reads the whole "
                  "checkpoint once more; the cost is recorded); default: header hashes only")
         ->group(g);
+    app.add_option("--machine", a->machine, "a machine profile the memory forecast is held against (presets/machines/"
+                                            "NAME.toml: rtx3060-12g, rtx4060-8g, rtx4070-12g, rtx4090-24g, rtx5090-32g)")
+        ->group(g);
+    app.add_option("--device-memory", a->device_memory, "device memory the forecast is held against, e.g. 8GiB (over "
+                                                       "--machine's); default: the device's available memory")
+        ->group(g);
+    app.add_option("--host-memory", a->host_memory, "host memory the forecast is held against, e.g. 32GiB; default: "
+                                                   "MemAvailable within the memory cgroup, less capacities.ram_headroom_gb")
+        ->group(g);
+}
+
+namespace {
+
+void install(CLI::App & app, HostOptions & options) {
+    auto a = std::make_shared<RunArgs>();
+    auto argv = std::make_shared<std::vector<std::string>>();
+    add_run_options(app, a.get());
     app.final_callback([&app, a, &options] {
         if (!app.get_subcommands().empty()) return;
         if (a->plugin.empty()) {

@@ -37,7 +37,14 @@ struct RunArgs {
     bool hash_weights = false;
     bool overwrite = false;
     bool encode_only = false;  // `ddo-host encode`: the plugin writes the prompt embeddings to output_file only
+    // The machine the memory forecast is held against (host/machine_spec.hpp): --machine NAME, --device-memory SIZE,
+    // --host-memory SIZE.
+    std::string machine;
+    std::string device_memory, host_memory;  // empty: not given
 };
+
+// The run form's options into `app` (the top-level run, `ddo-host plan`); `a` is borrowed for app's life.
+void add_run_options(CLI::App & app, RunArgs * a);
 
 // What a caller other than the command line (ddo-host serve, host/serve/job_runner.cpp) changes in a run; the
 // defaults are the CLI's.

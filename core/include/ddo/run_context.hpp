@@ -5,7 +5,9 @@
 #include <atomic>
 #include <filesystem>
 #include <functional>
+#include <cstdint>
 #include <map>
+#include <optional>
 #include <string>
 
 #include "ddo/ddo_allocator_plugin.h"
@@ -24,6 +26,16 @@ struct ProgressEvent {
     int total = 0;               // steps of the phase (0: unknown)
     double step_seconds = 0;     // host wall time of the last step
     double phase_seconds = 0;    // host wall time since the phase began
+};
+
+// The machine a run's memory forecast is held against (--device-memory, --host-memory, --machine NAME: a profile in
+// presets/machines/; Note [Memory forecast] in docs/architecture.md). Unset values: this machine's available memory.
+struct MachineSpec {
+    std::string name;                            // the profile's name; empty: none given
+    std::optional<std::uint64_t> device_bytes;   // usable device memory
+    std::optional<std::uint64_t> host_bytes;     // usable host memory
+    std::optional<double> link_gb_per_s;         // host-to-device bandwidth (a profile's PCIe link), GB/s
+    std::string device_source, host_source, link_source;  // the flag or profile file each came from
 };
 
 struct RunContext {
@@ -57,6 +69,7 @@ struct RunContext {
     // `ddo-host serve`: what the server keeps between its runs (weights, prompt embeddings; ddo/run_session.hpp).
     // Borrowed; null for a CLI run, which keeps nothing.
     SessionSlot * session = nullptr;
+    MachineSpec machine;  // --device-memory / --host-memory / --machine: the forecast's budgets
 
     static RunContext & from_c(ddo_run_context * c) { return *reinterpret_cast<RunContext *>(c); }
     ddo_run_context * to_c() { return reinterpret_cast<ddo_run_context *>(this); }

@@ -645,6 +645,25 @@ nlohmann::json ComponentWeights::held() const {
             {"converted_bytes", m.converted.empty() ? 0 : m.converted_held + m.converted_bytes}};
 }
 
+Footprint ComponentWeights::planned_footprint() const {
+    const auto & p = impl_->engine->plan();
+    Footprint f;
+    f.device = p.resident_bytes + std::uint64_t(p.slots) * p.slot_bytes + (impl_->lora ? impl_->lora->bytes : 0);
+    // The disk route stages file reads on CUDA only: the host transport reads into the slot itself.
+    const std::uint64_t staging = impl_->cuda && p.file_bytes > 0 ? std::uint64_t(std::max<std::uint32_t>(p.staging_slots, 2)) * p.slot_bytes : 0;
+    f.host = p.pinned_bytes + p.pageable_bytes + staging;
+    return f;
+}
+
+Footprint ComponentWeights::footprint() const {
+    const auto & m = *impl_;
+    const auto k = m.engine->counters();
+    Footprint f;
+    f.device = k.device_bytes + k.mapped_bytes - std::min(k.mapped_bytes, m.released_file_bytes);
+    f.host = k.pinned_bytes + k.pageable_bytes + (k.staging_bytes - std::min(k.staging_bytes, k.staging_released_bytes));
+    return f;
+}
+
 nlohmann::json ComponentWeights::conversion_json() const {
     const auto & m = *impl_;
     return {{"dtype", std::string(c10::toString(m.dtype))},

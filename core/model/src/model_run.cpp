@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cctype>
 #include <csignal>
 #include <cstdlib>
@@ -26,7 +27,9 @@
 #include "ddo/store/checkpoint_identity.hpp"
 #include "ddo/store/weight_encoding.hpp"
 #include "ddo/store/weight_store.hpp"
+#include "ddo/torch/allocation_meter.hpp"
 #include "ddo/torch/torch_memory.hpp"
+#include "ddo/util/format_bytes.hpp"
 #include "ddo/util/atomic_write.hpp"
 #include "ddo/util/build_info.hpp"
 #include "ddo/util/file_digest.hpp"
@@ -41,6 +44,18 @@ struct ModelRun::PhaseState {
     Clock::time_point last_step = begun;
     // Per open component at the previous step: bytes streamed and stall so far (the step's figures are deltas).
     std::map<std::string, std::pair<std::uint64_t, double>> engine_at_last_step;
+    // Note [Memory forecast]: the most the open weights held outside LibTorch in this phase (engine counters).
+    Footprint engine_max;
+    void sample(const std::vector<ComponentWeights *> & open) {
+        Footprint now;
+        for (const auto * w : open) {
+            const auto f = w->footprint();
+            now.device += f.device;
+            now.host += f.host;
+        }
+        engine_max.device = std::max(engine_max.device, now.device);
+        engine_max.host = std::max(engine_max.host, now.host);
+    }
 };
 
 ModelRun::ModelRun(RunContext & ctx, std::string plugin_name, LogFn log)
@@ -169,6 +184,7 @@ const DevicePlacement & ModelRun::device() {
     if (!device_) {
         device_ = place_device(*ctx_.settings);
         ddo::torch::attach_torch_memory(ctx_.tracker, device_->device());  // torch_allocated / torch_reserved
+        ddo::torch::AllocationMeter::install();  // the forecast's measured side (Note [Memory forecast])
     }
     return *device_;
 }
@@ -294,6 +310,11 @@ void ModelRun::unload(std::unique_ptr<ComponentWeights> w) {
     if (!w) return;
     w->set_on_destroy({});
     open_.erase(std::remove(open_.begin(), open_.end(), w.get()), open_.end());
+    if (phase_) {  // what the weights held, this one included, before it is freed
+        auto held = open_;
+        held.push_back(w.get());
+        phase_->sample(held);
+    }
     const auto k = session_keys_.find(w.get());
     const std::string key = k == session_keys_.end() ? std::string() : k->second;
     if (k != session_keys_.end()) session_keys_.erase(k);
@@ -371,8 +392,13 @@ void ModelRun::begin_phase(const std::string & base) {
     const std::string name = generation_ > 1 ? base + " (generation " + std::to_string(generation_) + ")" : base;
     phase_name_ = name;
     if (ctx_.tracker) phase_->phase.emplace(ctx_.tracker->phase(name));
+    if (device_) {  // the phase's peaks start from what is allocated now
+        ddo::torch::AllocationMeter::reset_peak(device_->device());
+        if (device_->cuda) ddo::torch::AllocationMeter::reset_peak(c10::Device(c10::kCPU));
+    }
     if (!ctx_.dry_run)
         for (auto * w : open_) w->begin_phase(name);
+    phase_->sample(open_);
     if (ctx_.progress) ctx_.progress(ProgressEvent{name, 0, 0, 0, 0});
     signal_at_phase_for_tests(name);
 }
@@ -389,6 +415,11 @@ void ModelRun::signal_at_phase_for_tests(const std::string & name) const {
 
 void ModelRun::end_phase() {
     if (!phase_) return;
+    try {
+        measure_phase(*phase_);
+    } catch (const std::exception & e) {
+        log(3, std::string("memory forecast: the phase's measured peak could not be recorded: ") + e.what());
+    }
     if (phase_->phase) phase_->phase->end();
     phase_.reset();
 }
@@ -399,6 +430,7 @@ void ModelRun::step(int step, int total) {
     const double dt = std::chrono::duration<double>(now - phase_->last_step).count();
     const double since = std::chrono::duration<double>(now - phase_->begun).count();
     phase_->last_step = now;
+    phase_->sample(open_);
     // What each component's engine did in this step: bytes streamed and compute stalled waiting for uploads.
     nlohmann::json engine = nlohmann::json::object();
     for (const auto * w : open_) {
@@ -961,6 +993,186 @@ std::vector<fs::path> ModelRun::write_images(const at::Tensor & images, const st
         out.push_back(path);
     }
     return out;
+}
+
+}  // namespace ddo::model
+
+// ---- Note [Memory forecast] ----------------------------------------------------------------------------------------
+
+namespace ddo::model {
+namespace {
+
+constexpr double kForecastTolerance = 0.15;  // |measured / forecast - 1| beyond it: a warning (docs/metrics.md)
+
+std::string base_phase(const std::string & name) {
+    const auto at = name.find(" (generation ");
+    return at == std::string::npos ? name : name.substr(0, at);
+}
+
+nlohmann::json budget_json(const MemoryBudget & b) { return b.to_json(); }
+
+}  // namespace
+
+MachineBudget ModelRun::machine_budget() {
+    const auto & spec = ctx_.machine;
+    const auto & comps = ctx_.settings->components();
+    const std::string any = std::find(comps.begin(), comps.end(), "transformer") != comps.end() || comps.empty()
+                                ? std::string("transformer")
+                                : comps.front();
+    const auto p = plan(any);
+    MachineBudget m;
+    m.name = spec.name;
+    // A machine given with its device memory is a GPU machine even when this run plans on the CPU: the device side
+    // is then held against that memory, not against host RAM.
+    m.device_is_host = !device().cuda && !spec.device_bytes;
+    m.device = spec.device_bytes ? MemoryBudget{spec.device_bytes, spec.device_source} : device_memory_available(p);
+    m.host = spec.host_bytes ? MemoryBudget{spec.host_bytes, spec.host_source} : host_memory_available(p);
+    m.link_gb_per_s = spec.link_gb_per_s;
+    m.link_source = spec.link_source;
+    return m;
+}
+
+void ModelRun::forecast_weights(const ComponentPlan & plan, const store::ComponentSource & source,
+                                std::vector<GroupSpec> groups, at::ScalarType compute_dtype) {
+    if (!forecast_) forecast_ = std::make_unique<MemoryForecast>(device().cuda);
+    // Opened for its plan only: no engine phase begins, so nothing is read, uploaded or allocated.
+    auto w = ComponentWeights::open(source, std::move(groups), plan, compute_dtype, lora(plan.component, compute_dtype));
+    const auto f = w->planned_footprint();
+    const auto report = w->report();
+    const auto & ep = report.at("engine").at("plan");
+    const std::uint64_t streamed = ep.value("pinned_bytes", std::uint64_t(0)) + ep.value("pageable_bytes", std::uint64_t(0)) +
+                                   ep.value("file_bytes", std::uint64_t(0));
+    forecast_->set_weights(plan.component, f,
+                           {{"route", ep.value("route", std::string())},
+                            {"device_bytes", f.device},
+                            {"host_bytes", f.host},
+                            {"resident_bytes", ep.value("resident_bytes", std::uint64_t(0))},
+                            {"slots", ep.value("slots", 0)},
+                            {"slot_bytes", ep.value("slot_bytes", std::uint64_t(0))},
+                            {"staging_slots", ep.value("staging_slots", 0)},
+                            {"host_copy_bytes", ep.value("pinned_bytes", std::uint64_t(0)) + ep.value("pageable_bytes", std::uint64_t(0))},
+                            {"streamed_bytes_per_pass", streamed}});
+}
+
+void ModelRun::forecast_memory(const ForecastShape & asked, const StageModel & model, std::int64_t multiple,
+                               std::int64_t frame_step) {
+    if (!forecast_) forecast_ = std::make_unique<MemoryForecast>(device().cuda);
+    const bool cuda = device().cuda;
+    const auto budget = machine_budget();
+    const auto phases = forecast_->evaluate(model(asked));
+    nlohmann::json machine = {{"name", budget.name.empty() ? nlohmann::json(nullptr) : nlohmann::json(budget.name)},
+                              {"device", budget_json(budget.device)},
+                              {"host", budget_json(budget.host)},
+                              {"device_is_host", budget.device_is_host},
+                              {"link_gb_per_s", budget.link_gb_per_s ? nlohmann::json(*budget.link_gb_per_s) : nlohmann::json(nullptr)},
+                              {"link_source", budget.link_source.empty() ? nlohmann::json(nullptr) : nlohmann::json(budget.link_source)}};
+    forecast_json_ = {{"shape", {{"width", asked.width}, {"height", asked.height}, {"frames", asked.frames}}},
+                      {"device", cuda ? "cuda" : "cpu"},
+                      {"machine", machine},
+                      {"weights", forecast_->weights_json()},
+                      {"phases", MemoryForecast::phases_json(phases, budget, cuda)},
+                      {"tolerance", kForecastTolerance},
+                      {"warnings", nlohmann::json::array()},
+                      {"model", "Note [Memory forecast] (docs/architecture.md)"}};
+    // The link-bound lower bound of one pass over each component's streamed weights, where the link is known.
+    if (budget.link_gb_per_s && *budget.link_gb_per_s > 0) {
+        nlohmann::json link = nlohmann::json::object();
+        for (const auto & [c, w] : forecast_->weights_json().items()) {
+            const double bytes = w.value("streamed_bytes_per_pass", 0.0);
+            link[c] = {{"streamed_bytes_per_pass", std::uint64_t(bytes)}, {"seconds_per_pass", bytes / (*budget.link_gb_per_s * 1e9)}};
+        }
+        forecast_json_["link_bound"] = link;
+    }
+    // The console: one line per phase.
+    for (const auto & p : phases) {
+        std::string line = "forecast " + p.phase + ": device " + format_mib(p.peak.device) + " (weights " +
+                           format_mib(p.weights.device) + "), host " + format_mib(p.peak.host);
+        const auto & b = budget.device_is_host ? budget.host : budget.device;
+        if (b.bytes) line += "; " + std::string(budget.device_is_host ? "host" : "device") + " budget " + format_mib(*b.bytes);
+        log(2, line);
+    }
+    if (auto * tr = ctx_.tracker) tr->set_forecast(forecast_json_);
+    const auto excess = MemoryForecast::first_excess(phases, budget);
+    if (!excess) return;
+    const auto fitting = largest_fitting(*forecast_, model, asked, budget, multiple, frame_step);
+    const auto & b = excess->side == "device" ? budget.device : budget.host;
+    std::string msg = plugin_ + ": phase '" + excess->phase + "' needs " + format_mib(excess->forecast) + " of " +
+                      (budget.device_is_host ? std::string("host memory (device and host together, on the CPU)")
+                                             : excess->side + " memory") +
+                      " by the memory forecast, over the budget of " + format_mib(excess->budget) + " (" + b.source +
+                      "); nothing was loaded.";
+    if (fitting.size)
+        msg += " At this preset " + std::to_string(fitting.size->width) + "x" + std::to_string(fitting.size->height) +
+               (asked.frames > 1 ? " with " + std::to_string(asked.frames) + " frames" : std::string()) + " fits";
+    else
+        msg += " No size at this preset fits";
+    if (fitting.frames)
+        msg += "; at " + std::to_string(asked.width) + "x" + std::to_string(asked.height) + " up to " +
+               std::to_string(fitting.frames->frames) + " frames fit";
+    msg += ". Run `ddo-host plan` with the same flags for every phase's forecast; a preset that streams more "
+           "(low_ram_safe), a tiled VAE (vae.strategy = tiled) or a smaller workload lowers it (Note [Memory forecast]).";
+    forecast_json_["refused"] = {{"phase", excess->phase}, {"side", excess->side}, {"forecast_bytes", excess->forecast},
+                                 {"budget_bytes", excess->budget},
+                                 {"largest_size", fitting.size ? nlohmann::json({{"width", fitting.size->width}, {"height", fitting.size->height}}) : nlohmann::json(nullptr)},
+                                 {"most_frames", fitting.frames ? nlohmann::json(fitting.frames->frames) : nlohmann::json(nullptr)}};
+    if (auto * tr = ctx_.tracker) tr->set_forecast(forecast_json_);
+    throw UsageError(msg);
+}
+
+void ModelRun::measure_phase(PhaseState & phase) {
+    if (forecast_json_.is_null() || ctx_.dry_run || !device_) return;
+    phase.sample(open_);
+    auto & phases = forecast_json_["phases"];
+    const std::string base = base_phase(phase_name_);
+    nlohmann::json * entry = nullptr;
+    for (auto & p : phases)
+        if (p["phase"] == base && !p.contains("measured")) {
+            entry = &p;
+            break;
+        }
+    if (!entry) return;
+    const auto dev = ddo::torch::AllocationMeter::read(device_->device());
+    nlohmann::json measured = {{"engine_device_bytes", phase.engine_max.device},
+                               {"engine_host_bytes", phase.engine_max.host},
+                               {"torch_peak_bytes", dev.peak ? nlohmann::json(*dev.peak) : nlohmann::json(nullptr)},
+                               {"torch_source", dev.source},
+                               {"phase_instance", phase_name_}};
+    std::optional<std::uint64_t> device_bytes, host_bytes = phase.engine_max.host;
+    if (dev.peak) device_bytes = *dev.peak + phase.engine_max.device;
+    else measured["reason"] = dev.reason;
+    if (device_->cuda) {  // LibTorch's CPU tensors are host memory beside a CUDA device
+        const auto cpu = ddo::torch::AllocationMeter::read(c10::Device(c10::kCPU));
+        measured["torch_host_peak_bytes"] = cpu.peak ? nlohmann::json(*cpu.peak) : nlohmann::json(nullptr);
+        if (cpu.peak) *host_bytes += *cpu.peak;
+        else host_bytes.reset();
+    }
+    measured["device_bytes"] = device_bytes ? nlohmann::json(*device_bytes) : nlohmann::json(nullptr);
+    measured["host_bytes"] = host_bytes ? nlohmann::json(*host_bytes) : nlohmann::json(nullptr);
+    auto ratio = [&](const char * side, std::optional<std::uint64_t> m) {
+        const std::uint64_t f = (*entry)[side]["forecast_bytes"].get<std::uint64_t>();
+        if (!m) return nlohmann::json(nullptr);
+        if (f == 0) return *m == 0 ? nlohmann::json(1.0) : nlohmann::json(nullptr);
+        return nlohmann::json(double(*m) / double(f));
+    };
+    (*entry)["measured"] = measured;
+    (*entry)["ratio"] = {{"device", ratio("device", device_bytes)}, {"host", ratio("host", host_bytes)}};
+    for (const char * side : {"device", "host"}) {
+        const auto & r = (*entry)["ratio"][side];
+        const std::uint64_t f = (*entry)[side]["forecast_bytes"].get<std::uint64_t>();
+        const auto m = std::string(side) == "device" ? device_bytes : host_bytes;
+        if (r.is_number() && std::abs(r.get<double>() - 1.0) > kForecastTolerance) {
+            const std::string w = "phase '" + base + "' " + side + ": measured " + format_mib(*m) + ", forecast " +
+                                  format_mib(f) + " (ratio " + nlohmann::json(r.get<double>()).dump() +
+                                  ", beyond the tolerance " + nlohmann::json(kForecastTolerance).dump() + ")";
+            forecast_json_["warnings"].push_back(w);
+            log(3, "memory forecast missed: " + w);
+        } else if (r.is_null() && m && f == 0 && *m > 0) {
+            const std::string w = "phase '" + base + "' " + side + ": measured " + format_mib(*m) + " where nothing was forecast";
+            forecast_json_["warnings"].push_back(w);
+            log(3, "memory forecast missed: " + w);
+        }
+    }
+    if (auto * tr = ctx_.tracker) tr->set_forecast(forecast_json_);
 }
 
 }  // namespace ddo::model

@@ -145,6 +145,7 @@ struct RunTracker::Impl {
     json notes = json::object();
     json adjustments = json::array();
     json step_cache;  // null: no step cache ran
+    json forecast;    // null: the plugin made no memory forecast
     json environment;
     bool dry_run = false;
 
@@ -558,6 +559,11 @@ void RunTracker::note(const std::string & key, json value) {
     impl_->notes[key] = std::move(value);
 }
 
+void RunTracker::set_forecast(json forecast) {
+    std::lock_guard lk(impl_->mu);
+    impl_->forecast = std::move(forecast);
+}
+
 void RunTracker::set_step_cache(json summary) {
     std::lock_guard lk(impl_->mu);
     impl_->step_cache = std::move(summary);
@@ -733,6 +739,9 @@ json RunTracker::to_json() const {
     r["outputs"] = m.outputs;
     r["notes"] = m.notes;
     r["adjustments"] = m.adjustments;
+    r["forecast"] = m.forecast;
+    r["forecast_reason"] = m.forecast.is_null() ? json("the model plugin made no memory forecast (Note [Memory forecast])")
+                                                : json(nullptr);
     r["step_cache"] = m.step_cache;
     r["step_cache_reason"] = m.step_cache.is_null()
                                  ? json("no step cache ran (cache.kind = off, or the run ended before denoising)")

@@ -115,6 +115,9 @@ public:
     // The report's step_cache: the step cache's settings and summary (model::StepCache::summary); null, with
     // step_cache_reason, when none ran.
     void set_step_cache(nlohmann::json summary);
+    // The report's forecast: each phase's forecast device and host peaks beside the measured ones (Note [Memory
+    // forecast]); null, with forecast_reason, when the plugin made none.
+    void set_forecast(nlohmann::json forecast);
     // A value the run changed from what was requested (size floored to the model's multiple, guidance without a
     // negative prompt, ...): "adjustments" gets {key, requested, effective, reason}; a second one for the same key
     // replaces the first.

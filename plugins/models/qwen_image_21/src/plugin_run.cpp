@@ -10,6 +10,7 @@
 #include "ddo/model/tensor_output.hpp"
 #include "pipeline.hpp"
 #include "kv_cache_policy.hpp"
+#include "memory_model.hpp"
 #include "prompt_encoder.hpp"
 #include "reference_stages.hpp"
 #include "vae_choice.hpp"
@@ -330,20 +331,46 @@ bool encode_prompt(model::ModelRun & run, const Request & r, const ModelFiles & 
     return false;
 }
 
-// The transformer: its globals resident, its blocks on the engine (transformer_plan's route).
+// The transformer: its globals resident, its blocks on the engine (transformer_plan's route). Both are freed after the
+// last denoise, before decoding (the VAE has their memory: Note [Memory forecast]).
 struct LoadedTransformer {
-    Transformer transformer;
+    std::optional<Transformer> transformer;
     std::unique_ptr<model::ComponentWeights> weights;
     std::unique_ptr<BlockSource> blocks;
 };
 
-LoadedTransformer open_transformer(model::ModelRun & run, const ModelFiles & m, const RunPlan & p, at::ScalarType dtype,
-                                   const model::StepCache * step_cache) {
-    const auto & tc = m.transformer_config;
-    // A step cache's always-run blocks resident first on the dynamic route (Note [Step caching]).
+// The transformer's plan: a step cache's always-run blocks resident first on the dynamic route (Note [Step caching]).
+model::ComponentPlan transformer_plan(const RunPlan & p, const model::StepCache * step_cache) {
     auto plan = p.transformer;
     if (const auto * cache = step_cache)
         for (const int64_t i : cache->always_run()) plan.resident_first.push_back("transformer_blocks." + std::to_string(i));
+    return plan;
+}
+
+// Note [Memory forecast]: every phase's peak, known before anything loads; exit 2 when one does not fit.
+void forecast_run(model::ModelRun & run, const Request & r, const ModelFiles & m, const RunPlan & p, const Conditioning & c) {
+    if (r.prompt.encode_only) return;
+    const auto & tc = m.transformer_config;
+    run.forecast_weights(transformer_plan(p, r.o.step_cache), run.component("transformer"), transformer_groups(tc), r.o.dtype);
+    MemoryInputs in;
+    in.batch = r.w.num_images;
+    in.guide = c.guide;
+    in.prompt_tokens_known = c.embeds.embeds.defined();
+    in.prompt_tokens = in.prompt_tokens_known ? c.embeds.embeds.size(1) : 256;
+    for (const auto & ref : r.refs.items) in.reference_tokens += (ref.width / 16) * (ref.height / 16);
+    if (r.refs.any() && !in.prompt_tokens_known) in.prompt_tokens += in.reference_tokens / 4;  // the vision slots
+    in.kv_cache = r.o.use_kv_cache && tc.causal_condition;
+    in.kv_cache_on_host = r.kv_cache_placement == "host";
+    in.vae = p.vae_choice;
+    in.dtype = r.o.dtype;
+    run.forecast_memory({r.o.width, r.o.height, 1},
+                        [&m, in](const model::ForecastShape & s) { return stage_memory(m, in, s); }, kMultiple);
+}
+
+LoadedTransformer open_transformer(model::ModelRun & run, const ModelFiles & m, const RunPlan & p, at::ScalarType dtype,
+                                   const model::StepCache * step_cache) {
+    const auto & tc = m.transformer_config;
+    const auto plan = transformer_plan(p, step_cache);
     LoadedTransformer t{Transformer(tc, load_transformer_globals(m.transformer, tc, dtype, run.lora("transformer", dtype).get(), run.device().device())),
                         run.open_weights(plan, run.component("transformer"), transformer_groups(tc), dtype),
                         nullptr};
@@ -360,12 +387,13 @@ at::Tensor denoise_latents(model::ModelRun & run, const ModelFiles & m, LoadedTr
     cb.check_interrupted = [&](int step) { run.check_interrupted("at step " + std::to_string(step)); };
     cb.on_step = [&](int step, int total) { run.step(step, total); };
     KvCacheStats stats;
-    auto latents = denoise(m, t.transformer, *t.blocks, embeds, o, cb, refs, &stats);
+    auto latents = denoise(m, *t.transformer, *t.blocks, embeds, o, cb, refs, &stats);
     run.finish_step_cache();
     run.record_counters("kv_cache", kv_cache_json(kv, stats));
     if (last) {
         t.blocks.reset();
         run.unload(std::move(t.weights));
+        t.transformer.reset();  // its globals
     }
     return latents;
 }
@@ -409,6 +437,7 @@ void run_qwen_image_21(model::ModelRun & run) {
     record_workload(run, r, m, p, c.guide, r.prompt.from_text ? nlohmann::json("planned") : nlohmann::json(nullptr));
     if (!r.refs.any())
         run.not_used("vision_tower", "no reference image (--image) was given; the vision tower encodes references only");
+    forecast_run(run, r, m, p, c);
     if (!encode_prompt(run, r, m, p, c)) {
         run.not_used_except({"text_encoder", "vision_tower"}, "ddo-host encode writes the prompt embeddings only");
         return;

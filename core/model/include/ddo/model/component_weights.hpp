@@ -30,6 +30,7 @@
 #include "ddo/model/component_plan.hpp"
 #include "ddo/model/linear.hpp"
 #include "ddo/model/lora_adapters.hpp"
+#include "ddo/model/memory_forecast.hpp"
 #include "ddo/store/component_source.hpp"
 
 namespace ddo::model {
@@ -115,6 +116,13 @@ public:
     // What the weights hold for a next run: {"resident_groups", "resident_bytes" (planned resident, route component:
     // 0), "mapped_bytes", "host_copy_bytes" (pinned + pageable), "converted_groups", "converted_bytes"}.
     nlohmann::json held() const;
+    // Note [Memory forecast]: what the plan will hold, and what the engine holds now, outside LibTorch's allocator:
+    // device = the residents and slots (on the host transport, residents read in place from the file mapping too,
+    // less the pages handed back after a conversion); host = pinned and pageable host copies and the disk route's
+    // staging buffers. The plan's device bytes include the LoRA factors and the residents converted once (LibTorch
+    // tensors: the measured side counts them in LibTorch's allocations, not here).
+    Footprint planned_footprint() const;
+    Footprint footprint() const;
     // {"route", "bytes_streamed", "execution_groups", "placement", "conversion", "quantization" (formats and counts
     // of the declared tensors, stored and dense bytes, dequant_s and its clock), "lora" (ComponentLora::to_json, null
     // without one), "engine": Engine::to_json()}

@@ -38,6 +38,7 @@
 #include "ddo/model/condition_image.hpp"
 #include "ddo/model/device_placement.hpp"
 #include "ddo/model/lora_adapters.hpp"
+#include "ddo/model/memory_forecast.hpp"
 #include "ddo/model/step_cache.hpp"
 #include "ddo/model/tensor_output.hpp"
 #include "ddo/run_context.hpp"
@@ -155,6 +156,21 @@ public:
     // the plan's counters in the report under the component's name.
     std::unique_ptr<ComponentWeights> open_weights(const ComponentPlan & plan, const store::ComponentSource & source,
                                                    std::vector<GroupSpec> groups, at::ScalarType compute_dtype);
+    // Note [Memory forecast] (docs/architecture.md). The weights of a component as `plan` would hold them, planned now
+    // from the checkpoint's headers (nothing is read or allocated): the weights of the stages naming the component in
+    // forecast_memory. Call it before anything loads, for every component a stage names.
+    void forecast_weights(const ComponentPlan & plan, const store::ComponentSource & source, std::vector<GroupSpec> groups,
+                          at::ScalarType compute_dtype);
+    // Each stage of `model` at `asked`: its peaks held against the machine (--device-memory, --host-memory, --machine;
+    // else this machine's available memory), recorded as the report's forecast and logged. When a phase does not fit:
+    // UsageError (exit 2, before anything loads) naming the phase, its forecast and the budget, and the largest size
+    // (sizes floored to `multiple`) and, for video (`frame_step` > 0), the most frames that fit. When each forecast
+    // phase ends, its measured peak is recorded beside the forecast, with the ratio.
+    void forecast_memory(const ForecastShape & asked, const StageModel & model, std::int64_t multiple,
+                         std::int64_t frame_step = 0);
+    // The machine the forecast is held against.
+    MachineBudget machine_budget();
+
     // Under `ddo-host serve` (RunContext::session) open_weights first asks the server's session for the weights a
     // previous run left loaded under the same key (the component, its files and their identity, the groups, route,
     // capacities, allocator, dtype and LoRA set); a hit resumes them: nothing is read, uploaded or converted again.
@@ -342,6 +358,10 @@ private:
     std::filesystem::path calibration_file_;  // mag calibration's mag_ratios.toml (empty: none)
     PathLock calibration_lock_;
     nlohmann::json workload_;
+    // Note [Memory forecast]: the weights planned for it, the report's forecast, the phases measured so far.
+    std::unique_ptr<MemoryForecast> forecast_;
+    nlohmann::json forecast_json_;
+    void measure_phase(PhaseState & phase);
     nlohmann::json checkpoint_ = nlohmann::json::object();
     LoraAdapters loras_;
     std::map<std::string, std::vector<std::pair<std::string, std::string>>> original_names_;

@@ -1,0 +1,128 @@
+// Issue 42: the memory forecast (Note [Memory forecast]) of ddo-host runs on the qwen_image_21 parity fixture: every
+// forecast phase's device peak within its stated tolerance of the measured one (LibTorch's CPU allocations counted
+// exactly, plus the engine's buffers), across sizes, guidance, batch and routes; a --device-memory below the forecast
+// refused (exit 2) before any phase that reads weights, with the largest size that fits, which then runs under that
+// budget (measured); `ddo-host plan` and the machine profiles.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <set>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "e2e/host_run.hpp"
+
+namespace fs = std::filesystem;
+
+namespace {
+
+const fs::path kFixtures = QI21_FIXTURE_DIR;
+constexpr double kTolerance = 0.15;  // the forecast's stated tolerance (docs/metrics.md, forecast)
+
+using ddo::test::HostRun;
+
+HostRun run_host(const std::string & tag, const std::string & args, const std::string & command = "") {
+    return ddo::test::run_ddo_host("forecast_" + tag, command + " --plugin qwen_image --model '" +
+                                                          (kFixtures / "checkpoint").string() + "' --prompt-embeds '" +
+                                                          (kFixtures / "prompt_embeds.safetensors").string() +
+                                                          "' --steps 2 " + args);
+}
+
+// Every phase of the report's forecast was measured, within the tolerance on the device side (the CPU: LibTorch's
+// allocations and the engine's), and the host side (the engine's host copies) likewise where anything was forecast.
+void expect_within_tolerance(const HostRun & r, const std::string & what) {
+    ASSERT_EQ(r.exit_code, 0) << what << "\n" << r.log;
+    const auto & f = r.report.at("forecast");
+    ASSERT_TRUE(f.is_object()) << what << ": " << r.report.value("forecast_reason", nlohmann::json()).dump();
+    std::set<std::string> phases;
+    for (const auto & p : f.at("phases")) {
+        const std::string phase = p.at("phase");
+        phases.insert(phase);
+        ASSERT_TRUE(p.contains("measured")) << what << ": phase " << phase << " was not measured: " << p.dump();
+        const auto & ratio = p.at("ratio").at("device");
+        ASSERT_TRUE(ratio.is_number()) << what << ": " << p.dump();
+        EXPECT_NEAR(ratio.get<double>(), 1.0, kTolerance)
+            << what << ", phase " << phase << ": forecast " << p.at("device").at("forecast_bytes") << " measured "
+            << p.at("measured").at("device_bytes") << "\n" << p.at("terms").dump(1);
+        if (p.at("host").at("forecast_bytes").get<std::uint64_t>() > 0) {
+            ASSERT_TRUE(p.at("ratio").at("host").is_number()) << what << ": " << p.dump();
+            EXPECT_NEAR(p.at("ratio").at("host").get<double>(), 1.0, kTolerance) << what << ", phase " << phase << " host";
+        }
+    }
+    EXPECT_EQ(phases, (std::set<std::string>{"denoise", "decode"})) << what;
+    EXPECT_TRUE(f.at("warnings").empty()) << what << ": " << f.at("warnings").dump();
+}
+
+class Forecast : public ::testing::Test {
+protected:
+    void SetUp() override {
+        ASSERT_TRUE(fs::exists(kFixtures / "checkpoint" / "model_index.json"))
+            << kFixtures << " has no checkpoint: build target qwen_image_21_fixtures (tools/ddo build)";
+    }
+};
+
+}  // namespace
+
+TEST_F(Forecast, EveryPhaseWithinToleranceOfItsMeasuredPeak) {
+    expect_within_tolerance(run_host("256", "--width 256 --height 256"), "256x256");
+    expect_within_tolerance(run_host("cfg_batch", "--width 768 --height 512 --cfg-scale 4 --num-images 2"),
+                            "768x512, guidance, 2 images");
+    expect_within_tolerance(run_host("disk", "--width 1024 --height 1024 --set components.transformer.route=disk"),
+                            "1024x1024, disk route");
+    expect_within_tolerance(run_host("low_ram", "--preset low_ram_safe --width 512 --height 512"),
+                            "512x512, low_ram_safe (group_leaf text encoder route, tiled VAE)");
+}
+
+TEST_F(Forecast, DeviceMemoryBelowTheForecastIsRefusedBeforeLoadingAndTheSizeItNamesFits) {
+    const std::string budget = "--device-memory 40MiB";
+    const HostRun refused = run_host("refused", "--width 1024 --height 1024 " + budget);
+    ASSERT_EQ(refused.exit_code, 2) << refused.log;
+    EXPECT_NE(refused.log.find("phase 'decode' needs"), std::string::npos) << refused.log;
+    EXPECT_NE(refused.log.find("--device-memory 40MiB"), std::string::npos) << refused.log;
+    EXPECT_NE(refused.log.find("nothing was loaded"), std::string::npos) << refused.log;
+    // Refused in the load phase: no phase that reads or computes weights ran.
+    for (const auto & p : refused.report.at("phases")) {
+        const std::string name = p.at("name");
+        EXPECT_TRUE(name != "denoise" && name != "decode" && name != "encode") << name;
+    }
+    const auto & f = refused.report.at("forecast");
+    ASSERT_TRUE(f.is_object());
+    const auto & largest = f.at("refused").at("largest_size");
+    ASSERT_TRUE(largest.is_object()) << f.at("refused").dump();
+    const auto w = largest.at("width").get<int>(), h = largest.at("height").get<int>();
+    EXPECT_EQ(w, h);  // the asked aspect ratio
+    EXPECT_LT(w, 1024);
+    EXPECT_NE(refused.log.find(std::to_string(w) + "x" + std::to_string(h) + " fits"), std::string::npos) << refused.log;
+
+    // That size under the same budget runs, and every phase's measured device peak stays under it.
+    const HostRun fits = run_host("fits", "--width " + std::to_string(w) + " --height " + std::to_string(h) + " " + budget);
+    ASSERT_EQ(fits.exit_code, 0) << fits.log;
+    for (const auto & p : fits.report.at("forecast").at("phases")) {
+        ASSERT_TRUE(p.at("measured").at("device_bytes").is_number()) << p.dump();
+        EXPECT_LE(p.at("measured").at("device_bytes").get<std::uint64_t>(), 40ull << 20) << p.dump();
+        EXPECT_EQ(p.at("device").at("budget_source"), "--device-memory 40MiB");
+    }
+}
+
+TEST_F(Forecast, PlanPrintsEveryPhaseAgainstAMachineProfile) {
+    const HostRun r = run_host("plan", "--width 1024 --height 1024 --machine rtx4060-8g", "plan");
+    ASSERT_EQ(r.exit_code, 0) << r.log;
+    EXPECT_NE(r.log.find("forecast denoise: device"), std::string::npos) << r.log;
+    EXPECT_NE(r.log.find("forecast decode: device"), std::string::npos) << r.log;
+    EXPECT_EQ(r.report.at("dry_run"), true);
+    const auto & f = r.report.at("forecast");
+    EXPECT_EQ(f.at("machine").at("name"), "rtx4060-8g");
+    EXPECT_NE(f.at("machine").at("device").at("source").get<std::string>().find("rtx4060-8g.toml"), std::string::npos);
+    EXPECT_GT(f.at("machine").at("link_gb_per_s").get<double>(), 0.0);
+    // The link-bound lower bound of a pass over the streamed weights, beside the plan.
+    EXPECT_TRUE(f.at("link_bound").at("transformer").contains("seconds_per_pass")) << f.dump();
+    for (const auto & p : f.at("phases")) EXPECT_FALSE(p.contains("measured")) << "a dry run measures nothing";
+
+    const HostRun unknown = run_host("plan_unknown", "--machine rtx9999", "plan");
+    EXPECT_EQ(unknown.exit_code, 2);
+    EXPECT_NE(unknown.log.find("rtx4060-8g"), std::string::npos) << "the profiles there are: " << unknown.log;
+    const HostRun unitless = run_host("plan_unitless", "--device-memory 8", "plan");
+    EXPECT_EQ(unitless.exit_code, 2);
+    EXPECT_NE(unitless.log.find("--device-memory '8': no unit"), std::string::npos) << unitless.log;
+}
