@@ -104,13 +104,3 @@ if(TARGET qwen_image_21 AND TARGET ddo-host AND DDO_PYTHON AND TARGET qwen_image
   add_dependencies(qwen_image_21_reference_test qwen_image_21_reference_fixtures)
 endif()
 
-# Issue 42: the memory forecast on the parity fixture (forecast vs measured peaks within the tolerance, --device-memory
-# refusals and what fits, ddo-host plan and the machine profiles).
-if(TARGET qwen_image_21 AND TARGET ddo-host)
-  ddo_add_gtest(memory_forecast_e2e_test LABELS e2e TIMEOUT 600
-    SOURCES ${CMAKE_CURRENT_LIST_DIR}/memory_forecast_test.cpp
-    LIBS nlohmann_json::nlohmann_json)
-  target_compile_definitions(memory_forecast_e2e_test PRIVATE
-    QI21_FIXTURE_DIR="${CMAKE_BINARY_DIR}/fixtures/qwen_image_21" DDO_HOST_BIN="$<TARGET_FILE:ddo-host>")
-  add_dependencies(memory_forecast_e2e_test ddo-host qwen_image_21 linear)
-endif()

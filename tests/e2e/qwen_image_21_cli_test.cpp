@@ -259,7 +259,8 @@ TEST(Qi21Cli, PresetShowPlanPrintsWhatWouldStream) {
                    "' --set components.transformer.resident_budget_gb=0.00003", &log), 0) << log;
     EXPECT_NE(log.find("transformer: dynamic"), std::string::npos) << log;
     EXPECT_NE(log.find("2 streamed through 2 slots"), std::string::npos) << log;
-    EXPECT_EQ(log.find("denoise"), std::string::npos) << "nothing computed\n" << log;
+    EXPECT_EQ(log.find("denoise done"), std::string::npos) << "nothing computed\n" << log;
+    EXPECT_NE(log.find("forecast denoise: device"), std::string::npos) << "the memory forecast, before anything loads\n" << log;
     EXPECT_EQ(host("preset show low_ram_safe --plan", &log), 2) << log;
     EXPECT_NE(log.find("needs --plugin NAME and --model DIR"), std::string::npos) << log;
 }

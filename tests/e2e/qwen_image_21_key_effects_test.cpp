@@ -143,8 +143,12 @@ std::map<std::string, Effect> effects() {
                                              differs("counters.transformer.engine.plan.pinned_bytes")};
     e["capacities.pin_host_memory"] = {kPinned, kPinned + " --set capacities.pin_host_memory=false", true,
                                        differs("counters.transformer.engine.host_staging.limits.pinned_route")};
+    // A headroom above the machine's RAM leaves the forecast no host memory (Note [Memory forecast]): refused before
+    // anything loads, naming the key in the budget's source.
     e["capacities.ram_headroom_gb"] = {kPinned, kPinned + " --set capacities.ram_headroom_gb=60000", true,
-                                       differs("counters.transformer.engine.plan.pinned_bytes")};
+                                       [](const KeyRun & b, const KeyRun & c) {
+                                           expect_refused(b, c, "minus capacities.ram_headroom_gb");
+                                       }};
     e["capacities.staging_slots"] = {kDisk, kDisk + " --set capacities.staging_slots=3", true,
                                      differs("counters.transformer.engine.plan.staging_slots")};
     e["capacities.prefetch_depth"] = {kStream, kStream + " --set capacities.prefetch_depth=0", true,

@@ -383,6 +383,10 @@ std::unique_ptr<ComponentWeights> ComponentWeights::open(const store::ComponentS
         caps.device_free = caps.device_total = caps.usable_host_ram();  // host memory stands in for the device
         caps.device_source = "host memory, the CPU transport's device: " + caps.describe_host_ram();
     }
+    if (plan.machine_device_bytes) {  // planned for another machine's device (Note [Memory forecast])
+        caps.device_free = caps.device_total = *plan.machine_device_bytes;
+        caps.device_source = "the machine planned for: " + plan.machine_device_source;
+    }
     if (m.lora && caps.device_free) {
         // Note [Applying LoRA]: the factors stay on the device for the weights' life (on CUDA they are allocated
         // already, and the device query sees them).
@@ -426,7 +430,16 @@ std::unique_ptr<ComponentWeights> ComponentWeights::open(const store::ComponentS
     m.cuda = d.is_cuda();
     bool differs = false;
     const auto converted = converted_bytes_of(*m.layout, m.in_group, m.dtype, differs);
-    auto planned = plan_with_conversions(*m.layout, converted, differs, cfg, caps, !d.is_cuda(), m.quantized);
+    auto planned = [&] {
+        try {
+            return plan_with_conversions(*m.layout, converted, differs, cfg, caps, !d.is_cuda(), m.quantized);
+        } catch (const RuntimeError & e) {
+            // A machine the user declared (--device-memory, --machine) that cannot hold what the route needs is the
+            // request's (exit 2), not this machine's.
+            if (plan.machine_device_bytes) throw UsageError(plan.component + ": " + e.what());
+            throw;
+        }
+    }();
     m.convert_once = planned.convert_once;
     m.convert_once_reason = planned.reason;
     m.engine = std::make_unique<en::Engine>(*m.layout, std::move(planned.plan), plan.allocator, *m.transport, eo);
@@ -659,7 +672,9 @@ Footprint ComponentWeights::footprint() const {
     const auto & m = *impl_;
     const auto k = m.engine->counters();
     Footprint f;
-    f.device = k.device_bytes + k.mapped_bytes - std::min(k.mapped_bytes, m.released_file_bytes);
+    // Residents converted once (Note [Converted residents]) are LibTorch tensors, counted on the measured side as such;
+    // their mapped file pages are handed back as each is converted, so they count for nothing here.
+    f.device = k.device_bytes + (m.convert_once ? 0 : k.mapped_bytes - std::min(k.mapped_bytes, m.released_file_bytes));
     f.host = k.pinned_bytes + k.pageable_bytes + (k.staging_bytes - std::min(k.staging_bytes, k.staging_released_bytes));
     return f;
 }

@@ -34,6 +34,7 @@ MemoryBudget host_memory_available(const ComponentPlan & plan) {
 MemoryBudget device_memory_available(const ComponentPlan & plan) {
     if (plan.capacities.device_budget_gb > 0)
         return {Capacities::gib_to_bytes(plan.capacities.device_budget_gb), "capacities.device_budget_gb"};
+    if (plan.machine_device_bytes) return {plan.machine_device_bytes, plan.machine_device_source};
     if (!plan.placement.cuda) return host_memory_available(plan);
     std::string reason;
     const auto * driver = platform::CudaDriver::get(&reason);

@@ -122,8 +122,11 @@ bool fits(const MemoryForecast & f, const StageModel & model, const ForecastShap
 }  // namespace
 
 FittingShape largest_fitting(const MemoryForecast & f, const StageModel & model, const ForecastShape & asked,
-                             const MachineBudget & m, std::int64_t multiple, std::int64_t frame_step) {
+                             const MachineBudget & budget, std::int64_t multiple, std::int64_t frame_step, double margin) {
     FittingShape out;
+    MachineBudget m = budget;
+    for (auto * b : {&m.device, &m.host})
+        if (b->bytes) b->bytes = std::uint64_t(double(*b->bytes) / (1.0 + margin));
     // Size: the long side in steps of `multiple`, the short one at the asked aspect (floored to `multiple`). Memory
     // grows with the size, so a binary search over the long side's steps.
     const std::int64_t longest = std::max(asked.width, asked.height);

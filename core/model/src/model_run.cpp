@@ -190,8 +190,11 @@ const DevicePlacement & ModelRun::device() {
 }
 
 ComponentPlan ModelRun::plan(const std::string & component) {
-    return make_plan(*ctx_.settings, component, device(), ctx_.allocator_vtable, ctx_.allocator_name,
-                     ctx_.allocator_error);
+    auto p = make_plan(*ctx_.settings, component, device(), ctx_.allocator_vtable, ctx_.allocator_name,
+                       ctx_.allocator_error);
+    p.machine_device_bytes = ctx_.machine.device_bytes;
+    p.machine_device_source = ctx_.machine.device_source;
+    return p;
 }
 
 store::ComponentSource ModelRun::component(const std::string & name) const {
@@ -1094,7 +1097,7 @@ void ModelRun::forecast_memory(const ForecastShape & asked, const StageModel & m
     if (auto * tr = ctx_.tracker) tr->set_forecast(forecast_json_);
     const auto excess = MemoryForecast::first_excess(phases, budget);
     if (!excess) return;
-    const auto fitting = largest_fitting(*forecast_, model, asked, budget, multiple, frame_step);
+    const auto fitting = largest_fitting(*forecast_, model, asked, budget, multiple, frame_step, kForecastTolerance);
     const auto & b = excess->side == "device" ? budget.device : budget.host;
     std::string msg = plugin_ + ": phase '" + excess->phase + "' needs " + format_mib(excess->forecast) + " of " +
                       (budget.device_is_host ? std::string("host memory (device and host together, on the CPU)")
@@ -1102,7 +1105,8 @@ void ModelRun::forecast_memory(const ForecastShape & asked, const StageModel & m
                       " by the memory forecast, over the budget of " + format_mib(excess->budget) + " (" + b.source +
                       "); nothing was loaded.";
     if (fitting.size)
-        msg += " At this preset " + std::to_string(fitting.size->width) + "x" + std::to_string(fitting.size->height) +
+        msg += " With the forecast's tolerance (" + nlohmann::json(kForecastTolerance).dump() + ") to spare, at this preset " +
+               std::to_string(fitting.size->width) + "x" + std::to_string(fitting.size->height) +
                (asked.frames > 1 ? " with " + std::to_string(asked.frames) + " frames" : std::string()) + " fits";
     else
         msg += " No size at this preset fits";

@@ -37,6 +37,16 @@ bool conv3d_uses_im2col(const at::Tensor & input, const at::Tensor & weight, c10
     return 4 * voxels < weight.size(0);
 }
 
+std::uint64_t conv3d_column_bytes(std::int64_t c_in, std::int64_t c_out, std::int64_t k, std::int64_t d, std::int64_t h,
+                                  std::int64_t w, at::ScalarType dtype) {
+    if (d < k || h < k || w < k) return 0;
+    const std::int64_t voxels = (d - k + 1) * (h - k + 1) * (w - k + 1);
+    const std::uint64_t columns = std::uint64_t(c_in) * std::uint64_t(k * k * k) * std::uint64_t(voxels) * c10::elementSize(dtype);
+    const bool ours = (dtype == at::kFloat || dtype == at::kDouble || dtype == at::kBFloat16) && 4 * voxels < c_out;
+    const bool atens = dtype == at::kFloat && k <= 3 && c_in * d * h <= 20480;
+    return ours || atens ? columns : 0;
+}
+
 at::Tensor conv3d(const at::Tensor & input, const at::Tensor & weight, const at::Tensor & bias, c10::IntArrayRef stride,
                   c10::IntArrayRef padding) {
     if (!conv3d_uses_im2col(input, weight, stride, padding)) return at::conv3d(input, weight, bias, stride, padding);

@@ -2,6 +2,8 @@
 // (Note [Video VAE auto]); the activation estimate walks the decoder's stages as LTX2VideoDecoder3d runs them.
 #include "video_vae_choice.hpp"
 
+#include "ddo/torch/conv3d.hpp"
+
 #include <algorithm>
 
 #include <c10/core/ScalarType.h>
@@ -14,10 +16,21 @@ namespace ddo::ltx2 {
 
 std::uint64_t estimate_video_decode_activation_bytes(const VideoVaeConfig & c, std::int64_t batch,
                                                      std::int64_t latent_frames, std::int64_t latent_h,
-                                                     std::int64_t latent_w, at::ScalarType dtype) {
+                                                     std::int64_t latent_w, at::ScalarType dtype, bool cpu) {
     std::uint64_t f = std::uint64_t(latent_frames), h = std::uint64_t(latent_h), w = std::uint64_t(latent_w);
     auto at_size = [&](std::int64_t channels) { return std::uint64_t(channels) * f * h * w; };
+    const std::uint64_t e = c10::elementSize(dtype);
+    // A resnet's convolutions at `channels` and the current resolution: the input, the normalised SiLU and the padded
+    // copy live with the conv's column buffer when it takes an im2col path on the CPU.
+    std::uint64_t resnet_peak = 0;
+    auto resnet_at = [&](std::int64_t channels) {
+        if (!cpu) return;
+        const auto columns = torch::conv3d_column_bytes(channels, channels, 3, std::int64_t(f) + 2, std::int64_t(h) + 2,
+                                                        std::int64_t(w) + 2, dtype);
+        resnet_peak = std::max(resnet_peak, (3 * at_size(channels) * e + columns) * std::uint64_t(batch));
+    };
     std::uint64_t largest = at_size(std::max(c.latent_channels, c.mid_channels));
+    if (c.mid_layers > 0) resnet_at(c.mid_channels);
     for (const auto & b : c.up_blocks) {
         if (b.conv_in) largest = std::max(largest, at_size(std::max(b.input_width, b.out_channels)));
         if (b.upsample) {
@@ -28,9 +41,10 @@ std::uint64_t estimate_video_decode_activation_bytes(const VideoVaeConfig & c, s
             w *= std::uint64_t(b.stride[2]);
         }
         largest = std::max(largest, at_size(b.out_channels));
+        if (b.layers > 0) resnet_at(b.out_channels);
     }
     largest = std::max(largest, at_size(c.out_channels * c.patch_size * c.patch_size));
-    return 4 * largest * std::uint64_t(batch) * std::uint64_t(c10::elementSize(dtype));
+    return std::max(4 * largest * std::uint64_t(batch) * e, resnet_peak);
 }
 
 VideoVaeDecision decide_video_vae_strategy(std::uint64_t weight_bytes, std::uint64_t clip_activations,
@@ -94,9 +108,10 @@ VideoVaeChoice choose_video_vae_strategy(const model::ComponentPlan & plan, cons
     const bool temporal = lf > window_frames;
     const std::int64_t tile_h = t.tile_sample_min_height / r, tile_w = t.tile_sample_min_width / r;
     const std::uint64_t weights = video_vae_decoder_weight_bytes(c, dtype);
-    const std::uint64_t clip = estimate_video_decode_activation_bytes(c, batch, lf, lh, lw, dtype);
+    const bool cpu = !plan.placement.cuda;
+    const std::uint64_t clip = estimate_video_decode_activation_bytes(c, batch, lf, lh, lw, dtype, cpu);
     const std::uint64_t piece = estimate_video_decode_activation_bytes(
-        c, batch, temporal ? window_frames + 1 : lf, std::min(lh, tile_h), std::min(lw, tile_w), dtype);
+        c, batch, temporal ? window_frames + 1 : lf, std::min(lh, tile_h), std::min(lw, tile_w), dtype, cpu);
     const auto budget = model::device_memory_available(plan);
     std::optional<model::MemoryBudget> host;
     if (plan.placement.cuda) host = model::host_memory_available(plan);

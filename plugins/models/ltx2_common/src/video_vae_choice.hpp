@@ -30,10 +30,12 @@ struct VideoVaeChoice {
 };
 
 // Peak bytes of the activations of decoding latents [batch, C, latent_frames, latent_h, latent_w] in one piece (an
-// estimate: 4x the largest tensor of any stage: its input, output and the conv / norm temporaries).
+// estimate: 4x the largest tensor of any stage: its input, output and the conv / norm temporaries; on the CPU (`cpu`)
+// at least, at each resnet's resolution, three such tensors plus the column buffer of a convolution that takes an
+// im2col path: ddo::torch::conv3d_column_bytes, Note [Memory forecast]).
 std::uint64_t estimate_video_decode_activation_bytes(const VideoVaeConfig & c, std::int64_t batch,
                                                      std::int64_t latent_frames, std::int64_t latent_h,
-                                                     std::int64_t latent_w, at::ScalarType dtype);
+                                                     std::int64_t latent_w, at::ScalarType dtype, bool cpu = false);
 
 // The pure decision of `auto` from the numbers (choose_video_vae_strategy gathers them): `clip_activations` of the
 // whole clip in one piece, `window_activations` of one temporal window (tiled spatially when larger than a tile),

@@ -16,6 +16,8 @@
 
 #include "audio_vae_decoder.hpp"
 #include "clip_stages.hpp"
+#include "memory_model.hpp"
+#include "original_names.hpp"
 #include "connectors.hpp"
 #include "ddo/error.hpp"
 #include "ddo/media/video_writer.hpp"
@@ -877,6 +879,38 @@ void run_decode_only(model::ModelRun & run) {
 
 }  // namespace
 
+// Note [Memory forecast]: every phase's peak known before anything loads; exit 2 when one does not fit.
+void forecast_run(model::ModelRun & run, const Request & r, const VideoModel & m, const RunPlan & p) {
+    if (r.prompt.encode_only) return;
+    run.forecast_weights(p.transformer, with_original_names(run.component("transformer"), "transformer"),
+                         transformer_groups(m.transformer_config), r.w.dtype);
+    model::ComponentPlan vae_plan = p.vae;
+    if (p.vae_choice.strategy == VideoVaeStrategy::leaf_offload) vae_plan.route = engine::Route::dynamic;
+    run.forecast_weights(vae_plan, with_original_names(run.component("vae"), "vae"), video_vae_leaf_groups(m.vae_config),
+                         r.w.dtype);
+    VideoMemoryInputs in;
+    in.cfg = p.passes.cfg;
+    in.extra_passes = int(p.passes.stg) + int(p.passes.isolate);
+    in.text_tokens = p.embeds.embeds.defined() ? p.embeds.embeds.size(1) : r.max_sequence_length;
+    in.per_token_timesteps = p.conditions.any();
+    if (p.conditions.pipeline == ClipConditions::Pipeline::condition)
+        for (const auto & i : p.conditions.items) in.keyframes += i.latent_index != 0;
+    in.fps = r.w.fps;
+    if (p.two_stage) {
+        const auto passes2 = guidance_passes(p.two_stage->settings.video, p.two_stage->settings.audio);
+        in.two_stage = true;
+        in.stage2_cfg = passes2.cfg;
+        in.stage2_extra_passes = int(passes2.stg) + int(passes2.isolate);
+    }
+    in.vae = p.vae_choice;
+    in.dtype = r.w.dtype;
+    in.cuda = p.transformer.placement.cuda;
+    const auto ratios = m.ratios();
+    run.forecast_memory({p.clip.width, p.clip.height, r.w.frames},
+                        [&m, in](const model::ForecastShape & s) { return video_stage_memory(m, in, s); },
+                        (p.two_stage ? 2 : 1) * ratios.spatial, ratios.temporal);
+}
+
 void run_ltx2_video(model::ModelRun & run) {
     run.accept_latents_files();
     if (!run.decode_latents_file().empty()) return run_decode_only(run);
@@ -886,6 +920,7 @@ void run_ltx2_video(model::ModelRun & run) {
     auto p = plan_run(run, r, m);
     const OutputPlan o = plan_extra_outputs(run, p);
     record_workload(run, r, m, p);
+    forecast_run(run, r, m, p);
     if (!encode_prompt(run, r, c, p)) return;
     const auto text = encode_text(run, r, m, p);
     if (!text) return;

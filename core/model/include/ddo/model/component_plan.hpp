@@ -4,6 +4,7 @@
 // the VAE strategies run on; to_json() is what the report records as requested vs effective.
 #pragma once
 
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -44,6 +45,11 @@ struct ComponentPlan {
     // blocks a step cache runs on every step (StepCache::always_run; Note [Step caching]). Empty: none.
     std::vector<std::string> resident_first;
     DevicePlacement placement;                     // where it computes (one device per run)
+    // The device memory of the machine a run is planned for (--device-memory, --machine; Note [Memory forecast]): the
+    // planner's free device memory and the VAE strategies' budget stand for it instead of this machine's. nullopt:
+    // this machine's.
+    std::optional<std::uint64_t> machine_device_bytes;
+    std::string machine_device_source;
     VaeStrategyKind vae_strategy = VaeStrategyKind::automatic;  // vae.strategy (VAE components)
     std::string vae_strategy_source;
     VaeTiles vae_tiles;

@@ -118,7 +118,7 @@ public:
     nlohmann::json held() const;
     // Note [Memory forecast]: what the plan will hold, and what the engine holds now, outside LibTorch's allocator:
     // device = the residents and slots (on the host transport, residents read in place from the file mapping too,
-    // less the pages handed back after a conversion); host = pinned and pageable host copies and the disk route's
+    // unless they are converted once: those are LibTorch tensors); host = pinned and pageable host copies and the disk route's
     // staging buffers. The plan's device bytes include the LoRA factors and the residents converted once (LibTorch
     // tensors: the measured side counts them in LibTorch's allocations, not here).
     Footprint planned_footprint() const;

@@ -18,8 +18,9 @@ struct MemoryBudget {
     nlohmann::json to_json() const;
 };
 
-// The plan's compute device: capacities.device_budget_gb when set (> 0), else on CUDA the driver's free memory
-// (cuMemGetInfo), on the CPU host_memory_available().
+// The plan's compute device: capacities.device_budget_gb when set (> 0), else the machine's device memory when the
+// run is planned for one (--device-memory, --machine: ComponentPlan::machine_device_bytes), else on CUDA the driver's
+// free memory (cuMemGetInfo), on the CPU host_memory_available().
 MemoryBudget device_memory_available(const ComponentPlan & plan);
 // Host RAM: MemAvailable, bounded by the memory cgroup's limit minus its usage, minus capacities.ram_headroom_gb.
 MemoryBudget host_memory_available(const ComponentPlan & plan);

@@ -116,13 +116,16 @@ private:
     nlohmann::json weights_json_ = nlohmann::json::object();
 };
 
-// The largest extents that fit `m` at the asked aspect ratio, sizes floored to `multiple` and no smaller than one
-// multiple; frames (when asked > 1) of the form frame_step * k + 1 at the asked size. nullopt: nothing tried fits.
+// The largest extents that fit `m` with `margin` to spare (each budget divided by 1 + margin: the forecast's tolerance,
+// so that what is suggested stays under the budget when measured) at the asked aspect ratio, sizes floored to
+// `multiple` and no smaller than one multiple; frames (when asked > 1) of the form frame_step * k + 1 at the asked
+// size. nullopt: nothing tried fits.
 struct FittingShape {
     std::optional<ForecastShape> size;    // the asked frames, the largest size that fits
     std::optional<ForecastShape> frames;  // the asked size, the most frames that fit (video only)
 };
 FittingShape largest_fitting(const MemoryForecast & f, const StageModel & model, const ForecastShape & asked,
-                             const MachineBudget & m, std::int64_t multiple, std::int64_t frame_step);
+                             const MachineBudget & m, std::int64_t multiple, std::int64_t frame_step,
+                             double margin = 0);
 
 }  // namespace ddo::model

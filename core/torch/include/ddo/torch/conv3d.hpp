@@ -7,6 +7,8 @@
 // is faster there too: it is used. Note [Conv3d weight reorder] in docs/architecture.md.
 #pragma once
 
+#include <cstdint>
+
 #include <ATen/core/Tensor.h>
 #include <c10/util/ArrayRef.h>
 
@@ -17,6 +19,14 @@ namespace ddo::torch {
 // `padding` one value or three.
 bool conv3d_uses_im2col(const at::Tensor & input, const at::Tensor & weight, c10::IntArrayRef stride,
                         c10::IntArrayRef padding);
+
+// The column buffer (bytes) a stride-1 conv3d of a [1, c_in, d, h, w] input (padded) with a c_out x c_in x k^3 kernel
+// allocates on the CPU: c_in k^3 x output voxels x the element size where it takes an im2col path (this file's, or
+// ATen's slow_conv3d, which at::conv3d takes for float32 without oneDNN: ConvParams::use_mkldnn for batch 1 and
+// kernels of at most 3 wants c_in x d x h over 20480), else 0 (oneDNN: its scratch is not modelled). Shapes only: the
+// memory forecast's (Note [Memory forecast]).
+std::uint64_t conv3d_column_bytes(std::int64_t c_in, std::int64_t c_out, std::int64_t k, std::int64_t d, std::int64_t h,
+                                  std::int64_t w, at::ScalarType dtype);
 
 // at::conv3d(input, weight, bias, stride, padding) with groups 1 and dilation 1; `bias` may be undefined. The two
 // paths sum in different orders: they agree to rounding (fp32: ~1e-6 relative), not bitwise; the choice depends on

@@ -1,0 +1,36 @@
+// What the LTX-2 video run's denoise and decode phases hold at their peak (Note [Memory forecast] in
+// docs/architecture.md): the shapes as the transformer and the pipeline allocate them; the kit
+// (ddo/model/memory_forecast.hpp) does the arithmetic.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "ddo/model/memory_forecast.hpp"
+#include "latents.hpp"
+#include "video_model.hpp"
+#include "video_vae_choice.hpp"
+
+namespace ddo::ltx2 {
+
+struct VideoMemoryInputs {
+    bool cfg = false;                // the [neg; pos] batch of classifier-free guidance
+    int extra_passes = 0;            // batch-1 passes besides it per step (STG, modality isolation)
+    std::int64_t text_tokens = 1024; // the connectors' sequence length (max_sequence_length, or the embeddings file's)
+    bool per_token_timesteps = false;  // conditioned frames (image-to-video, keyframes): a timestep per video token
+    std::int64_t keyframes = 0;      // LTX2ConditionPipeline's appended keyframes (a latent frame of tokens each)
+    double fps = 24;
+    bool two_stage = false;          // phase denoise_stage2 at the full size (stage 1 at half)
+    bool stage2_cfg = false;
+    int stage2_extra_passes = 0;
+    VideoVaeChoice vae;
+    at::ScalarType dtype = at::kFloat;
+    bool cuda = false;
+};
+
+// Phases "denoise" (stage 1: half size in a two-stage run), "denoise_stage2" (two-stage) and "decode" (the video VAE),
+// with the weights of "transformer" and "vae".
+std::vector<model::StageMemory> video_stage_memory(const VideoModel & m, const VideoMemoryInputs & in,
+                                                   const model::ForecastShape & s);
+
+}  // namespace ddo::ltx2
