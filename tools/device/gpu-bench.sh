@@ -12,7 +12,8 @@
 #      then the quantized rows (issue 26): QUANT_DEPTH blocks, bf16 beside GGUF Q8_0 and scaled fp8 (written here
 #      by gguf-py and torch; Q4_K on request: its quantizer is numpy, ~70 s for 4 blocks), ddo off and low_ram_safe
 #      under the same budget;
-#   4. OUT_DIR gets at most 8 files (the device tool returns no more): summary.txt, streaming.md, streaming.json,
+#   4. the memory forecast of every ddo run beside its measured peaks (tools/bench/forecast_summary.py, issue 42);
+#   5. OUT_DIR gets at most 8 files (the device tool returns no more): summary.txt, streaming.md, streaming.json,
 #      resident.md, resident.json, quant.md, quant.json, logs.tar.gz (every log, the gpu-checks outputs, the ddo
 #      reports).
 # Exit 0 when the checks passed and the three benches wrote their tables.
@@ -123,6 +124,12 @@ if [ -n "$QUANT" ]; then
   bench quant 180 "${common[@]}" --depth "$QUANT_DEPTH" --budget-gb "$BUDGET" --quant "$QUANT" \
     --quant-presets off,low_ram_safe --variants "$qv"
 fi
+
+# 4. The memory forecast beside each bench run's measured peaks (issue 42, Note [Memory forecast]): per phase the
+#    forecast against CUDA's caching-allocator peak plus the engine's buffers, from every ddo report the benches wrote.
+say "memory forecast vs measured (tools/bench/forecast_summary.py over $BUILD/bench)"
+"$PY" "$ROOT/tools/bench/forecast_summary.py" "$BUILD/bench" >"$WORK/logs/forecast.txt" 2>&1
+tail -n 40 "$WORK/logs/forecast.txt" | sed 's/^/  /' >>"$SUMMARY"
 
 pack_logs
 say "result: $([ $status -eq 0 ] && echo PASS || echo FAIL); files in $OUT: $(cd "$OUT" && ls | tr '\n' ' ')"
