@@ -21,6 +21,7 @@ namespace {
 
 const fs::path kFixtures = QI21_FIXTURE_DIR;
 const fs::path kLtx2 = LTX2_PIPELINE_FIXTURE_DIR;
+const fs::path kLtx2Image = LTX2_IMAGE_FIXTURE_DIR;
 constexpr double kTolerance = 0.15;  // the forecast's stated tolerance (docs/metrics.md, forecast)
 
 using ddo::test::HostRun;
@@ -180,4 +181,16 @@ TEST_F(Forecast, Ltx2VideoRefusalNamesTheLargestSizeAndTheMostFramesThatFit) {
     EXPECT_LT(frames, 121);
     EXPECT_NE(r.log.find("up to " + std::to_string(frames) + " frames fit"), std::string::npos) << r.log;
     EXPECT_LT(refused.at("largest_size").at("width").get<int>(), 256);
+}
+
+TEST_F(Forecast, Ltx2ImagePhasesWithinToleranceOfTheirMeasuredPeaks) {
+    ASSERT_TRUE(fs::exists(kLtx2Image / "checkpoint" / "model_index.json")) << "build target ltx2_image_fixtures";
+    const std::string base = "--plugin ltx2_image --model '" + (kLtx2Image / "checkpoint").string() + "' --prompt-embeds '" +
+                             (kLtx2Image / "prompt_embeds.safetensors").string() + "' --steps 2 ";
+    expect_within_tolerance(ddo::test::run_ddo_host("forecast_ltx2_image_pag", base + "--width 256 --height 256 --cfg-scale 3 "
+                                                    "--set plugin.ltx2_image.pag_scale=1 "
+                                                    "--set 'plugin.ltx2_image.pag_applied_layers=[0]'"),
+                            "ltx2_image 256x256, CFG + PAG (a batch of 3)");
+    expect_within_tolerance(ddo::test::run_ddo_host("forecast_ltx2_image", base + "--width 192 --height 128 --cfg-scale 1"),
+                            "ltx2_image 192x128, unguided");
 }

@@ -38,6 +38,9 @@ def configurations(build: Path, only: str):
     l = build / "fixtures" / "ltx2_pipeline"
     largs = ["--plugin", "ltx2", "--model", str(l / "checkpoint_23"), "--prompt-embeds",
              str(l / "prompt_embeds.safetensors"), "--fps", "25", "--set", f"workload.sigmas=[{ltx2_sigmas(build)}]"]
+    im = build / "fixtures" / "ltx2_image"
+    iargs = ["--plugin", "ltx2_image", "--model", str(im / "checkpoint"), "--prompt-embeds",
+             str(im / "prompt_embeds.safetensors"), "--steps", "2"]
     guided = ["--cfg-scale", "3", "--set", "plugin.ltx2_video.stg_blocks=[1]",
               "--set", "plugin.ltx2_video.audio_guidance_scale=7"]
     out = []
@@ -57,6 +60,10 @@ def configurations(build: Path, only: str):
                                                               "--set", "plugin.ltx2_video.stg_scale=0"]),
             ("ltx2_video fixture 64x64x9 disk", largs + ["--width", "64", "--height", "64", "--frames", "9", "--set",
                                                          "components.transformer.route=disk"]),
+            ("ltx2_image fixture 256x256 CFG+PAG", iargs + ["--width", "256", "--height", "256", "--cfg-scale", "3", "--set",
+                                                           "plugin.ltx2_image.pag_scale=1", "--set",
+                                                           "plugin.ltx2_image.pag_applied_layers=[0]"]),
+            ("ltx2_image fixture 192x128 unguided", iargs + ["--width", "192", "--height", "128", "--cfg-scale", "1"]),
         ]
     if only in ("all", "real"):
         import qwen_image_21_bench_checkpoint as qck
@@ -74,6 +81,7 @@ def configurations(build: Path, only: str):
             ("qwen_image_21 w4096 x2 blocks 512x512 disk", qr + ["--width", "512", "--height", "512", "--set",
                                                                  "components.transformer.route=disk"]),
             ("qwen_image_21 w4096 x2 blocks 512x512 dynamic, 1 resident", qr + ["--width", "512", "--height", "512", "--set",
+                                                                              "components.transformer.route=dynamic", "--set",
                                                                               "components.transformer.resident_budget_gb=1"]),
             ("ltx2_video w4096 x3 blocks (bf16, fp32 compute) 256x256x17", lr + ["--width", "256", "--height", "256", "--frames", "17"]),
             ("ltx2_video w4096 x3 blocks 256x256x9 disk", lr + ["--width", "256", "--height", "256", "--frames", "9", "--set",

@@ -77,6 +77,7 @@ struct ComponentWeights::Impl {
     std::map<std::size_t, std::map<std::string, at::Tensor>> converted;  // engine group -> its tensors, converted
     std::uint64_t converted_bytes = 0, released_file_bytes = 0;
     std::uint64_t converted_held = 0;  // converted_bytes of the runs before resume(): kept in `converted`
+    std::uint64_t largest_conversion = 0;  // the most bytes one engine group's tensors take converted (0: none converts)
     bool begun = false, ended = false;
     std::function<void(const ComponentWeights &)> on_destroy;
     std::shared_ptr<ComponentLora> lora;  // Note [Applying LoRA]: the factors, on the device for the weights' life
@@ -442,6 +443,15 @@ std::unique_ptr<ComponentWeights> ComponentWeights::open(const store::ComponentS
     }();
     m.convert_once = planned.convert_once;
     m.convert_once_reason = planned.reason;
+    if (differs)
+        for (std::size_t g = 0; g < m.layout->size(); ++g) {
+            std::uint64_t b = 0;
+            if (const auto it = m.in_group.find(g); it != m.in_group.end())
+                for (const auto * e : it->second)
+                    if (e->encoding != store::Encoding::dense || needs_conversion(ddo::torch::to_scalar_type(e->parts.front()->dtype), m.dtype))
+                        b += std::uint64_t(c10::multiply_integers(e->shape)) * at::elementSize(m.dtype);
+            m.largest_conversion = std::max(m.largest_conversion, b);
+        }
     m.engine = std::make_unique<en::Engine>(*m.layout, std::move(planned.plan), plan.allocator, *m.transport, eo);
     return self;
 }
@@ -662,6 +672,10 @@ Footprint ComponentWeights::planned_footprint() const {
     const auto & p = impl_->engine->plan();
     Footprint f;
     f.device = p.resident_bytes + std::uint64_t(p.slots) * p.slot_bytes + (impl_->lora ? impl_->lora->bytes : 0);
+    // Groups converted (decoded) at each acquire: their tensors in the compute dtype, in the scratch pool's buffers (on
+    // CUDA, fresh tensors): the acquired group's set and, at most, as much again kept free for the next (Note [Host
+    // decode kernels]): a bound, not the figure (Note [Memory forecast]).
+    if (!impl_->convert_once) f.device += 2 * impl_->largest_conversion;
     // The disk route stages file reads on CUDA only: the host transport reads into the slot itself.
     const std::uint64_t staging = impl_->cuda && p.file_bytes > 0 ? std::uint64_t(std::max<std::uint32_t>(p.staging_slots, 2)) * p.slot_bytes : 0;
     f.host = p.pinned_bytes + p.pageable_bytes + staging;

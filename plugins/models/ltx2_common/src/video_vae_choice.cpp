@@ -27,7 +27,9 @@ std::uint64_t estimate_video_decode_activation_bytes(const VideoVaeConfig & c, s
         if (!cpu) return;
         const auto columns = torch::conv3d_column_bytes(channels, channels, 3, std::int64_t(f) + 2, std::int64_t(h) + 2,
                                                         std::int64_t(w) + 2, dtype);
-        resnet_peak = std::max(resnet_peak, (3 * at_size(channels) * e + columns) * std::uint64_t(batch));
+        // The padded copy has two more frames (causal: the first repeated twice; else one each side) and a border.
+        const std::uint64_t padded = std::uint64_t(channels) * (f + 2) * (h + 2) * (w + 2);
+        resnet_peak = std::max(resnet_peak, ((2 * at_size(channels) + padded) * e + columns) * std::uint64_t(batch));
     };
     std::uint64_t largest = at_size(std::max(c.latent_channels, c.mid_channels));
     if (c.mid_layers > 0) resnet_at(c.mid_channels);

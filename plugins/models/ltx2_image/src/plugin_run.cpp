@@ -15,8 +15,10 @@
 #include "ddo/model/condition_image.hpp"
 #include "ddo/model/run_request.hpp"
 #include "image_connectors.hpp"
+#include "image_memory_model.hpp"
 #include "image_pipeline.hpp"
 #include "image_transformer.hpp"
+#include "original_names.hpp"
 #include "prompt_encoder.hpp"
 #include "run_stages.hpp"
 #include "video_denoise.hpp"
@@ -359,12 +361,33 @@ at::Tensor decode_image(model::ModelRun & run, const model::Workload & w, const 
 
 }  // namespace
 
+// Note [Memory forecast]: every phase's peak known before anything loads; exit 2 when one does not fit.
+void forecast_run(model::ModelRun & run, const Request & r, const ImageModel & m, const RunPlan & p) {
+    if (r.prompt.encode_only) return;
+    run.forecast_weights(p.transformer, with_original_names(run.component("transformer"), "transformer"),
+                         image_transformer_groups(m.transformer_config), r.w.dtype);
+    model::ComponentPlan vae_plan = p.vae;
+    if (p.vae_choice.strategy == VideoVaeStrategy::leaf_offload) vae_plan.route = engine::Route::dynamic;
+    run.forecast_weights(vae_plan, with_original_names(run.component("vae"), "vae"), video_vae_leaf_groups(m.vae_config),
+                         r.w.dtype);
+    ImageMemoryInputs in;
+    in.batch = 1 + (p.guidance.cfg > 1.0 ? 1 : 0) + (p.guidance.pag > 0.0 ? 1 : 0);
+    in.text_tokens = p.embeds.embeds.defined() ? p.embeds.embeds.size(1) : r.max_sequence_length;
+    in.vae = p.vae_choice;
+    in.dtype = r.w.dtype;
+    in.cuda = p.transformer.placement.cuda;
+    run.forecast_memory({p.size.width, p.size.height, 1},
+                        [&m, in](const model::ForecastShape & s) { return image_stage_memory(m, in, s); },
+                        m.vae_config.spatial_compression_ratio);
+}
+
 void run_ltx2_image(model::ModelRun & run) {
     const auto r = resolve_request(run);
     const auto c = open_checkpoint(run, r);
     const auto & m = c.m;
     auto p = plan_run(run, r, m);
     record_workload(run, r, p);
+    forecast_run(run, r, m, p);
     if (!encode_prompt(run, r, c, p)) return;
     const auto text = encode_text(run, r, m, p);
     if (!text) return;

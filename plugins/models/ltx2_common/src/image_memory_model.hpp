@@ -1,0 +1,26 @@
+// What the LTX-2 image run's denoise and decode phases hold at their peak (Note [Memory forecast] in
+// docs/architecture.md): the video stream of the DiT on one frame, the guidance batch in one pass.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "ddo/model/memory_forecast.hpp"
+#include "image_pipeline.hpp"
+#include "video_vae_choice.hpp"
+
+namespace ddo::ltx2 {
+
+struct ImageMemoryInputs {
+    std::int64_t batch = 1;           // the guidance batch: [pos], [neg; pos], [neg; pos; pos] (PAG) or [pos; pos]
+    std::int64_t text_tokens = 1024;  // the connectors' sequence length
+    VideoVaeChoice vae;
+    at::ScalarType dtype = at::kFloat;
+    bool cuda = false;
+};
+
+// Phases "denoise" (with the weights of "transformer") and "decode" (with those of "vae").
+std::vector<model::StageMemory> image_stage_memory(const ImageModel & m, const ImageMemoryInputs & in,
+                                                   const model::ForecastShape & s);
+
+}  // namespace ddo::ltx2
