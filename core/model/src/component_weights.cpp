@@ -124,21 +124,25 @@ struct ConversionPlan {
 
 // Each engine group's bytes once converted: its declared tensors (`in_group`) in `dtype` where they are quantized or
 // in another dtype, else as stored (and never less than the group's stored bytes).
+// `largest_conversion`: the most bytes one group's converted tensors alone take (0 when none converts).
 std::vector<std::uint64_t> converted_bytes_of(const en::ModelLayout & layout,
                                               const std::map<std::size_t, std::vector<const store::EncodedTensor *>> & in_group,
-                                              at::ScalarType dtype, bool & differs) {
+                                              at::ScalarType dtype, bool & differs, std::uint64_t & largest_conversion) {
     std::vector<std::uint64_t> converted(layout.size());
     for (std::size_t g = 0; g < layout.size(); ++g) {
-        std::uint64_t b = 0;
+        std::uint64_t b = 0, conversion = 0;
         const auto it = in_group.find(g);
         for (const auto * e : it == in_group.end() ? std::vector<const store::EncodedTensor *>{} : it->second) {
             const auto * t = e->parts.front();
             const bool convert = e->encoding != store::Encoding::dense ||
                                  needs_conversion(ddo::torch::to_scalar_type(t->dtype), dtype);
             differs = differs || convert;
-            b += convert ? std::uint64_t(c10::multiply_integers(e->shape)) * at::elementSize(dtype) : e->stored_bytes();
+            const std::uint64_t as_converted = std::uint64_t(c10::multiply_integers(e->shape)) * at::elementSize(dtype);
+            b += convert ? as_converted : e->stored_bytes();
+            if (convert) conversion += as_converted;
         }
         converted[g] = std::max(b, layout.group(g).bytes);
+        largest_conversion = std::max(largest_conversion, conversion);
     }
     return converted;
 }
@@ -430,7 +434,7 @@ std::unique_ptr<ComponentWeights> ComponentWeights::open(const store::ComponentS
     }
     m.cuda = d.is_cuda();
     bool differs = false;
-    const auto converted = converted_bytes_of(*m.layout, m.in_group, m.dtype, differs);
+    const auto converted = converted_bytes_of(*m.layout, m.in_group, m.dtype, differs, m.largest_conversion);
     auto planned = [&] {
         try {
             return plan_with_conversions(*m.layout, converted, differs, cfg, caps, !d.is_cuda(), m.quantized);
@@ -443,15 +447,6 @@ std::unique_ptr<ComponentWeights> ComponentWeights::open(const store::ComponentS
     }();
     m.convert_once = planned.convert_once;
     m.convert_once_reason = planned.reason;
-    if (differs)
-        for (std::size_t g = 0; g < m.layout->size(); ++g) {
-            std::uint64_t b = 0;
-            if (const auto it = m.in_group.find(g); it != m.in_group.end())
-                for (const auto * e : it->second)
-                    if (e->encoding != store::Encoding::dense || needs_conversion(ddo::torch::to_scalar_type(e->parts.front()->dtype), m.dtype))
-                        b += std::uint64_t(c10::multiply_integers(e->shape)) * at::elementSize(m.dtype);
-            m.largest_conversion = std::max(m.largest_conversion, b);
-        }
     m.engine = std::make_unique<en::Engine>(*m.layout, std::move(planned.plan), plan.allocator, *m.transport, eo);
     return self;
 }

@@ -43,6 +43,15 @@ std::uint64_t rounded_bytes(std::uint64_t bytes, bool cuda) noexcept {
     return (bytes + 8 + 15) / 16 * 16;
 }
 
+namespace {
+
+// A term's bytes as its allocator hands them out: each allocation rounded, times the count.
+std::uint64_t term_bytes(const MemoryTerm & t, bool cuda) {
+    return rounded_bytes(t.bytes_each, cuda && t.side == MemorySide::device) * t.count;
+}
+
+}  // namespace
+
 void MemoryForecast::set_weights(const std::string & component, Footprint planned, nlohmann::json detail) {
     weights_[component] = planned;
     weights_json_[component] = std::move(detail);
@@ -64,10 +73,7 @@ std::vector<PhaseForecast> MemoryForecast::evaluate(const std::vector<StageMemor
             p.weights.host += it->second.host;
         }
         p.peak = p.weights;
-        for (const auto & t : s.terms()) {
-            const auto b = rounded_bytes(t.bytes_each, cuda_ && t.side == MemorySide::device) * t.count;
-            (t.side == MemorySide::device ? p.peak.device : p.peak.host) += b;
-        }
+        for (const auto & t : s.terms()) (t.side == MemorySide::device ? p.peak.device : p.peak.host) += term_bytes(t, cuda_);
         p.terms = s.terms();
         out.push_back(std::move(p));
     }
@@ -100,7 +106,7 @@ nlohmann::json MemoryForecast::phases_json(const std::vector<PhaseForecast> & ph
     for (const auto & p : phases) {
         nlohmann::json terms = nlohmann::json::array();
         for (const auto & t : p.terms)
-            terms.push_back({{"name", t.name}, {"side", to_string(t.side)}, {"bytes", rounded_bytes(t.bytes_each, cuda && t.side == MemorySide::device) * t.count},
+            terms.push_back({{"name", t.name}, {"side", to_string(t.side)}, {"bytes", term_bytes(t, cuda)},
                              {"what", t.what}});
         nlohmann::json j = {{"phase", p.phase},
                             {"device", side(p.peak.device, m.device_is_host ? m.host : m.device)},

@@ -1012,8 +1012,6 @@ std::string base_phase(const std::string & name) {
     return at == std::string::npos ? name : name.substr(0, at);
 }
 
-nlohmann::json budget_json(const MemoryBudget & b) { return b.to_json(); }
-
 }  // namespace
 
 MachineBudget ModelRun::machine_budget() {
@@ -1064,8 +1062,8 @@ void ModelRun::forecast_memory(const ForecastShape & asked, const StageModel & m
     const auto budget = machine_budget();
     const auto phases = forecast_->evaluate(model(asked));
     nlohmann::json machine = {{"name", budget.name.empty() ? nlohmann::json(nullptr) : nlohmann::json(budget.name)},
-                              {"device", budget_json(budget.device)},
-                              {"host", budget_json(budget.host)},
+                              {"device", budget.device.to_json()},
+                              {"host", budget.host.to_json()},
                               {"device_is_host", budget.device_is_host},
                               {"link_gb_per_s", budget.link_gb_per_s ? nlohmann::json(*budget.link_gb_per_s) : nlohmann::json(nullptr)},
                               {"link_source", budget.link_source.empty() ? nlohmann::json(nullptr) : nlohmann::json(budget.link_source)}};

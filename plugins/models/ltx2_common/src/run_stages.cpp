@@ -53,6 +53,11 @@ EngineComponent open_engine_component(model::ModelRun & run, const model::Compon
     return c;
 }
 
+void forecast_engine_component(model::ModelRun & run, const model::ComponentPlan & plan, const std::string & folder,
+                               std::vector<model::GroupSpec> groups, at::ScalarType dtype) {
+    run.forecast_weights(plan, with_original_names(run.component(folder), folder), std::move(groups), dtype);
+}
+
 void unload(model::ModelRun & run, EngineComponent & c) {
     c.view.reset();
     run.unload(std::move(c.weights));

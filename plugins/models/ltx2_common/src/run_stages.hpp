@@ -42,6 +42,9 @@ struct EngineComponent {
 EngineComponent open_engine_component(model::ModelRun & run, const model::ComponentPlan & plan,
                                       const std::string & folder, std::vector<model::GroupSpec> groups,
                                       at::ScalarType dtype);
+// The same component's weights planned for the memory forecast only (run.forecast_weights; nothing read or allocated).
+void forecast_engine_component(model::ModelRun & run, const model::ComponentPlan & plan, const std::string & folder,
+                               std::vector<model::GroupSpec> groups, at::ScalarType dtype);
 // The phase boundary: the view goes, then run.unload (outstanding owners checked 0).
 void unload(model::ModelRun & run, EngineComponent & c);
 

@@ -49,6 +49,12 @@ std::uint64_t estimate_video_decode_activation_bytes(const VideoVaeConfig & c, s
     return std::max(4 * largest * std::uint64_t(batch) * e, resnet_peak);
 }
 
+model::ComponentPlan video_vae_plan(const model::ComponentPlan & vae, const VideoVaeChoice & choice) {
+    auto plan = vae;
+    if (choice.strategy == VideoVaeStrategy::leaf_offload) plan.route = engine::Route::dynamic;
+    return plan;
+}
+
 VideoVaeDecision decide_video_vae_strategy(std::uint64_t weight_bytes, std::uint64_t clip_activations,
                                            std::uint64_t window_activations, bool temporal, bool cuda,
                                            std::optional<std::uint64_t> device_budget,

@@ -52,6 +52,10 @@ VideoVaeDecision decide_video_vae_strategy(std::uint64_t weight_bytes, std::uint
 
 // frames / width / height: the output video's (pixel) size; `vae` the VAE component (its header gives the weight
 // bytes); temporal_frames: vae.temporal_frames. UsageError for tile settings the VAE cannot use (from_plan).
+// The plan the VAE's leaf groups (decoder or encoder) run on: `vae`'s, on the dynamic route under leaf_offload (its
+// leaves streamed one at a time).
+model::ComponentPlan video_vae_plan(const model::ComponentPlan & vae, const VideoVaeChoice & choice);
+
 VideoVaeChoice choose_video_vae_strategy(const model::ComponentPlan & plan, const model::TensorFile & vae,
                                          const VideoVaeConfig & c, std::int64_t batch, std::int64_t frames,
                                          std::int64_t width, std::int64_t height, at::ScalarType dtype,

@@ -303,9 +303,8 @@ std::optional<ImageText> encode_text(model::ModelRun & run, const Request & r, c
 // DiT's device. Note [LTX-2 image img2img].
 at::Tensor encode_image(model::ModelRun & run, const model::Workload & w, const ImageModel & m, const RunPlan & p) {
     run.begin_phase("encode_image");
-    model::ComponentPlan plan = p.vae;
+    model::ComponentPlan plan = video_vae_plan(p.vae, p.vae_choice);
     plan.component = "vae_encoder";  // its own counters in the report; the decoder's stay "vae"
-    if (p.vae_choice.strategy == VideoVaeStrategy::leaf_offload) plan.route = engine::Route::dynamic;
     auto enc = open_engine_component(run, plan, "vae", video_vae_encoder_leaf_groups(m.vae_config), w.dtype);
     VideoVaeEncoder encoder(m.vae_config, *enc.view);
     encoder.set_stage_check([&](const std::string & stage) { run.check_interrupted("encoding (" + stage + ")"); });
@@ -343,9 +342,7 @@ at::Tensor decode_image(model::ModelRun & run, const model::Workload & w, const 
                         const at::Tensor & latents) {
     run.begin_phase("decode");
     const auto & choice = p.vae_choice;
-    model::ComponentPlan vae_plan = p.vae;
-    if (choice.strategy == VideoVaeStrategy::leaf_offload) vae_plan.route = engine::Route::dynamic;
-    auto vae = open_engine_component(run, vae_plan, "vae", video_vae_leaf_groups(m.vae_config), w.dtype);
+    auto vae = open_engine_component(run, video_vae_plan(p.vae, choice), "vae", video_vae_leaf_groups(m.vae_config), w.dtype);
     if (m.vae_config.timestep_conditioning)
         throw UsageError(std::string(kPlugin) + ": vae/config.json timestep_conditioning = true: decode noise is not "
                          "implemented for the image pipeline (the LTX-2.3 VAE is not timestep-conditioned)");
@@ -364,12 +361,9 @@ at::Tensor decode_image(model::ModelRun & run, const model::Workload & w, const 
 // Note [Memory forecast]: every phase's peak known before anything loads; exit 2 when one does not fit.
 void forecast_run(model::ModelRun & run, const Request & r, const ImageModel & m, const RunPlan & p) {
     if (r.prompt.encode_only) return;
-    run.forecast_weights(p.transformer, with_original_names(run.component("transformer"), "transformer"),
-                         image_transformer_groups(m.transformer_config), r.w.dtype);
-    model::ComponentPlan vae_plan = p.vae;
-    if (p.vae_choice.strategy == VideoVaeStrategy::leaf_offload) vae_plan.route = engine::Route::dynamic;
-    run.forecast_weights(vae_plan, with_original_names(run.component("vae"), "vae"), video_vae_leaf_groups(m.vae_config),
-                         r.w.dtype);
+    forecast_engine_component(run, p.transformer, "transformer", image_transformer_groups(m.transformer_config), r.w.dtype);
+    forecast_engine_component(run, video_vae_plan(p.vae, p.vae_choice), "vae", video_vae_leaf_groups(m.vae_config),
+                              r.w.dtype);
     ImageMemoryInputs in;
     in.batch = 1 + (p.guidance.cfg > 1.0 ? 1 : 0) + (p.guidance.pag > 0.0 ? 1 : 0);
     in.text_tokens = p.embeds.embeds.defined() ? p.embeds.embeds.size(1) : r.max_sequence_length;

@@ -464,9 +464,7 @@ void decode_video_latents(model::ModelRun & run, const model::Workload & w, cons
                           const at::Tensor & z, const VideoFrameSink & sink) {
     run.begin_phase("decode");
     const auto & choice = p.vae_choice;
-    model::ComponentPlan vae_plan = p.vae;
-    if (choice.strategy == VideoVaeStrategy::leaf_offload) vae_plan.route = engine::Route::dynamic;
-    auto vae = open_engine_component(run, vae_plan, "vae", video_vae_leaf_groups(m.vae_config), w.dtype);
+    auto vae = open_engine_component(run, video_vae_plan(p.vae, choice), "vae", video_vae_leaf_groups(m.vae_config), w.dtype);
     at::Tensor t;  // the decode noise is in z already (decode_inputs)
     if (m.vae_config.timestep_conditioning) t = at::full({1}, p.guidance.decode_timestep, z.options());
     VideoVaeDecoder decoder(m.vae_config, *vae.view);
@@ -882,12 +880,9 @@ void run_decode_only(model::ModelRun & run) {
 // Note [Memory forecast]: every phase's peak known before anything loads; exit 2 when one does not fit.
 void forecast_run(model::ModelRun & run, const Request & r, const VideoModel & m, const RunPlan & p) {
     if (r.prompt.encode_only) return;
-    run.forecast_weights(p.transformer, with_original_names(run.component("transformer"), "transformer"),
-                         transformer_groups(m.transformer_config), r.w.dtype);
-    model::ComponentPlan vae_plan = p.vae;
-    if (p.vae_choice.strategy == VideoVaeStrategy::leaf_offload) vae_plan.route = engine::Route::dynamic;
-    run.forecast_weights(vae_plan, with_original_names(run.component("vae"), "vae"), video_vae_leaf_groups(m.vae_config),
-                         r.w.dtype);
+    forecast_engine_component(run, p.transformer, "transformer", transformer_groups(m.transformer_config), r.w.dtype);
+    forecast_engine_component(run, video_vae_plan(p.vae, p.vae_choice), "vae", video_vae_leaf_groups(m.vae_config),
+                              r.w.dtype);
     VideoMemoryInputs in;
     in.cfg = p.passes.cfg;
     in.extra_passes = int(p.passes.stg) + int(p.passes.isolate);
