@@ -97,7 +97,7 @@ std::vector<std::string> all_sets(const RunArgs & a, std::optional<std::uint64_t
         {bool(a.frames), "workload.frames"},         {bool(a.fps), "workload.fps"},
         {!a.loras.empty(), "lora.adapters"},          {a.lora_allow_unmatched, "lora.allow_unmatched"},
         {!a.images.empty(), "workload.images"},       {bool(a.strength), "workload.strength"},
-        {bool(a.cache), "cache.kind"}};
+        {bool(a.cache), "cache.kind"},               {bool(a.fit), "fit.policy"}};
     for (const auto & [given, key] : shorthands)
         if (given)
             for (const auto & s : a.sets)
@@ -123,6 +123,7 @@ std::vector<std::string> all_sets(const RunArgs & a, std::optional<std::uint64_t
     if (a.lora_allow_unmatched) sets.push_back("lora.allow_unmatched=true");
     if (!a.images.empty()) sets.push_back("workload.images=" + nlohmann::json(a.images).dump());
     if (a.cache) sets.push_back("cache.kind=" + quoted(*a.cache));
+    if (a.fit) sets.push_back("fit.policy=" + quoted(*a.fit));
     if (a.strength) {
         std::ostringstream v;
         v.precision(17);
@@ -537,6 +538,10 @@ void add_run_options(CLI::App & app, RunArgs * a) {
                                          "video frame it conditions, default 0; workload.images)")
         ->group(g);
     app.add_option("--cache", a->cache, "step cache: off, first_block, mag, taylorseer or sea (cache.kind; docs/presets.md, [cache])")
+        ->group(g);
+    app.add_option("--fit", a->fit, "when a phase's memory forecast exceeds the budget: refuse (exit 2, naming what "
+                                    "fits), auto (apply the cheapest settings that fit, listed in the report's "
+                                    "adjustments) or off (fit.policy; Note [Fitting a run])")
         ->group(g);
     app.add_option("--strength", a->strength, "img2img strength in (0, 1] (workload.strength; unset = the plugin's "
                                               "default)")

@@ -29,6 +29,7 @@ struct RunArgs {
     std::vector<std::string> images;        // --image FILE[@FRAME] (repeatable): workload.images
     std::optional<double> strength;         // --strength S: workload.strength
     std::optional<std::string> cache;       // --cache KIND: cache.kind
+    std::optional<std::string> fit;         // --fit POLICY: fit.policy (refuse, auto, off)
     std::optional<std::string> prompt, negative_prompt;
     std::optional<long long> steps, width, height, seed, num_images, frames;
     std::optional<double> fps;

@@ -7,8 +7,14 @@ if(TARGET qwen_image_21 AND TARGET ltx2_video AND TARGET ltx2_image AND TARGET d
     LIBS nlohmann_json::nlohmann_json)
   target_compile_definitions(memory_forecast_e2e_test PRIVATE
     QI21_FIXTURE_DIR="${CMAKE_BINARY_DIR}/fixtures/qwen_image_21"
+    QI21_TEXT_FIXTURE_DIR="${CMAKE_BINARY_DIR}/fixtures/qwen_image_21_text"
     LTX2_PIPELINE_FIXTURE_DIR="${CMAKE_BINARY_DIR}/fixtures/ltx2_pipeline"
     LTX2_IMAGE_FIXTURE_DIR="${CMAKE_BINARY_DIR}/fixtures/ltx2_image" DDO_HOST_BIN="$<TARGET_FILE:ddo-host>")
   add_dependencies(memory_forecast_e2e_test ddo-host qwen_image_21 ltx2_video ltx2_image linear ltx2_pipeline_fixtures
     ltx2_image_fixtures)
+  foreach(f qwen_image_21_fixtures qwen_image_21_text_fixtures)  # tests/parity/ (included before e2e)
+    if(TARGET ${f})
+      add_dependencies(memory_forecast_e2e_test ${f})
+    endif()
+  endforeach()
 endif()

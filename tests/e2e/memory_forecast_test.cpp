@@ -6,10 +6,12 @@
 // budget (measured); `ddo-host plan` and the machine profiles.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <set>
 #include <string>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
@@ -20,6 +22,7 @@ namespace fs = std::filesystem;
 namespace {
 
 const fs::path kFixtures = QI21_FIXTURE_DIR;
+const fs::path kText = QI21_TEXT_FIXTURE_DIR;
 const fs::path kLtx2 = LTX2_PIPELINE_FIXTURE_DIR;
 const fs::path kLtx2Image = LTX2_IMAGE_FIXTURE_DIR;
 constexpr double kTolerance = 0.15;  // the forecast's stated tolerance (docs/metrics.md, forecast)
@@ -77,6 +80,14 @@ TEST_F(Forecast, EveryPhaseWithinToleranceOfItsMeasuredPeak) {
                             "1024x1024, disk route");
     expect_within_tolerance(run_host("low_ram", "--preset low_ram_safe --width 512 --height 512"),
                             "512x512, low_ram_safe (group_leaf text encoder route, tiled VAE)");
+    // The demo's command (tools/demo/run_demo.sh): a text prompt, whose length the forecast takes from the tokenizer.
+    ASSERT_TRUE(fs::exists(kText / "checkpoint" / "model_index.json")) << "build target qwen_image_21_text_fixtures";
+    expect_within_tolerance(ddo::test::run_ddo_host("forecast_demo", "--plugin qwen_image --preset low_ram_safe.toml "
+                                                    "--set components.transformer.resident_budget_gb=0.0001 --model '" +
+                                                    (kText / "checkpoint").string() + "' -p 'a lighthouse at dusk, "
+                                                    "watercolor' -n 'blurry, low quality' --cfg-scale 4 --steps 4 "
+                                                    "--width 256 --height 256"),
+                            "the demo: 256x256 from a text prompt, guidance, low_ram_safe");
 }
 
 TEST_F(Forecast, DeviceMemoryBelowTheForecastIsRefusedBeforeLoadingAndTheSizeItNamesFits) {
@@ -114,6 +125,64 @@ TEST_F(Forecast, DeviceMemoryBelowTheForecastIsRefusedBeforeLoadingAndTheSizeItN
     const HostRun tiny = run_host("tiny", "--width 256 --height 256 --device-memory 1MiB");
     EXPECT_EQ(tiny.exit_code, 2) << tiny.log;
     EXPECT_NE(tiny.log.find("--device-memory 1MiB"), std::string::npos) << tiny.log;
+}
+
+// Note [Fitting a run]: the decode of a resident VAE over the budget. refuse (the default) names the fit ladder's
+// rungs with their forecasts; auto applies the first that fits (tiles), lists it in the adjustments and runs under the
+// budget (measured); off plans anyway, with a warning.
+TEST_F(Forecast, FitAutoAppliesTheCheapestSettingThatFitsAndRunsUnderTheBudget) {
+    const std::string budget = "--width 3072 --height 3072 --device-memory 600MiB --set vae.strategy=resident";
+    const HostRun refused = run_host("fit_refuse", budget);
+    ASSERT_EQ(refused.exit_code, 2) << refused.log;
+    EXPECT_NE(refused.log.find("With vae.strategy = tiled: "), std::string::npos) << refused.log;
+    EXPECT_NE(refused.log.find("--fit auto (fit.policy = auto) applies vae.strategy = tiled and runs"), std::string::npos)
+        << refused.log;
+    const auto & fit = refused.report.at("forecast").at("fit");
+    EXPECT_EQ(fit.at("policy"), "refuse");
+    ASSERT_FALSE(fit.at("tried").empty()) << fit.dump();
+    EXPECT_EQ(fit.at("tried")[0].at("key"), "vae.strategy");
+    EXPECT_EQ(fit.at("tried")[0].at("fits"), true) << fit.dump();
+    EXPECT_EQ(refused.report.at("forecast").at("refused").at("settings_that_fit"), "vae.strategy = tiled");
+
+    const HostRun fitted = run_host("fit_auto", budget + " --fit auto");
+    ASSERT_EQ(fitted.exit_code, 0) << fitted.log;
+    bool adjusted = false;
+    for (const auto & a : fitted.report.at("adjustments"))
+        if (a.at("key") == "vae.strategy") {
+            adjusted = true;
+            EXPECT_EQ(a.at("requested"), "resident");
+            EXPECT_EQ(a.at("effective"), "tiled");
+            EXPECT_NE(a.at("reason").get<std::string>().find("fit.policy = auto: phase 'decode'"), std::string::npos) << a.dump();
+        }
+    EXPECT_TRUE(adjusted) << fitted.report.at("adjustments").dump();
+    EXPECT_EQ(fitted.report.at("settings").at("values").at("vae.strategy").at("value"), "resident")
+        << "settings keep what was asked";
+    EXPECT_EQ(fitted.report.at("counters").at("vae").at("strategy"), "tiled");
+    EXPECT_EQ(fitted.report.at("forecast").at("fit").at("policy"), "auto");
+    for (const auto & p : fitted.report.at("forecast").at("phases")) {
+        ASSERT_TRUE(p.at("measured").at("device_bytes").is_number()) << p.dump();
+        EXPECT_LE(p.at("measured").at("device_bytes").get<std::uint64_t>(), 600ull << 20) << p.dump();
+    }
+
+    const HostRun off = run_host("fit_off", budget + " --fit off", "plan");
+    ASSERT_EQ(off.exit_code, 0) << off.log;
+    EXPECT_NE(off.report.at("forecast").at("warnings").dump().find("fit.policy = off"), std::string::npos)
+        << off.report.at("forecast").dump();
+    const HostRun both = run_host("fit_both", budget + " --fit auto --set fit.policy=off", "plan");
+    EXPECT_EQ(both.exit_code, 2) << "a shorthand and --set of the same key: " << both.log;
+}
+
+// Under auto every rung is tried, cumulatively, and a workload no rung fits is still refused, naming each rung.
+TEST_F(Forecast, FitAutoTriesEveryRungAndRefusesWhenNoneFits) {
+    const HostRun r = run_host("fit_none", "--width 8192 --height 8192 --device-memory 600MiB --fit auto", "plan");
+    ASSERT_EQ(r.exit_code, 2) << r.log;
+    const auto & tried = r.report.at("forecast").at("fit").at("tried");
+    std::vector<std::string> rungs;
+    for (const auto & t : tried) rungs.push_back(t.at("key").get<std::string>() + "=" + t.at("value").get<std::string>());
+    EXPECT_NE(std::find(rungs.begin(), rungs.end(), "components.transformer.route=disk"), rungs.end()) << tried.dump();
+    for (const auto & t : tried) EXPECT_NE(t.value("fits", false), true) << t.dump();
+    EXPECT_NE(r.log.find("phase '"), std::string::npos) << r.log;
+    EXPECT_EQ(r.log.find("--fit auto (fit.policy = auto) applies"), std::string::npos) << "nothing fits: " << r.log;
 }
 
 TEST_F(Forecast, PlanPrintsEveryPhaseAgainstAMachineProfile) {

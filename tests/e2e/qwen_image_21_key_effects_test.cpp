@@ -231,6 +231,8 @@ std::map<std::string, Effect> effects() {
         e[k].shown_by = "Qi21Cache.SeaThroughTheHostReusesWhatTheHookReusesAndSkipsTheStack";
     for (const char * k : {"cache.max_order", "cache.disable_cache_after_step"})
         e[k].shown_by = "Qi21CacheParity.EveryTaylorSeerRunEqualsDiffusersHookWithTheSameModuleSchedule";
+    // Fitting a run to its memory (issue 42, Note [Fitting a run]).
+    e["fit.policy"].shown_by = "Forecast.FitAutoAppliesTheCheapestSettingThatFitsAndRunsUnderTheBudget";
     // The plugin's own option.
     e["plugin.qwen_image_21.use_kv_cache"] = {kStream, kStream + " --set plugin.qwen_image_21.use_kv_cache=false", true,
                                               differs("workload.kv_cache_used")};

@@ -41,6 +41,12 @@ def configurations(build: Path, only: str):
     im = build / "fixtures" / "ltx2_image"
     iargs = ["--plugin", "ltx2_image", "--model", str(im / "checkpoint"), "--prompt-embeds",
              str(im / "prompt_embeds.safetensors"), "--steps", "2"]
+    qq = build / "fixtures" / "qwen_image_21_quant"
+    quant = lambda v: ["--plugin", "qwen_image", "--model", str(qq / v), "--prompt-embeds",
+                       str(qq / "prompt_embeds.safetensors"), "--steps", "2"]
+    qc = build / "fixtures" / "qwen_image_21_cache"
+    cache = ["--plugin", "qwen_image", "--model", str(qc / "checkpoint"), "--prompt-embeds",
+             str(qc / "prompt_embeds.safetensors")]
     guided = ["--cfg-scale", "3", "--set", "plugin.ltx2_video.stg_blocks=[1]",
               "--set", "plugin.ltx2_video.audio_guidance_scale=7"]
     out = []
@@ -53,6 +59,11 @@ def configurations(build: Path, only: str):
             ("qwen_image_21 fixture 1024x1024 disk", qargs + ["--width", "1024", "--height", "1024", "--set",
                                                               "components.transformer.route=disk"]),
             ("qwen_image_21 fixture 512x512 low_ram_safe", qargs + ["--preset", "low_ram_safe", "--width", "512", "--height", "512"]),
+            ("qwen_image_21 quant fixture 512x512 GGUF Q8_0", quant("gguf_q8_0") + ["--width", "512", "--height", "512"]),
+            ("qwen_image_21 quant fixture 512x512 SDNQ int8, disk", quant("sdnq_int8") + ["--width", "512", "--height", "512",
+                                                                                          "--set", "components.transformer.route=disk"]),
+            ("qwen_image_21 cache fixture 512x512 first_block", cache + ["--width", "512", "--height", "512", "--steps", "4",
+                                                                        "--cache", "first_block", "--set", "cache.threshold=0.8"]),
             ("ltx2_video fixture 96x96x9 CFG+STG+isolation", largs + ["--width", "96", "--height", "96", "--frames", "9"] + guided),
             ("ltx2_video fixture 128x64x17 unguided", largs + ["--width", "128", "--height", "64", "--frames", "17", "--cfg-scale",
                                                               "1", "--set", "plugin.ltx2_video.audio_guidance_scale=1",

@@ -12,6 +12,7 @@
 #      then the quantized rows (issue 26): QUANT_DEPTH blocks, bf16 beside GGUF Q8_0 and scaled fp8 (written here
 #      by gguf-py and torch; Q4_K on request: its quantizer is numpy, ~70 s for 4 blocks), ddo off and low_ram_safe
 #      under the same budget;
+#   3b. the demo's command and two parity fixtures (carried: build/fixtures/...) on CUDA, for their forecasts;
 #   4. the memory forecast of every ddo run beside its measured peaks (tools/bench/forecast_summary.py, issue 42);
 #   5. OUT_DIR gets at most 8 files (the device tool returns no more): summary.txt, streaming.md, streaming.json,
 #      resident.md, resident.json, quant.md, quant.json, logs.tar.gz (every log, the gpu-checks outputs, the ddo
@@ -29,6 +30,7 @@
 #   DDO_GPU_BENCH_QUANT      the quant bench's formats (default q8_0,fp8; also q4_k; empty: no quant bench)
 #   DDO_GPU_BENCH_QUANT_DEPTH  its transformer blocks (default 4: the writers quantize on the CPU)
 #   DDO_GPU_BENCH_SKIP_CHECKS=1  reuse an existing build-gpu instead of running gpu-checks.sh
+#   DDO_GPU_BENCH_FIXTURES  where the carried parity fixtures are (default build/fixtures)
 #   DDO_CARRY, DDO_BUILD_DIR as for gpu-checks.sh
 # See docs/validation.md, "Device checks" and docs/benchmarks.md.
 set -uo pipefail
@@ -124,6 +126,33 @@ if [ -n "$QUANT" ]; then
   bench quant 180 "${common[@]}" --depth "$QUANT_DEPTH" --budget-gb "$BUDGET" --quant "$QUANT" \
     --quant-presets off,low_ram_safe --variants "$qv"
 fi
+
+# 3b. The demo and the parity fixtures on the device, for their forecast beside CUDA's measured peaks (issue 42): the
+#     demo's own command (tools/demo/run_demo.sh: low_ram_safe, text prompt, guidance, 256x256) on the text fixture's
+#     checkpoint, the qwen_image_21 fixture at 1024x1024 on the disk route, the LTX-2.3 fixture at 96x96x9 with
+#     guidance. Carried from here: build/fixtures/{qwen_image_21_text,qwen_image_21,ltx2_pipeline} (~7 MiB). Each run
+#     has its own time limit; its report lands in $BUILD/bench/gpu_forecast_runs/ for step 4 and the logs archive.
+FIX="${DDO_GPU_BENCH_FIXTURES:-$ROOT/build/fixtures}"
+forecast_run() {  # name checkpoint_dir args...
+  local name=$1 ckpt=$2; shift 2
+  if [ ! -f "$ckpt/model_index.json" ]; then say "forecast run $name skipped: no $ckpt (carry build/fixtures/...)"; return; fi
+  local dir="$BUILD/bench/gpu_forecast_runs/$name"; mkdir -p "$dir"
+  LD_LIBRARY_PATH="$DDO_BENCH_HOST_LIBRARY_PATH${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" timeout 120 \
+    "$BUILD/bin/ddo-host" --model "$ckpt" "$@" --output "$dir" --report "$dir/report.json" --overwrite -q \
+    >"$WORK/logs/forecast-$name.log" 2>&1
+  local rc=$?
+  say "forecast run $name exit $rc$([ $rc -eq 124 ] && echo ' (timed out after 120 s)')"
+  [ $rc -eq 0 ] || status=1
+}
+forecast_run demo "$FIX/qwen_image_21_text/checkpoint" --plugin qwen_image --preset low_ram_safe.toml \
+  --set components.transformer.resident_budget_gb=0.0001 -p "a lighthouse at dusk, watercolor" -n "blurry, low quality" \
+  --cfg-scale 4 --steps 4 --width 256 --height 256
+forecast_run qwen_fixture_1024_disk "$FIX/qwen_image_21/checkpoint" --plugin qwen_image \
+  --prompt-embeds "$FIX/qwen_image_21/prompt_embeds.safetensors" --steps 2 --width 1024 --height 1024 \
+  --set components.transformer.route=disk
+forecast_run ltx2_fixture_96x96x9 "$FIX/ltx2_pipeline/checkpoint_23" --plugin ltx2 \
+  --prompt-embeds "$FIX/ltx2_pipeline/prompt_embeds.safetensors" --steps 2 --fps 25 --width 96 --height 96 --frames 9 \
+  --cfg-scale 3
 
 # 4. The memory forecast beside each bench run's measured peaks (issue 42, Note [Memory forecast]): per phase the
 #    forecast against CUDA's caching-allocator peak plus the engine's buffers, from every ddo report the benches wrote.

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <cstdio>
 #include <cctype>
 #include <csignal>
 #include <cstdlib>
@@ -100,8 +101,8 @@ void ModelRun::log(int level, const std::string & message) const {
 
 const nlohmann::json * ModelRun::option_value(const std::string & key, std::string * source) const {
     const std::string full = "plugin." + plugin_ + "." + key;
-    if (!ctx_.settings->has(full)) return nullptr;
-    const auto & rv = ctx_.settings->at(full);
+    if (!settings().has(full)) return nullptr;
+    const auto & rv = settings().at(full);
     if (rv.value.is_null()) return nullptr;
     if (source) *source = rv.provenance.to_string();
     return &rv.value;
@@ -118,11 +119,11 @@ Workload ModelRun::workload(const WorkloadDefaults & d) {
                 throw UsageError(std::string(flag) + " " + file->string() + ": plugin " + plugin_ +
                                  " does not write or decode latents files (ltx2_video does); drop the flag");
     if (!step_cache_accepted_)
-        if (const auto kind = ctx_.settings->get_optional<std::string>("cache.kind"); kind && *kind != "off")
-            throw UsageError("cache.kind = \"" + *kind + "\" (" + ctx_.settings->at("cache.kind").provenance.to_string() +
+        if (const auto kind = settings().get_optional<std::string>("cache.kind"); kind && *kind != "off")
+            throw UsageError("cache.kind = \"" + *kind + "\" (" + settings().at("cache.kind").provenance.to_string() +
                              "): plugin '" + plugin_ + "' does not run its denoising loop through the step cache (Note "
                              "[Step caching]); use --cache off");
-    const auto & s = *ctx_.settings;
+    const auto & s = settings();
     auto pick = [&](const char * key, auto fallback) {
         using T = decltype(fallback);
         return s.get_optional<T>(std::string("workload.") + key).value_or(fallback);
@@ -173,8 +174,8 @@ bool ModelRun::prompt_from_text(const Workload & w) const {
 }
 
 void ModelRun::refuse_if_set(const std::string & key, const std::string & why) const {
-    if (!ctx_.settings->has(key)) return;
-    const auto & rv = ctx_.settings->at(key);
+    if (!settings().has(key)) return;
+    const auto & rv = settings().at(key);
     if (rv.provenance.layer == SettingLayer::builtin_default) return;
     throw UsageError(key + " = " + rv.value.dump() + " (" + rv.provenance.to_string() + "): plugin '" + plugin_ +
                      "' cannot honour it: " + why + "; remove the key");
@@ -182,7 +183,7 @@ void ModelRun::refuse_if_set(const std::string & key, const std::string & why) c
 
 const DevicePlacement & ModelRun::device() {
     if (!device_) {
-        device_ = place_device(*ctx_.settings);
+        device_ = place_device(settings());
         ddo::torch::attach_torch_memory(ctx_.tracker, device_->device());  // torch_allocated / torch_reserved
         ddo::torch::AllocationMeter::install();  // the forecast's measured side (Note [Memory forecast])
     }
@@ -190,7 +191,7 @@ const DevicePlacement & ModelRun::device() {
 }
 
 ComponentPlan ModelRun::plan(const std::string & component) {
-    auto p = make_plan(*ctx_.settings, component, device(), ctx_.allocator_vtable, ctx_.allocator_name,
+    auto p = make_plan(settings(), component, device(), ctx_.allocator_vtable, ctx_.allocator_name,
                        ctx_.allocator_error);
     p.machine_device_bytes = ctx_.machine.device_bytes;
     p.machine_device_source = ctx_.machine.device_source;
@@ -257,7 +258,7 @@ std::string ModelRun::weights_key(const ComponentPlan & plan, const store::Compo
         {"allocator_options", plan.allocator_options},
         {"dtype", std::string(c10::toString(dtype))},
         {"loras", checkpoint_.value("loras", nlohmann::json(nullptr))},
-        {"lora_apply", ctx_.settings->get_optional<std::string>("lora.apply").value_or("runtime")}};
+        {"lora_apply", settings().get_optional<std::string>("lora.apply").value_or("runtime")}};
     return digest_of(key);
 }
 
@@ -381,7 +382,7 @@ void ModelRun::note_phase(const std::string & key, nlohmann::json value) {
 }
 
 int ModelRun::generations() const {
-    return ctx_.settings->get_optional<int>("runtime.generation_repeats").value_or(1);
+    return settings().get_optional<int>("runtime.generation_repeats").value_or(1);
 }
 
 void ModelRun::begin_generation(int g) {
@@ -468,7 +469,7 @@ StepCache * ModelRun::step_cache(int steps) {
         step_cache_stages_.push_back({{"phase", phase_name_}, {"steps", steps}, {"cached", true}});
         return step_cache_.get();
     }
-    auto settings = step_cache_ ? step_cache_->settings() : StepCacheSettings::read(*ctx_.settings);
+    auto settings = step_cache_ ? step_cache_->settings() : StepCacheSettings::read(this->settings());
     if (settings.kind == StepCacheKind::off) return nullptr;
     const bool claimed = step_cache_ != nullptr;  // a later generation after a staged run: the file is claimed
     step_cache_ = std::make_unique<StepCache>(std::move(settings), steps);
@@ -535,9 +536,9 @@ nlohmann::json ModelRun::step_cache_report(nlohmann::json current) const {
 }
 
 void ModelRun::refuse_step_cache(const std::string & why) const {
-    const auto kind = ctx_.settings->get_optional<std::string>("cache.kind");
+    const auto kind = settings().get_optional<std::string>("cache.kind");
     if (!kind || *kind == "off") return;
-    throw UsageError("cache.kind = \"" + *kind + "\" (" + ctx_.settings->at("cache.kind").provenance.to_string() +
+    throw UsageError("cache.kind = \"" + *kind + "\" (" + settings().at("cache.kind").provenance.to_string() +
                      "): plugin '" + plugin_ + "' cannot honour it: " + why + "; use --cache off");
 }
 
@@ -620,7 +621,7 @@ void ModelRun::not_used(const std::string & component, const std::string & reaso
 
 void ModelRun::not_used_except(const std::vector<std::string> & used, const std::string & reason) {
     if (!ctx_.settings) return;
-    for (const auto & c : ctx_.settings->components())
+    for (const auto & c : settings().components())
         if (std::find(used.begin(), used.end(), c) == used.end()) not_used(c, reason);
 }
 
@@ -652,7 +653,7 @@ void ModelRun::set_original_names(const std::string & component, std::vector<std
 
 // Note [Applying LoRA]: every file opened and matched against every component the run reads, before anything loads.
 void ModelRun::open_loras(const std::vector<std::string> & components) {
-    const auto & s = *ctx_.settings;
+    const auto & s = settings();
     if (!s.has("lora.adapters") || s.at("lora.adapters").value.is_null()) return;
     const auto & v = s.at("lora.adapters");
     const std::string where = "lora.adapters (" + v.provenance.to_string() + ")";
@@ -695,7 +696,7 @@ std::shared_ptr<ComponentLora> ModelRun::lora(const std::string & component, at:
     if (loras_.empty()) return nullptr;
     const auto it = lora_loaded_.find(component);
     if (it != lora_loaded_.end()) return it->second;
-    const auto & s = *ctx_.settings;
+    const auto & s = settings();
     const bool merge = s.has("lora.apply") && s.at("lora.apply").value == "merge";
     auto l = loras_.load(component, dtype, device().device(), merge);
     lora_loaded_[component] = l;
@@ -715,7 +716,7 @@ void ModelRun::record_input(const std::string & role, const fs::path & file) {
 
 std::vector<ConditionImage> ModelRun::condition_images(const media::ImageLimits & limits) {
     std::vector<ConditionImage> out;
-    const auto & s = *ctx_.settings;
+    const auto & s = settings();
     if (!s.has("workload.images") || s.at("workload.images").value.is_null()) return out;
     const auto & v = s.at("workload.images");
     const std::string where = "workload.images (" + v.provenance.to_string() + ")";
@@ -962,7 +963,7 @@ std::vector<fs::path> ModelRun::write_images(const at::Tensor & images, const st
     std::error_code ec;
     fs::create_directories(ctx_.output_dir, ec);
     if (ec) throw RuntimeError(ctx_.output_dir.string() + ": cannot create the output directory (" + ec.message() + ")");
-    const auto & s = *ctx_.settings;
+    const auto & s = settings();
     nlohmann::json values = nlohmann::json::object();
     for (const auto & [k, v] : s.values()) values[k] = v.value;
     const auto & b = build_info();
@@ -1016,7 +1017,7 @@ std::string base_phase(const std::string & name) {
 
 MachineBudget ModelRun::machine_budget() {
     const auto & spec = ctx_.machine;
-    const auto & comps = ctx_.settings->components();
+    const auto & comps = settings().components();
     const std::string any = std::find(comps.begin(), comps.end(), "transformer") != comps.end() || comps.empty()
                                 ? std::string("transformer")
                                 : comps.front();
@@ -1076,31 +1077,192 @@ void ModelRun::forecast_memory(const ForecastShape & asked, const StageModel & m
                       {"warnings", nlohmann::json::array()},
                       {"model", "Note [Memory forecast] (docs/architecture.md)"}};
     // The link-bound lower bound of one pass over each component's streamed weights, where the link is known.
+    std::string link_line;
     if (budget.link_gb_per_s && *budget.link_gb_per_s > 0) {
         nlohmann::json link = nlohmann::json::object();
         for (const auto & [c, w] : forecast_->weights_json().items()) {
             const double bytes = w.value("streamed_bytes_per_pass", 0.0);
-            link[c] = {{"streamed_bytes_per_pass", std::uint64_t(bytes)}, {"seconds_per_pass", bytes / (*budget.link_gb_per_s * 1e9)}};
+            const double seconds = bytes / (*budget.link_gb_per_s * 1e9);
+            link[c] = {{"streamed_bytes_per_pass", std::uint64_t(bytes)}, {"seconds_per_pass", seconds}};
+            if (bytes > 0) {
+                char buf[96];
+                std::snprintf(buf, sizeof buf, "%s streams %.0f MiB per pass: at least %.3f s at %.1f GB/s", c.c_str(),
+                              bytes / 1048576.0, seconds, *budget.link_gb_per_s);
+                link_line += (link_line.empty() ? "" : "; ") + std::string(buf);
+            }
         }
         forecast_json_["link_bound"] = link;
     }
-    // The console: one line per phase.
-    for (const auto & p : phases) {
-        std::string line = "forecast " + p.phase + ": device " + format_mib(p.peak.device) + " (weights " +
-                           format_mib(p.weights.device) + "), host " + format_mib(p.peak.host);
-        const auto & b = budget.device_is_host ? budget.host : budget.device;
-        if (b.bytes) line += "; " + std::string(budget.device_is_host ? "host" : "device") + " budget " + format_mib(*b.bytes);
-        log(2, line);
+    forecast_outcome_ = ForecastOutcome{phases, MemoryForecast::first_excess(phases, budget), asked, model, multiple,
+                                        frame_step};
+    if (!fit_trial_) {  // the console: one line per phase (not for each rung the fit ladder tries)
+        for (const auto & p : phases) {
+            std::string line = "forecast " + p.phase + ": device " + format_mib(p.peak.device) + " (weights " +
+                               format_mib(p.weights.device) + "), host " + format_mib(p.peak.host);
+            const auto & b = budget.device_is_host ? budget.host : budget.device;
+            if (b.bytes) line += "; " + std::string(budget.device_is_host ? "host" : "device") + " budget " + format_mib(*b.bytes);
+            log(2, line);
+        }
+        if (!link_line.empty()) log(2, "forecast link bound: " + link_line);
     }
     if (auto * tr = ctx_.tracker) tr->set_forecast(forecast_json_);
-    const auto excess = MemoryForecast::first_excess(phases, budget);
-    if (!excess) return;
-    const auto fitting = largest_fitting(*forecast_, model, asked, budget, multiple, frame_step, kForecastTolerance);
-    const auto & b = excess->side == "device" ? budget.device : budget.host;
-    std::string msg = plugin_ + ": phase '" + excess->phase + "' needs " + format_mib(excess->forecast) + " of " +
+    if (!fitting_ && forecast_outcome_->excess) refuse_forecast(nlohmann::json::array());
+}
+
+namespace {
+
+// One rung of the fit ladder (Note [Fitting a run]): a setting and what it trades.
+struct FitRung {
+    std::string key, value, why;
+};
+
+// Cheapest in time first: the VAE's decode in pieces (decode only), then the transformer's weights streamed from
+// host memory (a transfer per step for what is not resident), then streamed from the checkpoint file (a read per
+// step). A rung that asks what the settings already say is left out.
+std::vector<FitRung> fit_ladder(const ResolvedSettings & s, bool video) {
+    std::vector<FitRung> ladder;
+    const std::string vae = s.get_optional<std::string>("vae.strategy").value_or("auto");
+    const std::string pieces = video ? "temporal_stream" : "tiled";
+    if (vae != "tiled" && vae != "temporal_stream")
+        ladder.push_back({"vae.strategy", pieces,
+                          video ? "the VAE decodes the clip in latent windows, each tiled (the decode only: windows "
+                                  "and tiles instead of one piece)"
+                                : "the VAE decodes in tiles (the decode only: tiles instead of one piece)"});
+    const auto route = s.route("transformer");
+    if (route == Route::resident || route == Route::component)
+        ladder.push_back({"components.transformer.route", "dynamic",
+                          "the transformer keeps what its budget holds resident and streams the rest from host memory "
+                          "each step"});
+    if (route != Route::disk)
+        ladder.push_back({"components.transformer.route", "disk",
+                          "the transformer's blocks stream from the checkpoint file each step (host memory holds only "
+                          "the staging slots)"});
+    return ladder;
+}
+
+// A phase's peaks, short: what the fit ladder's rungs are compared by.
+nlohmann::json phase_peaks(const std::vector<PhaseForecast> & phases) {
+    nlohmann::json j = nlohmann::json::array();
+    for (const auto & p : phases) j.push_back({{"phase", p.phase}, {"device_bytes", p.peak.device}, {"host_bytes", p.peak.host}});
+    return j;
+}
+
+std::string excess_text(const MemoryForecast::Excess & e) {
+    return "phase '" + e.phase + "' " + format_mib(e.forecast) + " over the " + e.side + " budget of " + format_mib(e.budget);
+}
+
+}  // namespace
+
+bool ModelRun::fit(const std::function<void()> & plan_and_forecast) {
+    const std::string policy = settings().get_optional<std::string>("fit.policy").value_or("refuse");
+    struct Reset {
+        bool & b;
+        ~Reset() { b = false; }
+    } reset{fitting_};
+    fitting_ = true;
+    forecast_outcome_.reset();
+    // A route the declared machine cannot hold fails in the planner: under auto that is a rung's work too.
+    std::optional<std::string> planner_refusal;
+    try {
+        plan_and_forecast();
+    } catch (const UsageError & e) {
+        if (policy != "auto") throw;
+        planner_refusal = e.what();
+    }
+    if (!planner_refusal && (!forecast_outcome_ || !forecast_outcome_->excess)) return false;  // fits, or no forecast
+    if (policy == "off") {
+        const std::string w = excess_text(*forecast_outcome_->excess) + "; fit.policy = off: the run goes on";
+        forecast_json_["warnings"].push_back(w);
+        forecast_json_["fit"] = {{"policy", "off"}, {"over", w}};
+        if (auto * tr = ctx_.tracker) tr->set_forecast(forecast_json_);
+        log(3, "memory forecast: " + w);
+        return false;
+    }
+    const auto original = forecast_outcome_;
+    const nlohmann::json original_json = forecast_json_;
+    const std::string over = planner_refusal ? *planner_refusal : excess_text(*original->excess);
+    const bool video = original ? original->asked.frames > 1 : false;
+    nlohmann::json tried = nlohmann::json::array();
+    std::vector<FitRung> applied;
+    auto current = std::make_unique<ResolvedSettings>(settings());
+    std::optional<nlohmann::json> previous = original ? std::optional(phase_peaks(original->phases)) : std::nullopt;
+    bool fits = false;
+    for (const auto & rung : fit_ladder(settings(), video)) {
+        auto trial = std::make_unique<ResolvedSettings>(*current);
+        trial->set(rung.key, ResolvedValue{rung.value, Provenance{SettingLayer::fit, "fit.policy = " + policy}});
+        fitted_settings_ = std::move(trial);
+        forecast_outcome_.reset();
+        nlohmann::json entry = {{"key", rung.key}, {"value", rung.value}, {"why", rung.why}};
+        fit_trial_ = true;
+        try {
+            plan_and_forecast();
+        } catch (const UsageError & e) {
+            entry["refused"] = e.what();
+        }
+        fit_trial_ = false;
+        if (!forecast_outcome_ || entry.contains("refused")) {
+            tried.push_back(entry);
+            fitted_settings_ = std::make_unique<ResolvedSettings>(*current);
+            continue;
+        }
+        const auto peaks = phase_peaks(forecast_outcome_->phases);
+        entry["phases"] = peaks;
+        entry["fits"] = !forecast_outcome_->excess;
+        if (forecast_outcome_->excess) entry["over"] = excess_text(*forecast_outcome_->excess);
+        if (previous && *previous == peaks) {  // no phase changed: not worth its time
+            entry["effect"] = "none: every phase's forecast as before";
+            tried.push_back(entry);
+            fitted_settings_ = std::make_unique<ResolvedSettings>(*current);
+            continue;
+        }
+        tried.push_back(entry);
+        applied.push_back(rung);
+        previous = peaks;
+        current = std::make_unique<ResolvedSettings>(*fitted_settings_);
+        if (!forecast_outcome_->excess) {
+            fits = true;
+            break;
+        }
+    }
+    if (policy == "auto" && fits) {
+        for (const auto & rung : applied) {
+            const nlohmann::json requested = ctx_.settings->has(rung.key) ? ctx_.settings->at(rung.key).value : nlohmann::json(nullptr);
+            adjust(rung.key, requested, rung.value, "fit.policy = auto: " + over + " (memory forecast); " + rung.why);
+        }
+        forecast_json_["fit"] = {{"policy", "auto"}, {"over", over}, {"tried", tried}, {"applied", applied.size()}};
+        if (auto * tr = ctx_.tracker) tr->set_forecast(forecast_json_);
+        if (!fit_trial_)
+            for (const auto & p : forecast_outcome_->phases)
+                log(2, "forecast " + p.phase + " (fitted): device " + format_mib(p.peak.device) + ", host " + format_mib(p.peak.host));
+        return true;
+    }
+    // Refused: the forecast as asked, with every rung tried.
+    fitted_settings_.reset();
+    if (planner_refusal) {
+        std::string msg = *planner_refusal + " fit.policy = auto tried:";
+        for (const auto & t : tried)
+            msg += " " + t["key"].get<std::string>() + " = " + t["value"].get<std::string>() + " (" +
+                   (t.contains("refused") ? t["refused"].get<std::string>() : t.value("over", std::string("fits"))) + ");";
+        msg += " none fits this machine.";
+        throw UsageError(msg);
+    }
+    forecast_outcome_ = original;
+    forecast_json_ = original_json;
+    forecast_json_["fit"] = {{"policy", policy}, {"tried", tried}};
+    refuse_forecast(tried);
+}
+
+void ModelRun::refuse_forecast(const nlohmann::json & tried) {
+    const auto & o = *forecast_outcome_;
+    const auto & excess = *o.excess;
+    const auto & asked = o.asked;
+    const auto budget = machine_budget();
+    const auto fitting = largest_fitting(*forecast_, o.model, asked, budget, o.multiple, o.frame_step, kForecastTolerance);
+    const auto & b = excess.side == "device" ? budget.device : budget.host;
+    std::string msg = plugin_ + ": phase '" + excess.phase + "' needs " + format_mib(excess.forecast) + " of " +
                       (budget.device_is_host ? std::string("host memory (device and host together, on the CPU)")
-                                             : excess->side + " memory") +
-                      " by the memory forecast, over the budget of " + format_mib(excess->budget) + " (" + b.source +
+                                             : excess.side + " memory") +
+                      " by the memory forecast, over the budget of " + format_mib(excess.budget) + " (" + b.source +
                       "); nothing was loaded.";
     if (fitting.size)
         msg += " With the forecast's tolerance (" + nlohmann::json(kForecastTolerance).dump() + ") to spare, at this preset " +
@@ -1111,12 +1273,42 @@ void ModelRun::forecast_memory(const ForecastShape & asked, const StageModel & m
     if (fitting.frames)
         msg += "; at " + std::to_string(asked.width) + "x" + std::to_string(asked.height) + " up to " +
                std::to_string(fitting.frames->frames) + " frames fit";
-    msg += ". Run `ddo-host plan` with the same flags for every phase's forecast; a preset that streams more "
-           "(low_ram_safe), a tiled VAE (vae.strategy = tiled) or a smaller workload lowers it (Note [Memory forecast]).";
-    forecast_json_["refused"] = {{"phase", excess->phase}, {"side", excess->side}, {"forecast_bytes", excess->forecast},
-                                 {"budget_bytes", excess->budget},
+    msg += ".";
+    // The settings of the fit ladder, each with its forecast (cumulative, cheapest in time first).
+    std::string with;
+    std::string fitting_settings;
+    for (const auto & t : tried) {
+        // The rungs are cumulative: `with` is the ones applied so far and this one; one refused or without effect is
+        // not kept for the next.
+        const std::string rung = t["key"].get<std::string>() + " = " + t["value"].get<std::string>();
+        const std::string kept = with;
+        with += (with.empty() ? "" : ", then ") + rung;
+        if (t.contains("refused")) {
+            msg += " With " + with + ": refused (" + t["refused"].get<std::string>() + ").";
+            with = kept;
+            continue;
+        }
+        if (t.contains("effect")) {
+            msg += " With " + with + ": no phase's forecast changes.";
+            with = kept;
+            continue;
+        }
+        std::string peaks;
+        for (const auto & p : t["phases"])
+            peaks += (peaks.empty() ? "" : ", ") + p["phase"].get<std::string>() + " " +
+                     format_mib(budget.device_is_host ? p["host_bytes"].get<std::uint64_t>() + p["device_bytes"].get<std::uint64_t>()
+                                                      : p[excess.side + "_bytes"].get<std::uint64_t>());
+        msg += " With " + with + ": " + peaks + (t["fits"].get<bool>() ? " (fits)." : " (" + t["over"].get<std::string>() + ").");
+        if (t["fits"].get<bool>()) fitting_settings = with;
+    }
+    if (!fitting_settings.empty())
+        msg += " --fit auto (fit.policy = auto) applies " + fitting_settings + " and runs.";
+    msg += " `ddo-host plan` with the same flags prints every phase's forecast (Note [Memory forecast]).";
+    forecast_json_["refused"] = {{"phase", excess.phase}, {"side", excess.side}, {"forecast_bytes", excess.forecast},
+                                 {"budget_bytes", excess.budget},
                                  {"largest_size", fitting.size ? nlohmann::json({{"width", fitting.size->width}, {"height", fitting.size->height}}) : nlohmann::json(nullptr)},
-                                 {"most_frames", fitting.frames ? nlohmann::json(fitting.frames->frames) : nlohmann::json(nullptr)}};
+                                 {"most_frames", fitting.frames ? nlohmann::json(fitting.frames->frames) : nlohmann::json(nullptr)},
+                                 {"settings_that_fit", fitting_settings.empty() ? nlohmann::json(nullptr) : nlohmann::json(fitting_settings)}};
     if (auto * tr = ctx_.tracker) tr->set_forecast(forecast_json_);
     throw UsageError(msg);
 }

@@ -120,6 +120,13 @@ void add_run_keys(std::vector<KeyDef> & s) {
     s.push_back(integer("vae.temporal_frames", 1, 4096, 16, "Frames per window for `temporal_stream`.",
                         "video model plugins"));
 
+    // Fitting a run to its memory (Note [Fitting a run] in docs/architecture.md).
+    s.push_back(choice("fit.policy", {"refuse", "auto", "off"}, "refuse",
+                       "When the memory forecast of a phase exceeds the budget: refuse = exit 2 before anything loads, "
+                       "naming what would fit; auto = apply the cheapest settings that fit (vae.strategy, then "
+                       "components.transformer.route dynamic, then disk), each listed in the report's adjustments, and "
+                       "run; off = run anyway (a warning). --fit POLICY sets it."));
+
     // Per component.
     s.push_back(choice("components.*.route", kRoutes, "component",
                        "How this component's weights reach the device (docs/presets.md, Routes)."));

@@ -13,6 +13,7 @@ const char * to_string(SettingLayer layer) {
     case SettingLayer::preset: return "preset";
     case SettingLayer::environment: return "environment";
     case SettingLayer::command_line: return "--set";
+    case SettingLayer::fit: return "fit";
     }
     return "?";
 }

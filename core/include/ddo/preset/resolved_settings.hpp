@@ -23,6 +23,7 @@ enum class SettingLayer {
     preset = 1,           // a preset file or one of its `inherits` parents (child beats parent)
     environment = 2,      // a DDO_* environment variable
     command_line = 3,     // --set key=value
+    fit = 4,              // fit.policy = auto changed it (a ModelRun's fitted settings; Note [Fitting a run])
 };
 const char * to_string(SettingLayer layer);
 

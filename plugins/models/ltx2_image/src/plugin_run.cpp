@@ -200,6 +200,17 @@ at::Tensor read_condition_image(model::ModelRun & run, const model::ImageSize & 
     return model::image_to_tensor(resized);
 }
 
+// The components' plans and the VAE's strategy, from the run's settings (again under fit.policy = auto: Note [Fitting a
+// run]).
+void plan_components(model::ModelRun & run, const Request & r, const ImageModel & m, RunPlan & p) {
+    p.connectors = run.plan("connectors");
+    p.transformer = run.plan("transformer");
+    p.vae = run.plan("vae");
+    p.device = p.transformer.placement.device();
+    p.vae_choice = choose_video_vae_strategy(p.vae, m.vae, m.vae_config, 1, 1, p.size.width, p.size.height, r.w.dtype,
+                                             p.vae.vae_tiles.temporal_frames);
+}
+
 RunPlan plan_run(model::ModelRun & run, const Request & r, const ImageModel & m) {
     RunPlan p;
     const int64_t s = m.vae_config.spatial_compression_ratio;
@@ -226,12 +237,7 @@ RunPlan plan_run(model::ModelRun & run, const Request & r, const ImageModel & m)
     if (p.step_cache)  // taylorseer: its module patterns resolved against the modules the image DiT routes
         p.step_cache->bind_modules(image_hookable_module_names(m.transformer_config),
                                    image_diffusers_module_names(m.transformer_config));
-    p.connectors = run.plan("connectors");
-    p.transformer = run.plan("transformer");
-    p.vae = run.plan("vae");
-    p.device = p.transformer.placement.device();
-    p.vae_choice = choose_video_vae_strategy(p.vae, m.vae, m.vae_config, 1, 1, p.size.width, p.size.height, r.w.dtype,
-                                             p.vae.vae_tiles.temporal_frames);
+    plan_components(run, r, m, p);
     return p;
 }
 
@@ -381,7 +387,8 @@ void run_ltx2_image(model::ModelRun & run) {
     const auto & m = c.m;
     auto p = plan_run(run, r, m);
     record_workload(run, r, p);
-    forecast_run(run, r, m, p);
+    if (run.fit([&] { plan_components(run, r, m, p); forecast_run(run, r, m, p); }))
+        record_workload(run, r, p);  // with the settings fit.policy = auto applied
     if (!encode_prompt(run, r, c, p)) return;
     const auto text = encode_text(run, r, m, p);
     if (!text) return;

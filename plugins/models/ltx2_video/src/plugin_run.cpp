@@ -310,14 +310,9 @@ void plan_stages(model::ModelRun & run, const Request & r, const VideoModel & m,
     p.sampling.mu = ltx2_mu(m.scheduler_json, g1.video_tokens() + keyframe_tokens);
 }
 
-RunPlan plan_run(model::ModelRun & run, const Request & r, const VideoModel & m) {
-    RunPlan p;
-    p.clip = resolve_clip(run, r.w, m);
-    p.guidance = resolve_guidance(run, r.w, m);
-    p.passes = load_prompt_file(run, r, m, p.guidance.ds, p.embeds);
-    p.sampling = resolve_sampling(run, r, m, p.clip.geo);
-    if (r.prompt.encode_only) run.plan_tensor_file();
-    else if (r.prompt.given()) p.outputs = run.plan_outputs({"video.mp4", "audio.wav"});
+// The components' plans and the VAE's strategy, from the run's settings (again under fit.policy = auto: Note [Fitting a
+// run]).
+void plan_components(model::ModelRun & run, const Request & r, const VideoModel & m, RunPlan & p) {
     p.connectors = run.plan("connectors");
     p.transformer = run.plan("transformer");
     p.vae = run.plan("vae");
@@ -326,6 +321,17 @@ RunPlan plan_run(model::ModelRun & run, const Request & r, const VideoModel & m)
     p.device = p.transformer.placement.device();
     p.vae_choice = choose_video_vae_strategy(p.vae, m.vae, m.vae_config, 1, p.clip.frames, p.clip.width,
                                              p.clip.height, r.w.dtype, p.vae.vae_tiles.temporal_frames);
+}
+
+RunPlan plan_run(model::ModelRun & run, const Request & r, const VideoModel & m) {
+    RunPlan p;
+    p.clip = resolve_clip(run, r.w, m);
+    p.guidance = resolve_guidance(run, r.w, m);
+    p.passes = load_prompt_file(run, r, m, p.guidance.ds, p.embeds);
+    p.sampling = resolve_sampling(run, r, m, p.clip.geo);
+    if (r.prompt.encode_only) run.plan_tensor_file();
+    else if (r.prompt.given()) p.outputs = run.plan_outputs({"video.mp4", "audio.wav"});
+    plan_components(run, r, m, p);
     if (!r.prompt.encode_only) plan_stages(run, r, m, p);
     // cache.* checked now (a refused setting before anything loads); the denoising loop runs through it (a two-stage
     // run's stage 2 through run.step_cache_stage: denoise_clip). Keyframe conditions (LTX2ConditionPipeline: appended
@@ -915,7 +921,8 @@ void run_ltx2_video(model::ModelRun & run) {
     auto p = plan_run(run, r, m);
     const OutputPlan o = plan_extra_outputs(run, p);
     record_workload(run, r, m, p);
-    forecast_run(run, r, m, p);
+    if (run.fit([&] { plan_components(run, r, m, p); forecast_run(run, r, m, p); }))
+        record_workload(run, r, m, p);  // with the settings fit.policy = auto applied
     if (!encode_prompt(run, r, c, p)) return;
     const auto text = encode_text(run, r, m, p);
     if (!text) return;

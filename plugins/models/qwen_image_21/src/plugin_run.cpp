@@ -159,6 +159,15 @@ struct RunPlan {
     VaeChoice vae_choice;
 };
 
+// The components' plans and the VAE's strategy, from the run's settings (again under fit.policy = auto: Note [Fitting a
+// run]).
+void plan_components(model::ModelRun & run, const Request & r, const ModelFiles & m, RunPlan & p) {
+    p.transformer = run.plan("transformer");
+    p.vae = run.plan("vae");
+    if (r.refs.any()) p.vision = run.plan("vision_tower");
+    p.vae_choice = choose_vae_strategy(p.vae, m.vae, m.vae_config, r.w.num_images, r.o.width, r.o.height, r.o.dtype);
+}
+
 RunPlan plan_run(model::ModelRun & run, Request & r, const ModelFiles & m, Grid grid) {
     RunPlan p{std::move(grid), {}, {}, {}, {}};
     if (!run.latents_file().empty()) {
@@ -173,10 +182,7 @@ RunPlan plan_run(model::ModelRun & run, Request & r, const ModelFiles & m, Grid 
     if (r.o.step_cache)  // taylorseer: its module patterns resolved against the modules the block loop can hook
         r.o.step_cache->bind_modules(hookable_module_names(m.transformer_config),
                                      diffusers_module_names(m.transformer_config));
-    p.transformer = run.plan("transformer");
-    p.vae = run.plan("vae");
-    if (r.refs.any()) p.vision = run.plan("vision_tower");
-    p.vae_choice = choose_vae_strategy(p.vae, m.vae, m.vae_config, r.w.num_images, r.o.width, r.o.height, r.o.dtype);
+    plan_components(run, r, m, p);
     return p;
 }
 
@@ -357,8 +363,24 @@ void forecast_run(model::ModelRun & run, const Request & r, const ModelFiles & m
     in.guide = c.guide;
     in.prompt_tokens_known = c.embeds.embeds.defined();
     in.prompt_tokens = in.prompt_tokens_known ? c.embeds.embeds.size(1) : 256;
-    for (const auto & ref : r.refs.items) in.reference_tokens += (ref.width / 16) * (ref.height / 16);
-    if (r.refs.any() && !in.prompt_tokens_known) in.prompt_tokens += in.reference_tokens / 4;  // the vision slots
+    std::vector<std::int64_t> slots;  // each reference's vision slots (2x2 latent tokens each)
+    for (const auto & ref : r.refs.items) {
+        in.reference_tokens += (ref.width / 16) * (ref.height / 16);
+        slots.push_back((ref.width / 16) * (ref.height / 16) / 4);
+    }
+    if (!in.prompt_tokens_known && r.prompt.from_text) {
+        // A text prompt's length: its template tokenized now (the tokenizer only; the pipeline drops the system turn),
+        // the longer of the prompt and, when guiding, the negative prompt (Note [Memory forecast]).
+        const auto encoder = open_prompt_encoder(run, m);
+        auto length = [&](const std::string & text) {
+            return std::int64_t(encoder.template_ids(text, slots).size()) - encoder.drop_index();
+        };
+        in.prompt_tokens = length(*r.w.prompt);
+        if (c.guide && r.w.negative_prompt) in.prompt_tokens = std::max(in.prompt_tokens, length(*r.w.negative_prompt));
+        in.prompt_tokens_known = true;
+    } else if (r.refs.any() && !in.prompt_tokens_known) {
+        for (const auto n : slots) in.prompt_tokens += n;  // the vision slots
+    }
     in.kv_cache = r.o.use_kv_cache && tc.causal_condition;
     in.kv_cache_on_host = r.kv_cache_placement == "host";
     in.vae = p.vae_choice;
@@ -433,11 +455,13 @@ void run_qwen_image_21(model::ModelRun & run) {
     const auto m = open_checkpoint(run, r);
     auto grid = resolve_grid(run, r, m);
     auto c = resolve_guidance(run, r, m);
-    const auto p = plan_run(run, r, m, std::move(grid));
-    record_workload(run, r, m, p, c.guide, r.prompt.from_text ? nlohmann::json("planned") : nlohmann::json(nullptr));
+    auto p = plan_run(run, r, m, std::move(grid));
+    const auto text_state = r.prompt.from_text ? nlohmann::json("planned") : nlohmann::json(nullptr);
+    record_workload(run, r, m, p, c.guide, text_state);
     if (!r.refs.any())
         run.not_used("vision_tower", "no reference image (--image) was given; the vision tower encodes references only");
-    forecast_run(run, r, m, p, c);
+    if (run.fit([&] { plan_components(run, r, m, p); forecast_run(run, r, m, p, c); }))
+        record_workload(run, r, m, p, c.guide, text_state);  // with the settings fit.policy = auto applied
     if (!encode_prompt(run, r, m, p, c)) {
         run.not_used_except({"text_encoder", "vision_tower"}, "ddo-host encode writes the prompt embeddings only");
         return;

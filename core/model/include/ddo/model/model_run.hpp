@@ -41,6 +41,7 @@
 #include "ddo/model/memory_forecast.hpp"
 #include "ddo/model/step_cache.hpp"
 #include "ddo/model/tensor_output.hpp"
+#include "ddo/preset/resolved_settings.hpp"
 #include "ddo/run_context.hpp"
 #include "ddo/store/component_source.hpp"
 #include "ddo/util/path_lock.hpp"
@@ -170,6 +171,14 @@ public:
                          std::int64_t frame_step = 0);
     // The machine the forecast is held against.
     MachineBudget machine_budget();
+    // Note [Fitting a run] (docs/architecture.md). `plan_and_forecast` plans the run's components from the settings
+    // (plan(), the VAE strategy) and calls forecast_weights and forecast_memory; the plugin's plans are what its last
+    // call left. When a phase does not fit, fit.policy decides: `refuse` (exit 2 before anything loads, naming the
+    // phase, the largest size and most frames that fit, and each setting of the fit ladder with its forecast),
+    // `auto` (the ladder's settings up to the first that fits applied to this run's settings, each in the report's
+    // adjustments; plan_and_forecast's last call was with them), `off` (run anyway, a warning in the forecast).
+    // Returns true when settings were adjusted (the plugin records its workload again).
+    bool fit(const std::function<void()> & plan_and_forecast);
 
     // Under `ddo-host serve` (RunContext::session) open_weights first asks the server's session for the weights a
     // previous run left loaded under the same key (the component, its files and their identity, the groups, route,
@@ -362,6 +371,21 @@ private:
     std::unique_ptr<MemoryForecast> forecast_;
     nlohmann::json forecast_json_;
     void measure_phase(PhaseState & phase);
+    // The last forecast_memory: its phases, the first that does not fit, and how to search what would.
+    struct ForecastOutcome {
+        std::vector<PhaseForecast> phases;
+        std::optional<MemoryForecast::Excess> excess;
+        ForecastShape asked;
+        StageModel model;
+        std::int64_t multiple = 1, frame_step = 0;
+    };
+    std::optional<ForecastOutcome> forecast_outcome_;
+    bool fitting_ = false;    // inside fit(): forecast_memory records, fit decides
+    bool fit_trial_ = false;  // evaluating a rung of the fit ladder: nothing logged
+    // The run's settings once fit.policy = auto changed some (null: the host's, as resolved).
+    std::unique_ptr<ResolvedSettings> fitted_settings_;
+    const ResolvedSettings & settings() const { return fitted_settings_ ? *fitted_settings_ : *ctx_.settings; }
+    [[noreturn]] void refuse_forecast(const nlohmann::json & tried);
     nlohmann::json checkpoint_ = nlohmann::json::object();
     LoraAdapters loras_;
     std::map<std::string, std::vector<std::pair<std::string, std::string>>> original_names_;
