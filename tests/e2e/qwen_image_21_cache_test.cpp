@@ -170,6 +170,15 @@ TEST(Qi21Cache, EveryRefusedSettingExitsTwoNamingTheKeyWithTheReportWritten) {
     expect_refused("other_kinds_key", "--cache first_block --set cache.max_skip_steps=2", "cache.max_skip_steps");
     expect_refused("key_without_kind", "--set cache.threshold=0.1", "cache.threshold");
     expect_refused("min_steps", "--cache first_block --set cache.min_steps=25", "cache.min_steps");
+    // taylorseer with the prefix KV cache (base_args turns it off): step 1 (target rows only) cannot be predicted from
+    // step 0 (prefix + target); it was a LibTorch shape error (exit 4) before it was refused.
+    const auto ts = ddo::test::run_ddo_host("cache_bad_ts_prefix", "--plugin qwen_image --model '" +
+                                                                        (kDir / "checkpoint").string() + "' --prompt-embeds '" +
+                                                                        (kDir / "prompt_embeds.safetensors").string() +
+                                                                        "' --steps 12 --width 64 --height 64 --cache taylorseer "
+                                                                        "--set cache.disable_cache_before_step=1");
+    EXPECT_EQ(ts.exit_code, 2) << ts.log;
+    EXPECT_NE(ts.log.find("cache.disable_cache_before_step = 1 with the prefix KV cache"), std::string::npos) << ts.log;
     const auto few = ddo::test::run_ddo_host("cache_few_steps", base_args(8) + " --cache first_block");
     EXPECT_EQ(few.exit_code, 2) << few.log;
     EXPECT_NE(few.log.find("cache.min_steps"), std::string::npos) << few.log;

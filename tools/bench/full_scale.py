@@ -11,12 +11,17 @@ The VAE, scheduler and prompt embeddings are the bench checkpoint's (tools/bench
 Before the run the shards' pages are dropped from the page cache (posix_fadvise DONTNEED), so the step reads its
 weights from the disk. Printed: the checkpoint's size, the machine's RAM, the forecast of each phase's host peak beside
 the measured peak (LibTorch's and the engine's allocations: forecast.phases[].measured) and the RSS (the sampler's peak
-and the kernel's VmHWM), the engine's bytes read from the file, the step time (host wall) and the read rate. A
-figure the report does not have is printed as unavailable, never as 0."""
+and the kernel's VmHWM), the engine's bytes read from the file and the bytes the process read from the disk, the step
+time (host wall) and the read rate. A figure the report does not have is printed as unavailable, never as 0.
+
+The run is confined to a memory cgroup of --memory-limit (default 8 GiB; where this machine lets one be made), which is
+also its --host-memory: the forecast is held against it, `ddo-host plan` shows the refusal on the preset's own route and
+what --fit auto applies, and the measured run proves the weights need not fit in memory."""
 
 import argparse
 import json
 import os
+import resource
 import shutil
 import subprocess
 import sys
@@ -105,6 +110,61 @@ def drop_page_cache(folder: Path):
             os.close(fd)
 
 
+class MemoryCgroup:
+    """A memory cgroup of `limit` bytes the run is started in (v2: memory.max, v1: memory.limit_in_bytes), when this
+    machine lets us make one; its peak (v2 memory.peak, v1 memory.max_usage_in_bytes: the page cache charged to it
+    included) is read after the run. `reason` says why there is none."""
+
+    def __init__(self, limit: int, name: str = "ddo_full_scale"):
+        self.limit, self.path, self.version, self.reason = limit, None, None, None
+        v2 = Path("/sys/fs/cgroup/cgroup.controllers")
+        candidates = [(2, Path("/sys/fs/cgroup") / name, "memory.max")] if v2.exists() else []
+        candidates.append((1, Path("/sys/fs/cgroup/memory") / name, "memory.limit_in_bytes"))
+        for version, path, key in candidates:
+            try:
+                path.mkdir(exist_ok=True)
+                (path / key).write_text(str(limit))
+                self.path, self.version = path, version
+                return
+            except OSError as e:
+                self.reason = f"{path}: {e.strerror}"
+
+    def enter(self):  # in the child, before exec
+        if self.path:
+            (self.path / "cgroup.procs").write_text(str(os.getpid()))
+
+    def peak(self):
+        if not self.path:
+            return None
+        f = self.path / ("memory.peak" if self.version == 2 else "memory.max_usage_in_bytes")
+        try:
+            return int(f.read_text().split()[0])
+        except (OSError, ValueError):
+            return None
+
+    def reset(self):
+        if self.path and self.version == 1:
+            try:
+                (self.path / "memory.max_usage_in_bytes").write_text("0")
+            except OSError:
+                pass
+
+    def remove(self):
+        if self.path:
+            try:
+                self.path.rmdir()
+            except OSError:
+                pass
+
+
+def parse_size(text: str) -> int:
+    units = {"GiB": 1 << 30, "MiB": 1 << 20}
+    for u, m in units.items():
+        if text.endswith(u):
+            return int(float(text[:-len(u)]) * m)
+    raise SystemExit(f"--memory-limit {text}: give GiB or MiB, e.g. 8GiB")
+
+
 def mem_total() -> int:
     for line in Path("/proc/meminfo").read_text().splitlines():
         if line.startswith("MemTotal:"):
@@ -116,7 +176,9 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("build", type=Path)
     ap.add_argument("--size", type=int, default=256)
-    ap.add_argument("--steps", type=int, default=1)
+    ap.add_argument("--steps", type=int, default=2)  # one step of this scheduler's shifted grid is not finite
+    ap.add_argument("--memory-limit", default="8GiB",
+                    help="the run's memory cgroup (and --host-memory, the forecast's budget); 0: none")
     ap.add_argument("--route", default="disk")
     ap.add_argument("--cache", type=Path, default=None)
     ap.add_argument("--json", type=Path, default=None)
@@ -129,12 +191,19 @@ def main():
     ram = mem_total()
     print(f"checkpoint: {ckpt}\n  transformer {gib(stored)} stored (bf16), {gib(2 * stored)} in the fp32 compute dtype; "
           f"this machine's RAM: {gib(ram)}")
+    limit = 0 if a.memory_limit in ("0", "") else parse_size(a.memory_limit)
+    cg = MemoryCgroup(limit) if limit else None
+    if cg:
+        print(f"memory cgroup: {cg.path} (v{cg.version}), limit {gib(limit)}" if cg.path
+              else f"memory cgroup: none ({cg.reason}); the run is not confined")
     work = a.build / "bench" / "full_scale_run"
     shutil.rmtree(work, ignore_errors=True)
     work.mkdir(parents=True)
     base = ["--plugin", "qwen_image", "--preset", "off.toml", "--model", str(ckpt),
             "--prompt-embeds", str(ckpt / "prompt_embeds.safetensors"), "--steps", str(a.steps),
             "--width", str(a.size), "--height", str(a.size)]
+    if limit:
+        base += ["--host-memory", f"{limit // (1 << 20)}MiB"]
     # The forecast first, on the preset's own route: `ddo-host plan` (nothing loads), as asked and with --fit auto.
     plans = {}
     for name, extra in (("as asked", []), ("--fit auto", ["--fit", "auto"])):
@@ -147,7 +216,8 @@ def main():
         print(f"ddo-host plan ({name}): exit {p.returncode}"
               + (f"; adjustments: {', '.join(adjustments)}" if adjustments else ""))
         if p.returncode != 0:
-            print("  " + p.stderr.strip().splitlines()[-1][:1500] if p.stderr.strip() else "  (no message)")
+            why = [l for l in (p.stdout + p.stderr).splitlines() if "needs" in l]
+            print("  " + (why[-1][why[-1].find("qwen_image_21:"):][:2000] if why else "(no message)"))
         plans[name] = {"exit": p.returncode, "adjustments": adjustments,
                        "refused": (rep.get("forecast") or {}).get("refused")}
     drop_page_cache(ckpt / "transformer")
@@ -156,8 +226,15 @@ def main():
             "--output", str(work), "--report", str(report), "--overwrite"]
     print("run: " + " ".join(args))
     t0 = time.perf_counter()
-    p = subprocess.run(args, capture_output=True, text=True)
+    if cg:
+        cg.reset()
+    inblock0 = resource.getrusage(resource.RUSAGE_CHILDREN).ru_inblock
+    p = subprocess.run(args, capture_output=True, text=True, preexec_fn=cg.enter if cg and cg.path else None)
     wall = time.perf_counter() - t0
+    disk_read = (resource.getrusage(resource.RUSAGE_CHILDREN).ru_inblock - inblock0) * 512  # from the block device
+    cg_peak = cg.peak() if cg else None
+    if cg:
+        cg.remove()
     if p.returncode != 0 or not report.exists():
         print(p.stderr[-4000:])
         sys.exit(f"full_scale: ddo-host exited {p.returncode}")
@@ -181,13 +258,18 @@ def main():
                               "rss_peak_bytes": rss})
     hwm = ((rep.get("memory") or {}).get("rss") or {}).get("kernel_hwm_bytes")
     eng = (((rep.get("counters") or {}).get("transformer") or {}).get("engine") or {}).get("counters") or {}
-    read = eng.get("bytes_from_file")
+    read = (eng.get("bytes_moved") or {}).get("file")
     steps = [s for s in rep.get("steps", []) if s.get("phase", "").startswith("denoise")]
     step_s = [s.get("host_wall_s") for s in steps]
-    out.update({"kernel_hwm_bytes": hwm, "bytes_from_file": read, "step_seconds": step_s})
+    out.update({"kernel_hwm_bytes": hwm, "bytes_from_file": read, "step_seconds": step_s, "memory_limit_bytes": limit,
+                "cgroup_peak_bytes": cg_peak})
     print(f"RSS high-water mark (VmHWM, whole run): {mib(hwm)}")
+    if cg and cg.path:
+        print(f"memory cgroup peak (page cache charged to it included): {mib(cg_peak)} of the {gib(limit)} limit")
     print(f"bytes read from the weight files by the engine: {gib(read)}"
-          + (f" ({read / stored:.2f}x the stored transformer)" if read else ""))
+          + (f" ({read / stored:.2f}x the stored transformer)" if read else "")
+          + f"; from the disk (the process's block reads, getrusage ru_inblock): {gib(disk_read)}")
+    out["disk_read_bytes"] = disk_read
     for i, s in enumerate(step_s):
         rate = f", {read / len(step_s) / s / 1e9:.2f} GB/s read per step" if read and s else ""
         print(f"step {i}: {s:.1f} s (host wall){rate}" if s is not None else f"step {i}: unavailable")

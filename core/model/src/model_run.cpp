@@ -1140,11 +1140,23 @@ std::vector<FitRung> fit_ladder(const ResolvedSettings & s, bool video) {
     return ladder;
 }
 
-// A phase's peaks, short: what the fit ladder's rungs are compared by.
-nlohmann::json phase_peaks(const std::vector<PhaseForecast> & phases) {
+// Each phase's peaks, short, and whether it is over its budget: what the fit ladder's rungs are compared by.
+nlohmann::json phase_peaks(const std::vector<PhaseForecast> & phases, const MachineBudget & budget) {
     nlohmann::json j = nlohmann::json::array();
-    for (const auto & p : phases) j.push_back({{"phase", p.phase}, {"device_bytes", p.peak.device}, {"host_bytes", p.peak.host}});
+    for (const auto & p : phases)
+        j.push_back({{"phase", p.phase}, {"device_bytes", p.peak.device}, {"host_bytes", p.peak.host},
+                     {"over", MemoryForecast::first_excess({p}, budget).has_value()}});
     return j;
+}
+
+// Whether `after` forecasts lower any phase that `before` has over its budget (a rung is applied only for those).
+bool lowers_a_phase_over(const nlohmann::json & before, const nlohmann::json & after) {
+    for (std::size_t i = 0; i < before.size() && i < after.size(); ++i)
+        if (before[i].value("over", false) &&
+            (after[i]["device_bytes"].get<std::uint64_t>() < before[i]["device_bytes"].get<std::uint64_t>() ||
+             after[i]["host_bytes"].get<std::uint64_t>() < before[i]["host_bytes"].get<std::uint64_t>()))
+            return true;
+    return false;
 }
 
 std::string excess_text(const MemoryForecast::Excess & e) {
@@ -1185,7 +1197,9 @@ bool ModelRun::fit(const std::function<void()> & plan_and_forecast) {
     nlohmann::json tried = nlohmann::json::array();
     std::vector<FitRung> applied;
     auto current = std::make_unique<ResolvedSettings>(settings());
-    std::optional<nlohmann::json> previous = original ? std::optional(phase_peaks(original->phases)) : std::nullopt;
+    const auto budget = machine_budget();
+    std::optional<nlohmann::json> previous =
+        original ? std::optional(phase_peaks(original->phases, budget)) : std::nullopt;
     bool fits = false;
     for (const auto & rung : fit_ladder(settings(), video)) {
         auto trial = std::make_unique<ResolvedSettings>(*current);
@@ -1205,12 +1219,12 @@ bool ModelRun::fit(const std::function<void()> & plan_and_forecast) {
             fitted_settings_ = std::make_unique<ResolvedSettings>(*current);
             continue;
         }
-        const auto peaks = phase_peaks(forecast_outcome_->phases);
+        const auto peaks = phase_peaks(forecast_outcome_->phases, budget);
         entry["phases"] = peaks;
         entry["fits"] = !forecast_outcome_->excess;
         if (forecast_outcome_->excess) entry["over"] = excess_text(*forecast_outcome_->excess);
-        if (previous && *previous == peaks) {  // no phase changed: not worth its time
-            entry["effect"] = "none: every phase's forecast as before";
+        if (previous && !lowers_a_phase_over(*previous, peaks)) {  // not worth its time
+            entry["effect"] = "none: no phase over its budget is forecast lower";
             tried.push_back(entry);
             fitted_settings_ = std::make_unique<ResolvedSettings>(*current);
             continue;

@@ -12,7 +12,6 @@ at::Tensor ScratchPool::take(at::IntArrayRef shape, at::ScalarType dtype, c10::D
     const auto bytes = std::uint64_t(c10::multiply_integers(shape)) * elem + offset;  // the buffer's
     group_bytes_ += bytes;
     in_use_ += bytes;
-    peak_bytes_ = std::max(peak_bytes_, in_use_ + free_bytes_);
     const auto at_offset = [&](c10::Storage storage) {
         // A plain tensor on the storage (set_, not a view: a view would keep a base alive and the buffer look held).
         return at::empty({0}, at::TensorOptions().dtype(dtype).device(device))
@@ -24,9 +23,11 @@ at::Tensor ScratchPool::take(at::IntArrayRef shape, at::ScalarType dtype, c10::D
         free_.erase(std::next(it).base());
         free_bytes_ -= bytes;
         ++reused_;
+        peak_bytes_ = std::max(peak_bytes_, in_use_ + free_bytes_);  // a reused buffer counts once
         return at_offset(std::move(storage));
     }
     ++allocated_;
+    peak_bytes_ = std::max(peak_bytes_, in_use_ + free_bytes_);
     if (offset == 0) return at::empty(shape, at::TensorOptions().dtype(dtype).device(device));
     return at_offset(at::empty({std::int64_t(bytes / elem)}, at::TensorOptions().dtype(dtype).device(device)).storage());
 }

@@ -721,6 +721,27 @@ ModuleCall StepCache::module(const std::string & branch_name, const std::string 
     return call;
 }
 
+std::uint64_t StepCache::kept_bytes(const std::vector<std::vector<std::int64_t>> & streams, at::ScalarType dtype) const {
+    if (streams.empty()) return 0;
+    auto bytes = [](const std::vector<std::int64_t> & shape, at::ScalarType t) {
+        return std::uint64_t(c10::multiply_integers(shape)) * at::elementSize(t);
+    };
+    std::uint64_t all = 0;
+    for (const auto & shape : streams) all += bytes(shape, dtype);
+    const std::uint64_t first = bytes(streams.front(), dtype);
+    switch (s_.kind) {
+    case StepCacheKind::off: return 0;
+    case StepCacheKind::first_block: return 2 * all + first;  // head_output + tail_residuals, head_residual
+    case StepCacheKind::mag: return first;                    // previous_residual
+    case StepCacheKind::sea: return std::uint64_t(s_.residual_order + 1) * all;  // history: aux streams + residual
+    case StepCacheKind::taylorseer: {
+        const auto t = s_.taylor_factors_dtype == "fp32" ? at::kFloat : s_.taylor_factors_dtype == "fp16" ? at::kHalf : at::kBFloat16;
+        return std::uint64_t(hooks_.size()) * std::uint64_t(s_.max_order + 1) * bytes(streams.front(), t);
+    }
+    }
+    return 0;
+}
+
 void StepCache::account_memory() {
     std::uint64_t total = 0;
     for (const auto & [n, b] : branches_) total += b->bytes();

@@ -23,6 +23,10 @@ std::vector<model::StageMemory> image_stage_memory(const ImageModel & m, const I
     // As the video DiT's (memory_model.cpp): the feed-forward's normalised input, 4 D projection and its GELU.
     denoise.tensor("block working set (feed-forward)", {B, T, D}, dt, 9, MemorySide::device,
                    "normalised input, the up projection and its GELU (4 D each)");
+    if (const auto * cache = in.step_cache)  // the guidance batch's one pass per step: one branch
+        denoise.bytes("step cache", cache->kept_bytes({{B, T, D}}, dt), MemorySide::device,
+                      "what cache." + std::string(to_string(cache->settings().kind)) +
+                          " keeps between passes (StepCache::kept_bytes)");
     model::StageMemory decode("decode");
     decode.weights("vae");
     decode.tensor("latents", {1, vc.latent_channels, 1, g.latent_height, g.latent_width}, dt, 2, MemorySide::device,

@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "ddo/model/memory_forecast.hpp"
+#include "ddo/model/step_cache.hpp"
 #include "image_pipeline.hpp"
 #include "video_vae_choice.hpp"
 
@@ -17,6 +18,7 @@ struct ImageMemoryInputs {
     VideoVaeChoice vae;
     at::ScalarType dtype = at::kFloat;
     bool cuda = false;
+    const model::StepCache * step_cache = nullptr;  // cache.* (null: off): what it keeps for the guidance batch's pass
 };
 
 // Phases "denoise" (with the weights of "transformer") and "decode" (with those of "vae").

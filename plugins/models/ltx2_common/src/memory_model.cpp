@@ -40,6 +40,11 @@ model::StageMemory denoise_stage(const std::string & phase, const VideoModel & m
     // every width of the LTX-2 configurations; the audio stream's is computed after it, with the video's freed.
     s.tensor("block working set (feed-forward)", {B, Tv, D}, dt, 9, MemorySide::device,
              "normalised input, the up projection and its GELU (4 D each)");
+    if (const auto * cache = in.step_cache)  // the guidance batch is one branch, each extra pass (batch 1) another
+        s.bytes("step cache", cache->kept_bytes({{B, Tv, D}, {B, Ta, Da}}, dt) +
+                                  std::uint64_t(extra_passes) * cache->kept_bytes({{1, Tv, D}, {1, Ta, Da}}, dt),
+                MemorySide::device, "what cache." + std::string(to_string(cache->settings().kind)) +
+                                        " keeps between passes (StepCache::kept_bytes)");
     return s;
 }
 

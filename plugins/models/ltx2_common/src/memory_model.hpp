@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "ddo/model/memory_forecast.hpp"
+#include "ddo/model/step_cache.hpp"
 #include "latents.hpp"
 #include "video_model.hpp"
 #include "video_vae_choice.hpp"
@@ -26,6 +27,7 @@ struct VideoMemoryInputs {
     VideoVaeChoice vae;
     at::ScalarType dtype = at::kFloat;
     bool cuda = false;
+    const model::StepCache * step_cache = nullptr;  // cache.* (null: off): what it keeps per pass (branch)
 };
 
 // Phases "denoise" (stage 1: half size in a two-stage run), "denoise_stage2" (two-stage) and "decode" (the video VAE),

@@ -376,6 +376,7 @@ void forecast_run(model::ModelRun & run, const Request & r, const ImageModel & m
     in.vae = p.vae_choice;
     in.dtype = r.w.dtype;
     in.cuda = p.transformer.placement.cuda;
+    in.step_cache = p.step_cache;
     run.forecast_memory({p.size.width, p.size.height, 1},
                         [&m, in](const model::ForecastShape & s) { return image_stage_memory(m, in, s); },
                         m.vae_config.spatial_compression_ratio);

@@ -906,6 +906,7 @@ void forecast_run(model::ModelRun & run, const Request & r, const VideoModel & m
     in.vae = p.vae_choice;
     in.dtype = r.w.dtype;
     in.cuda = p.transformer.placement.cuda;
+    in.step_cache = p.guidance.ds.step_cache;
     const auto ratios = m.ratios();
     run.forecast_memory({p.clip.width, p.clip.height, r.w.frames},
                         [&m, in](const model::ForecastShape & s) { return video_stage_memory(m, in, s); },

@@ -68,6 +68,10 @@ std::vector<model::StageMemory> stage_memory(const ModelFiles & m, const MemoryI
                        "five [B, S, D] (normalised input, attention output, residual, normalised residual, down "
                        "projection) and four [B, S, D x mlp_ratio] (gate, SiLU, up, product)");
 
+    if (const auto * cache = in.step_cache)  // each guidance branch's pass keeps its own
+        denoise.bytes("step cache", std::uint64_t(passes) * cache->kept_bytes({{B, S, D}}, dt), MemorySide::device,
+                      "what cache." + std::string(to_string(cache->settings().kind)) +
+                          " keeps between passes, per guidance branch (StepCache::kept_bytes)");
     model::StageMemory decode("decode");
     const auto & vc = m.vae_config;
     const std::uint64_t vae_weights = spec_bytes(vae_decoder_spec(vc), dt);

@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "ddo/model/memory_forecast.hpp"
+#include "ddo/model/step_cache.hpp"
 #include "pipeline.hpp"
 #include "vae_choice.hpp"
 
@@ -21,6 +22,7 @@ struct MemoryInputs {
     bool kv_cache_on_host = false;
     VaeChoice vae;                   // the decode strategy decided up front
     at::ScalarType dtype = at::kFloat;
+    const model::StepCache * step_cache = nullptr;  // cache.* (null: off): what it keeps per guidance branch
 };
 
 // Phases "denoise" and "decode" (with the weights of "transformer" in denoise).

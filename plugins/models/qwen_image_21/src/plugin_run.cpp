@@ -182,6 +182,17 @@ RunPlan plan_run(model::ModelRun & run, Request & r, const ModelFiles & m, Grid 
     if (r.o.step_cache)  // taylorseer: its module patterns resolved against the modules the block loop can hook
         r.o.step_cache->bind_modules(hookable_module_names(m.transformer_config),
                                      diffusers_module_names(m.transformer_config));
+    // taylorseer with the prefix KV cache: step 0 runs the prefix and the target rows, the later steps the target rows
+    // only, so a module predicted at step 1 would be extrapolated from outputs of another shape (diffusers' hook fails
+    // there the same way). Step 1 must compute.
+    if (const auto * cache = r.o.step_cache; cache && cache->settings().kind == model::StepCacheKind::taylorseer &&
+                                             r.o.use_kv_cache && m.transformer_config.causal_condition &&
+                                             cache->settings().disable_cache_before_step < 2 && r.o.steps > 1)
+        throw UsageError("cache.disable_cache_before_step = " + std::to_string(cache->settings().disable_cache_before_step) +
+                         " with the prefix KV cache (plugin.qwen_image_21.use_kv_cache = true): step 0 computes the "
+                         "prefix and the target together and the later steps the target only, so step 1 cannot be "
+                         "predicted from step 0's outputs; set cache.disable_cache_before_step to 2 or more, or "
+                         "plugin.qwen_image_21.use_kv_cache = false");
     plan_components(run, r, m, p);
     return p;
 }
@@ -385,6 +396,7 @@ void forecast_run(model::ModelRun & run, const Request & r, const ModelFiles & m
     in.kv_cache_on_host = r.kv_cache_placement == "host";
     in.vae = p.vae_choice;
     in.dtype = r.o.dtype;
+    in.step_cache = r.o.step_cache;
     run.forecast_memory({r.o.width, r.o.height, 1},
                         [&m, in](const model::ForecastShape & s) { return stage_memory(m, in, s); }, kMultiple);
 }

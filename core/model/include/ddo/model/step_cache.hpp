@@ -86,6 +86,13 @@ public:
     void observe(const std::string & branch, double sigma, Streams raw_vision);
 
     const StepCacheSettings & settings() const noexcept { return s_; }
+    // Note [Memory forecast]: the bytes this cache keeps between passes for one guidance branch, for a block stack
+    // whose streams have `streams` shapes (stream 0 first) in `dtype`: first_block the head block's output streams, its
+    // residual and the tail's residuals; mag stream 0's residual; sea residual_order + 1 full passes' auxiliary streams
+    // and stream 0's residuals; taylorseer max_order + 1 factors per hooked module (after bind_modules), each of stream
+    // 0's shape (a module's output) in cache.taylor_factors_dtype. Not counted: sea's filtered latents (the latents'
+    // size, beside the hidden states' hundreds of times larger).
+    std::uint64_t kept_bytes(const std::vector<std::vector<std::int64_t>> & streams, at::ScalarType dtype) const;
     // The blocks every pass runs (first_block: block 0; mag reuses whole passes: none), for the planner to keep
     // resident first (ComponentPlan::resident_first).
     std::vector<std::int64_t> always_run() const;
