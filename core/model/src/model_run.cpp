@@ -1192,6 +1192,9 @@ bool ModelRun::fit(const std::function<void()> & plan_and_forecast) {
     }
     const auto original = forecast_outcome_;
     const nlohmann::json original_json = forecast_json_;
+    // The weights as asked: each rung plans them again (forecast_weights), and a refusal's largest size is searched
+    // with the asked settings' weights, not the last rung's.
+    const std::optional<MemoryForecast> original_weights = forecast_ ? std::optional(*forecast_) : std::nullopt;
     const std::string over = planner_refusal ? *planner_refusal : excess_text(*original->excess);
     const bool video = original ? original->asked.frames > 1 : false;
     nlohmann::json tried = nlohmann::json::array();
@@ -1201,6 +1204,9 @@ bool ModelRun::fit(const std::function<void()> & plan_and_forecast) {
     std::optional<nlohmann::json> previous =
         original ? std::optional(phase_peaks(original->phases, budget)) : std::nullopt;
     bool fits = false;
+    // The weights and stage model under the rungs applied so far: what fits with them when no rung fits the workload.
+    std::optional<MemoryForecast> applied_weights;
+    std::optional<ForecastOutcome> applied_outcome;
     for (const auto & rung : fit_ladder(settings(), video)) {
         auto trial = std::make_unique<ResolvedSettings>(*current);
         trial->set(rung.key, ResolvedValue{rung.value, Provenance{SettingLayer::fit, "fit.policy = " + policy}});
@@ -1231,6 +1237,8 @@ bool ModelRun::fit(const std::function<void()> & plan_and_forecast) {
         }
         tried.push_back(entry);
         applied.push_back(rung);
+        applied_weights = *forecast_;
+        applied_outcome = forecast_outcome_;
         previous = peaks;
         current = std::make_unique<ResolvedSettings>(*fitted_settings_);
         if (!forecast_outcome_->excess) {
@@ -1262,11 +1270,39 @@ bool ModelRun::fit(const std::function<void()> & plan_and_forecast) {
     }
     forecast_outcome_ = original;
     forecast_json_ = original_json;
-    forecast_json_["fit"] = {{"policy", policy}, {"tried", tried}};
+    std::string with_applied;
+    if (applied_weights && applied_outcome) {  // what fits with every rung that helped
+        std::string rungs;
+        for (const auto & r : applied) rungs += (rungs.empty() ? "" : ", ") + r.key + " = " + r.value;
+        const auto & o = *applied_outcome;
+        const auto fitting = largest_fitting(*applied_weights, o.model, o.asked, budget, o.multiple, o.frame_step,
+                                             kForecastTolerance);
+        nlohmann::json j = {{"settings", rungs},
+                            {"largest_size", fitting.size ? nlohmann::json({{"width", fitting.size->width}, {"height", fitting.size->height}}) : nlohmann::json(nullptr)},
+                            {"most_frames", fitting.frames ? nlohmann::json(fitting.frames->frames) : nlohmann::json(nullptr)}};
+        if (fitting.size || fitting.frames) {
+            with_applied = " With " + rungs + ":";
+            if (fitting.size)
+                with_applied += " " + std::to_string(fitting.size->width) + "x" + std::to_string(fitting.size->height) +
+                                (o.asked.frames > 1 ? " with " + std::to_string(o.asked.frames) + " frames" : std::string()) + " fits";
+            if (fitting.frames)
+                with_applied += std::string(fitting.size ? ";" : "") + " at " + std::to_string(o.asked.width) + "x" +
+                                std::to_string(o.asked.height) + " up to " + std::to_string(fitting.frames->frames) + " frames fit";
+            with_applied += ".";
+        }
+        forecast_json_["fit"] = {{"policy", policy}, {"tried", tried}, {"with_applied", j}};
+    } else {
+        forecast_json_["fit"] = {{"policy", policy}, {"tried", tried}};
+    }
+    if (original_weights) *forecast_ = *original_weights;
+    if (!with_applied.empty()) forecast_json_["fit"]["with_applied_text"] = with_applied;
     refuse_forecast(tried);
 }
 
 void ModelRun::refuse_forecast(const nlohmann::json & tried) {
+    // What fits with the rungs that helped, when none fitted the workload (fit() says it in forecast.fit).
+    const std::string with_applied =
+        forecast_json_.contains("fit") ? forecast_json_["fit"].value("with_applied_text", std::string()) : std::string();
     const auto & o = *forecast_outcome_;
     const auto & excess = *o.excess;
     const auto & asked = o.asked;
@@ -1317,6 +1353,8 @@ void ModelRun::refuse_forecast(const nlohmann::json & tried) {
     }
     if (!fitting_settings.empty())
         msg += " --fit auto (fit.policy = auto) applies " + fitting_settings + " and runs.";
+    else
+        msg += with_applied;
     msg += " `ddo-host plan` with the same flags prints every phase's forecast (Note [Memory forecast]).";
     forecast_json_["refused"] = {{"phase", excess.phase}, {"side", excess.side}, {"forecast_bytes", excess.forecast},
                                  {"budget_bytes", excess.budget},
