@@ -1159,6 +1159,35 @@ bool lowers_a_phase_over(const nlohmann::json & before, const nlohmann::json & a
     return false;
 }
 
+// A search's result in the report: {"largest_size": {width, height} or null, "most_frames": n or null}.
+nlohmann::json fitting_json(const FittingShape & f) {
+    return {{"largest_size", f.size ? nlohmann::json({{"width", f.size->width}, {"height", f.size->height}}) : nlohmann::json(nullptr)},
+            {"most_frames", f.frames ? nlohmann::json(f.frames->frames) : nlohmann::json(nullptr)}};
+}
+
+// The same, read back (the asked shape supplies what the report leaves out).
+FittingShape fitting_of(const nlohmann::json & j, const ForecastShape & asked) {
+    FittingShape f;
+    if (j.value("largest_size", nlohmann::json()).is_object())
+        f.size = ForecastShape{j["largest_size"]["width"].get<std::int64_t>(), j["largest_size"]["height"].get<std::int64_t>(),
+                               asked.frames};
+    if (j.value("most_frames", nlohmann::json()).is_number())
+        f.frames = ForecastShape{asked.width, asked.height, j["most_frames"].get<std::int64_t>()};
+    return f;
+}
+
+// "WxH [with F frames] fits; at WxH up to N frames fit" for what a search found (empty: nothing).
+std::string fitting_text(const FittingShape & f, const ForecastShape & asked) {
+    std::string t;
+    if (f.size)
+        t = std::to_string(f.size->width) + "x" + std::to_string(f.size->height) +
+            (asked.frames > 1 ? " with " + std::to_string(asked.frames) + " frames" : std::string()) + " fits";
+    if (f.frames)
+        t += std::string(t.empty() ? "" : "; ") + "at " + std::to_string(asked.width) + "x" + std::to_string(asked.height) +
+             " up to " + std::to_string(f.frames->frames) + " frames fit";
+    return t;
+}
+
 std::string excess_text(const MemoryForecast::Excess & e) {
     return "phase '" + e.phase + "' " + format_mib(e.forecast) + " over the " + e.side + " budget of " + format_mib(e.budget);
 }
@@ -1253,9 +1282,8 @@ bool ModelRun::fit(const std::function<void()> & plan_and_forecast) {
         }
         forecast_json_["fit"] = {{"policy", "auto"}, {"over", over}, {"tried", tried}, {"applied", applied.size()}};
         if (auto * tr = ctx_.tracker) tr->set_forecast(forecast_json_);
-        if (!fit_trial_)
-            for (const auto & p : forecast_outcome_->phases)
-                log(2, "forecast " + p.phase + " (fitted): device " + format_mib(p.peak.device) + ", host " + format_mib(p.peak.host));
+        for (const auto & p : forecast_outcome_->phases)
+            log(2, "forecast " + p.phase + " (fitted): device " + format_mib(p.peak.device) + ", host " + format_mib(p.peak.host));
         return true;
     }
     // Refused: the forecast as asked, with every rung tried.
@@ -1270,39 +1298,21 @@ bool ModelRun::fit(const std::function<void()> & plan_and_forecast) {
     }
     forecast_outcome_ = original;
     forecast_json_ = original_json;
-    std::string with_applied;
-    if (applied_weights && applied_outcome) {  // what fits with every rung that helped
+    forecast_json_["fit"] = {{"policy", policy}, {"tried", tried}};
+    if (applied_weights && applied_outcome) {  // what fits with every rung that helped (refuse_forecast says it)
         std::string rungs;
         for (const auto & r : applied) rungs += (rungs.empty() ? "" : ", ") + r.key + " = " + r.value;
         const auto & o = *applied_outcome;
-        const auto fitting = largest_fitting(*applied_weights, o.model, o.asked, budget, o.multiple, o.frame_step,
-                                             kForecastTolerance);
-        nlohmann::json j = {{"settings", rungs},
-                            {"largest_size", fitting.size ? nlohmann::json({{"width", fitting.size->width}, {"height", fitting.size->height}}) : nlohmann::json(nullptr)},
-                            {"most_frames", fitting.frames ? nlohmann::json(fitting.frames->frames) : nlohmann::json(nullptr)}};
-        if (fitting.size || fitting.frames) {
-            with_applied = " With " + rungs + ":";
-            if (fitting.size)
-                with_applied += " " + std::to_string(fitting.size->width) + "x" + std::to_string(fitting.size->height) +
-                                (o.asked.frames > 1 ? " with " + std::to_string(o.asked.frames) + " frames" : std::string()) + " fits";
-            if (fitting.frames)
-                with_applied += std::string(fitting.size ? ";" : "") + " at " + std::to_string(o.asked.width) + "x" +
-                                std::to_string(o.asked.height) + " up to " + std::to_string(fitting.frames->frames) + " frames fit";
-            with_applied += ".";
-        }
-        forecast_json_["fit"] = {{"policy", policy}, {"tried", tried}, {"with_applied", j}};
-    } else {
-        forecast_json_["fit"] = {{"policy", policy}, {"tried", tried}};
+        auto j = fitting_json(largest_fitting(*applied_weights, o.model, o.asked, budget, o.multiple, o.frame_step,
+                                              kForecastTolerance));
+        j["settings"] = rungs;
+        forecast_json_["fit"]["with_applied"] = j;
     }
     if (original_weights) *forecast_ = *original_weights;
-    if (!with_applied.empty()) forecast_json_["fit"]["with_applied_text"] = with_applied;
     refuse_forecast(tried);
 }
 
 void ModelRun::refuse_forecast(const nlohmann::json & tried) {
-    // What fits with the rungs that helped, when none fitted the workload (fit() says it in forecast.fit).
-    const std::string with_applied =
-        forecast_json_.contains("fit") ? forecast_json_["fit"].value("with_applied_text", std::string()) : std::string();
     const auto & o = *forecast_outcome_;
     const auto & excess = *o.excess;
     const auto & asked = o.asked;
@@ -1314,16 +1324,12 @@ void ModelRun::refuse_forecast(const nlohmann::json & tried) {
                                              : excess.side + " memory") +
                       " by the memory forecast, over the budget of " + format_mib(excess.budget) + " (" + b.source +
                       "); nothing was loaded.";
+    const std::string fits = fitting_text(fitting, asked);
     if (fitting.size)
         msg += " With the forecast's tolerance (" + nlohmann::json(kForecastTolerance).dump() + ") to spare, at this preset " +
-               std::to_string(fitting.size->width) + "x" + std::to_string(fitting.size->height) +
-               (asked.frames > 1 ? " with " + std::to_string(asked.frames) + " frames" : std::string()) + " fits";
+               fits + ".";
     else
-        msg += " No size at this preset fits";
-    if (fitting.frames)
-        msg += "; at " + std::to_string(asked.width) + "x" + std::to_string(asked.height) + " up to " +
-               std::to_string(fitting.frames->frames) + " frames fit";
-    msg += ".";
+        msg += " No size at this preset fits" + (fits.empty() ? std::string() : "; " + fits) + ".";
     // The settings of the fit ladder, each with its forecast (cumulative, cheapest in time first).
     std::string with;
     std::string fitting_settings;
@@ -1353,14 +1359,18 @@ void ModelRun::refuse_forecast(const nlohmann::json & tried) {
     }
     if (!fitting_settings.empty())
         msg += " --fit auto (fit.policy = auto) applies " + fitting_settings + " and runs.";
-    else
-        msg += with_applied;
+    else if (forecast_json_.contains("fit") && forecast_json_["fit"].contains("with_applied")) {
+        // No rung fitted the workload: what fits with the rungs that helped (fit() searched it).
+        const auto & w = forecast_json_["fit"]["with_applied"];
+        const std::string t = fitting_text(fitting_of(w, asked), asked);
+        if (!t.empty()) msg += " With " + w["settings"].get<std::string>() + ": " + t + ".";
+    }
     msg += " `ddo-host plan` with the same flags prints every phase's forecast (Note [Memory forecast]).";
-    forecast_json_["refused"] = {{"phase", excess.phase}, {"side", excess.side}, {"forecast_bytes", excess.forecast},
-                                 {"budget_bytes", excess.budget},
-                                 {"largest_size", fitting.size ? nlohmann::json({{"width", fitting.size->width}, {"height", fitting.size->height}}) : nlohmann::json(nullptr)},
-                                 {"most_frames", fitting.frames ? nlohmann::json(fitting.frames->frames) : nlohmann::json(nullptr)},
-                                 {"settings_that_fit", fitting_settings.empty() ? nlohmann::json(nullptr) : nlohmann::json(fitting_settings)}};
+    auto refused = fitting_json(fitting);
+    refused.update({{"phase", excess.phase}, {"side", excess.side}, {"forecast_bytes", excess.forecast},
+                    {"budget_bytes", excess.budget},
+                    {"settings_that_fit", fitting_settings.empty() ? nlohmann::json(nullptr) : nlohmann::json(fitting_settings)}});
+    forecast_json_["refused"] = refused;
     if (auto * tr = ctx_.tracker) tr->set_forecast(forecast_json_);
     throw UsageError(msg);
 }

@@ -364,11 +364,10 @@ model::ComponentPlan transformer_plan(const RunPlan & p, const model::StepCache 
     return plan;
 }
 
-// Note [Memory forecast]: every phase's peak, known before anything loads; exit 2 when one does not fit.
-void forecast_run(model::ModelRun & run, const Request & r, const ModelFiles & m, const RunPlan & p, const Conditioning & c) {
-    if (r.prompt.encode_only) return;
+// Note [Memory forecast]: what the forecast takes from the workload, not from the settings: computed once, before the
+// fit ladder plans again for each of its rungs (a text prompt is tokenized here, once).
+MemoryInputs memory_inputs(model::ModelRun & run, const Request & r, const ModelFiles & m, const Conditioning & c) {
     const auto & tc = m.transformer_config;
-    run.forecast_weights(transformer_plan(p, r.o.step_cache), run.component("transformer"), transformer_groups(tc), r.o.dtype);
     MemoryInputs in;
     in.batch = r.w.num_images;
     in.guide = c.guide;
@@ -379,7 +378,7 @@ void forecast_run(model::ModelRun & run, const Request & r, const ModelFiles & m
         in.reference_tokens += (ref.width / 16) * (ref.height / 16);
         slots.push_back((ref.width / 16) * (ref.height / 16) / 4);
     }
-    if (!in.prompt_tokens_known && r.prompt.from_text) {
+    if (!in.prompt_tokens_known && r.prompt.from_text && !r.prompt.encode_only) {
         // A text prompt's length: its template tokenized now (the tokenizer only; the pipeline drops the system turn),
         // the longer of the prompt and, when guiding, the negative prompt (Note [Memory forecast]).
         const auto encoder = open_prompt_encoder(run, m);
@@ -394,9 +393,18 @@ void forecast_run(model::ModelRun & run, const Request & r, const ModelFiles & m
     }
     in.kv_cache = r.o.use_kv_cache && tc.causal_condition;
     in.kv_cache_on_host = r.kv_cache_placement == "host";
-    in.vae = p.vae_choice;
     in.dtype = r.o.dtype;
     in.step_cache = r.o.step_cache;
+    return in;
+}
+
+// Note [Memory forecast]: every phase's peak under the plans of `p`, known before anything loads (ModelRun::fit decides
+// what happens when one does not fit).
+void forecast_run(model::ModelRun & run, const Request & r, const ModelFiles & m, const RunPlan & p, MemoryInputs in) {
+    if (r.prompt.encode_only) return;
+    run.forecast_weights(transformer_plan(p, r.o.step_cache), run.component("transformer"),
+                         transformer_groups(m.transformer_config), r.o.dtype);
+    in.vae = p.vae_choice;
     run.forecast_memory({r.o.width, r.o.height, 1},
                         [&m, in](const model::ForecastShape & s) { return stage_memory(m, in, s); }, kMultiple);
 }
@@ -472,7 +480,8 @@ void run_qwen_image_21(model::ModelRun & run) {
     record_workload(run, r, m, p, c.guide, text_state);
     if (!r.refs.any())
         run.not_used("vision_tower", "no reference image (--image) was given; the vision tower encodes references only");
-    if (run.fit([&] { plan_components(run, r, m, p); forecast_run(run, r, m, p, c); }))
+    const auto in = memory_inputs(run, r, m, c);
+    if (run.fit([&] { plan_components(run, r, m, p); forecast_run(run, r, m, p, in); }))
         record_workload(run, r, m, p, c.guide, text_state);  // with the settings fit.policy = auto applied
     if (!encode_prompt(run, r, m, p, c)) {
         run.not_used_except({"text_encoder", "vision_tower"}, "ddo-host encode writes the prompt embeddings only");
