@@ -114,11 +114,14 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("build", type=Path)
     ap.add_argument("--only", choices=["all", "fixtures", "real"], default="all")
+    ap.add_argument("--match", default="", help="only the configurations whose name contains this")
     ap.add_argument("--json", type=Path)
     a = ap.parse_args()
     build = a.build.resolve()
     rows = []
     for name, args in configurations(build, a.only):
+        if a.match not in name:
+            continue
         with tempfile.TemporaryDirectory(prefix="ddo_forecast_") as d:
             code, rep, err = run(build, args, Path(d))
         if code != 0 or not rep or not isinstance(rep.get("forecast"), dict):

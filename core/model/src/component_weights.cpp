@@ -78,7 +78,7 @@ struct ComponentWeights::Impl {
     std::uint64_t converted_bytes = 0, released_file_bytes = 0;
     std::uint64_t converted_held = 0;  // converted_bytes of the runs before resume(): kept in `converted`
     std::uint64_t largest_conversion = 0;  // the most bytes one engine group's tensors take converted (0: none converts)
-    bool conversions_nest = true;  // every converting group's buffers fit the largest one's (the scratch pool reuses them)
+    std::uint64_t scratch_peak = 0;        // the CPU scratch pool's peak over a step's acquires (scratch_peak_of)
     bool begun = false, ended = false;
     std::function<void(const ComponentWeights &)> on_destroy;
     std::shared_ptr<ComponentLora> lora;  // Note [Applying LoRA]: the factors, on the device for the weights' life
@@ -126,19 +126,12 @@ struct ConversionPlan {
 // Each engine group's bytes once converted: its declared tensors (`in_group`) in `dtype` where they are quantized or
 // in another dtype, else as stored (and never less than the group's stored bytes).
 // `largest_conversion`: the most bytes one group's converted tensors alone take (0 when none converts).
-// `nest`: every converting group's converted tensor sizes are a sub-multiset of the largest group's, so that the
-// scratch pool serves each from the buffers the largest one left free (the pool reuses a buffer of exactly the same
-// size: Note [Memory forecast]).
 std::vector<std::uint64_t> converted_bytes_of(const en::ModelLayout & layout,
                                               const std::map<std::size_t, std::vector<const store::EncodedTensor *>> & in_group,
-                                              at::ScalarType dtype, bool & differs, std::uint64_t & largest_conversion,
-                                              bool & nest) {
+                                              at::ScalarType dtype, bool & differs, std::uint64_t & largest_conversion) {
     std::vector<std::uint64_t> converted(layout.size());
-    std::vector<std::map<std::uint64_t, int>> sizes;  // per converting group: converted tensor bytes -> count
-    std::size_t largest = 0;
     for (std::size_t g = 0; g < layout.size(); ++g) {
         std::uint64_t b = 0, conversion = 0;
-        std::map<std::uint64_t, int> mine;
         const auto it = in_group.find(g);
         for (const auto * e : it == in_group.end() ? std::vector<const store::EncodedTensor *>{} : it->second) {
             const auto * t = e->parts.front();
@@ -147,23 +140,11 @@ std::vector<std::uint64_t> converted_bytes_of(const en::ModelLayout & layout,
             differs = differs || convert;
             const std::uint64_t as_converted = std::uint64_t(c10::multiply_integers(e->shape)) * at::elementSize(dtype);
             b += convert ? as_converted : e->stored_bytes();
-            if (convert) {
-                conversion += as_converted;
-                ++mine[as_converted];
-            }
+            if (convert) conversion += as_converted;
         }
         converted[g] = std::max(b, layout.group(g).bytes);
-        if (conversion == 0) continue;
-        if (conversion > largest_conversion) largest = sizes.size();
         largest_conversion = std::max(largest_conversion, conversion);
-        sizes.push_back(std::move(mine));
     }
-    nest = true;
-    for (const auto & group : sizes)
-        for (const auto & [bytes, count] : group) {
-            const auto f = sizes[largest].find(bytes);
-            nest = nest && f != sizes[largest].end() && f->second >= count;
-        }
     return converted;
 }
 
@@ -295,6 +276,37 @@ static at::Tensor decoded(ComponentWeights::Impl & m, const store::EncodedTensor
         ++m.dequant_count;
     }
     return r;
+}
+
+// The CPU's memory for tensors converted (decoded) at each acquire, as `decoded` takes it (Note [Memory forecast]):
+// the scratch pool's peak replayed over a step (each declared group acquired and released in turn, in declared
+// order; twice, so that the pool's cap has settled), plus the most one group decodes into fresh memory (encodings
+// decode_into does not write in place). A leaf group's dense copies are counted without their alignment offset.
+static std::uint64_t scratch_peak_of(const ComponentWeights::Impl & m) {
+    std::vector<std::vector<std::uint64_t>> taken(m.specs.size());
+    std::uint64_t fresh = 0;
+    for (std::size_t i = 0; i < m.specs.size(); ++i) {
+        std::uint64_t fresh_here = 0;
+        const auto add = [&](const store::EncodedTensor & e, bool copy) {
+            const auto part = ddo::torch::to_scalar_type(e.parts.front()->dtype);
+            const bool dense = e.encoding == store::Encoding::dense;
+            if (dense && !copy && !needs_conversion(part, m.dtype)) return;
+            const std::uint64_t bytes = std::uint64_t(c10::multiply_integers(e.shape)) * at::elementSize(m.dtype);
+            if (copy || ddo::torch::quant::decodes_into(e, part, m.dtype)) taken[i].push_back(bytes);
+            else fresh_here += bytes;
+        };
+        if (m.shared_with.at(i).size() > 1) {
+            for (const auto & n : m.specs[i].tensors)
+                if (const auto * e = m.encodings->find(n)) add(*e, false);
+        } else {
+            const auto & engine_groups = m.groups_of.at(i);
+            for (std::size_t g : engine_groups)
+                if (const auto it = m.in_group.find(g); it != m.in_group.end())
+                    for (const auto * e : it->second) add(*e, engine_groups.size() > 1);
+        }
+        fresh = std::max(fresh, fresh_here);
+    }
+    return ScratchPool::replay_peak(taken, 2) + fresh;
 }
 
 // Note [Applying LoRA], lora.apply = "merge": the adapted weights of resident engine group `g` among `out`'s tensors
@@ -454,8 +466,8 @@ std::unique_ptr<ComponentWeights> ComponentWeights::open(const store::ComponentS
     }
     m.cuda = d.is_cuda();
     bool differs = false;
-    const auto converted = converted_bytes_of(*m.layout, m.in_group, m.dtype, differs, m.largest_conversion,
-                                              m.conversions_nest);
+    const auto converted = converted_bytes_of(*m.layout, m.in_group, m.dtype, differs, m.largest_conversion);
+    m.scratch_peak = scratch_peak_of(m);
     auto planned = [&] {
         try {
             return plan_with_conversions(*m.layout, converted, differs, cfg, caps, !d.is_cuda(), m.quantized);
@@ -688,13 +700,10 @@ Footprint ComponentWeights::planned_footprint() const {
     const auto & p = impl_->engine->plan();
     Footprint f;
     f.device = p.resident_bytes + std::uint64_t(p.slots) * p.slot_bytes + (impl_->lora ? impl_->lora->bytes : 0);
-    // Groups converted (decoded) at each acquire: their tensors in the compute dtype, in the scratch pool's buffers on
-    // the CPU (Note [Host decode kernels]). When every group's buffers fit the largest group's, the pool serves each
-    // from the same set: one group's worth. Otherwise the acquired set and at most as much kept free: twice, a bound.
-    // On CUDA the converted tensors are fresh allocations of the caching allocator, one group's set live at a time
-    // beside the next group's conversion: twice (Note [Memory forecast]).
-    if (!impl_->convert_once)
-        f.device += (impl_->conversions_nest && !impl_->cuda ? 1 : 2) * impl_->largest_conversion;
+    // Groups converted (decoded) at each acquire: their tensors in the compute dtype. On the CPU in the scratch pool's
+    // buffers (Note [Host decode kernels]): its peak, replayed over a step's acquires. On CUDA fresh allocations of the
+    // caching allocator, one group's set live beside the next group's conversion: twice (Note [Memory forecast]).
+    if (!impl_->convert_once) f.device += impl_->cuda ? 2 * impl_->largest_conversion : impl_->scratch_peak;
     // The disk route stages file reads on CUDA only: the host transport reads into the slot itself.
     const std::uint64_t staging = impl_->cuda && p.file_bytes > 0 ? std::uint64_t(std::max<std::uint32_t>(p.staging_slots, 2)) * p.slot_bytes : 0;
     f.host = p.pinned_bytes + p.pageable_bytes + staging;

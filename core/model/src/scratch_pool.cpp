@@ -56,6 +56,35 @@ void ScratchPool::clear() {
     free_bytes_ = 0;
 }
 
+std::uint64_t ScratchPool::replay_peak(const std::vector<std::vector<std::uint64_t>> & groups, int passes) {
+    std::vector<std::uint64_t> free;  // oldest first, as free_
+    std::uint64_t free_bytes = 0, cap = 0, peak = 0;
+    for (int pass = 0; pass < passes; ++pass) {
+        for (const auto & group : groups) {
+            std::uint64_t in_use = 0;
+            for (const auto bytes : group) {  // take
+                in_use += bytes;
+                const auto it = std::find(free.rbegin(), free.rend(), bytes);  // the newest of that size
+                if (it != free.rend()) {
+                    free.erase(std::next(it).base());
+                    free_bytes -= bytes;
+                }
+                peak = std::max(peak, in_use + free_bytes);
+            }
+            cap = std::max(cap, in_use);  // end_group: the group's bytes
+            for (const auto bytes : group) {  // give, in take's order
+                free.push_back(bytes);
+                free_bytes += bytes;
+                while (free_bytes > cap && !free.empty()) {
+                    free_bytes -= free.front();
+                    free.erase(free.begin());
+                }
+            }
+        }
+    }
+    return peak;
+}
+
 nlohmann::json ScratchPool::to_json() const {
     return {{"peak_bytes", peak_bytes_}, {"reused", reused_}, {"allocated", allocated_}, {"kept_by_caller", kept_by_caller_}};
 }

@@ -28,6 +28,11 @@ public:
     void end_group();
     void clear();
     nlohmann::json to_json() const;
+    // The peak (buffers in use + kept free) a fresh pool reaches when each of `groups` (its buffers' bytes) is taken at
+    // its acquire and given back at its release, one group at a time, in order, `passes` times over: take's and give's
+    // policy on sizes alone, for the memory forecast (Note [Memory forecast]). Equal to to_json()'s peak_bytes after
+    // the same sequence on a pool whose buffers nothing else holds.
+    static std::uint64_t replay_peak(const std::vector<std::vector<std::uint64_t>> & groups, int passes);
 
 private:
     std::vector<c10::Storage> free_;  // oldest first
