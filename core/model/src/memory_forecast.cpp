@@ -75,6 +75,18 @@ std::vector<PhaseForecast> MemoryForecast::evaluate(const std::vector<StageMemor
         p.peak = p.weights;
         for (const auto & t : s.terms()) (t.side == MemorySide::device ? p.peak.device : p.peak.host) += term_bytes(t, cuda_);
         p.terms = s.terms();
+        p.part = s.part();
+        if (!p.part.empty()) p.parts = {p.part};
+        if (!out.empty() && out.back().phase == p.phase) {  // a part of the phase before: one after the other
+            auto & q = out.back();
+            const Footprint peak{std::max(q.peak.device, p.peak.device), std::max(q.peak.host, p.peak.host)};
+            auto parts = std::move(q.parts);
+            parts.push_back(p.part);
+            if (p.peak.device + p.peak.host > q.peak.device + q.peak.host) q = std::move(p);
+            q.peak = peak;
+            q.parts = std::move(parts);
+            continue;
+        }
         out.push_back(std::move(p));
     }
     return out;
@@ -114,6 +126,7 @@ nlohmann::json MemoryForecast::phases_json(const std::vector<PhaseForecast> & ph
                             {"weights", {{"device_bytes", p.weights.device}, {"host_bytes", p.weights.host}}},
                             {"terms", terms}};
         if (m.device_is_host) j["together"] = side(p.peak.device + p.peak.host, m.host);
+        if (p.parts.size() > 1) j["parts"] = {{"names", p.parts}, {"largest", p.part}};  // its weights and terms
         out.push_back(std::move(j));
     }
     return out;

@@ -47,6 +47,7 @@ struct ModelRun::PhaseState {
     std::map<std::string, std::pair<std::uint64_t, double>> engine_at_last_step;
     // Note [Memory forecast]: the most the open weights held outside LibTorch in this phase (engine counters).
     Footprint engine_max;
+    std::optional<std::uint64_t> torch_at_begin;  // LibTorch's allocated bytes when the phase began (what it inherits)
     void sample(const std::vector<ComponentWeights *> & open) {
         Footprint now;
         for (const auto * w : open) {
@@ -399,6 +400,7 @@ void ModelRun::begin_phase(const std::string & base) {
     if (device_) {  // the phase's peaks start from what is allocated now
         ddo::torch::AllocationMeter::reset_peak(device_->device());
         if (device_->cuda) ddo::torch::AllocationMeter::reset_peak(c10::Device(c10::kCPU));
+        phase_->torch_at_begin = ddo::torch::AllocationMeter::read(device_->device()).current;
     }
     if (!ctx_.dry_run)
         for (auto * w : open_) w->begin_phase(name);
@@ -1075,6 +1077,7 @@ void ModelRun::forecast_memory(const ForecastShape & asked, const StageModel & m
                       {"phases", MemoryForecast::phases_json(phases, budget, cuda)},
                       {"tolerance", kForecastTolerance},
                       {"warnings", nlohmann::json::array()},
+                      {"unstated", nlohmann::json::array()},
                       {"model", "Note [Memory forecast] (docs/architecture.md)"}};
     // The link-bound lower bound of one pass over each component's streamed weights, where the link is known.
     std::string link_line;
@@ -1386,12 +1389,12 @@ void ModelRun::measure_phase(PhaseState & phase) {
             entry = &p;
             break;
         }
-    if (!entry) return;
     const auto dev = ddo::torch::AllocationMeter::read(device_->device());
     nlohmann::json measured = {{"engine_device_bytes", phase.engine_max.device},
                                {"engine_host_bytes", phase.engine_max.host},
                                {"torch_peak_bytes", dev.peak ? nlohmann::json(*dev.peak) : nlohmann::json(nullptr)},
                                {"torch_source", dev.source},
+                               {"torch_at_begin_bytes", phase.torch_at_begin ? nlohmann::json(*phase.torch_at_begin) : nlohmann::json(nullptr)},
                                {"phase_instance", phase_name_}};
     std::optional<std::uint64_t> device_bytes, host_bytes = phase.engine_max.host;
     if (dev.peak) device_bytes = *dev.peak + phase.engine_max.device;
@@ -1404,6 +1407,14 @@ void ModelRun::measure_phase(PhaseState & phase) {
     }
     measured["device_bytes"] = device_bytes ? nlohmann::json(*device_bytes) : nlohmann::json(nullptr);
     measured["host_bytes"] = host_bytes ? nlohmann::json(*host_bytes) : nlohmann::json(nullptr);
+    if (!entry) {
+        // A phase the plugin states no memory model for: measured, with no forecast beside it (never a forecast of
+        // 0), so that the report shows what the forecast leaves out (Note [Memory forecast]).
+        forecast_json_["unstated"].push_back({{"phase", base}, {"measured", measured},
+                                              {"reason", "the plugin states no memory model for this phase"}});
+        if (auto * tr = ctx_.tracker) tr->set_forecast(forecast_json_);
+        return;
+    }
     auto ratio = [&](const char * side, std::optional<std::uint64_t> m) {
         const std::uint64_t f = (*entry)[side]["forecast_bytes"].get<std::uint64_t>();
         if (!m) return nlohmann::json(nullptr);

@@ -48,6 +48,117 @@ model::StageMemory denoise_stage(const std::string & phase, const VideoModel & m
     return s;
 }
 
+// A HiFi-GAN generator (LTX2Vocoder; each half of LTX2VocoderWithBWE) on `frames` input frames: the stage whose
+// [channels, samples] is the largest (conv_in's, or an upsampler's output), and how many such tensors are live at
+// once there: the stage's input, the resblocks' outputs and their stack (2 R + 2), or inside the last resblock the
+// outputs before it, its running sum and its activation's working set (leaky ReLU 2; snake 3; anti-aliased snake 7: the
+// 2x upsampled input, the snake's temporaries at 2x and the downsampled result).
+struct GeneratorPeak {
+    std::int64_t channels = 0, samples = 0, count = 0;
+};
+GeneratorPeak generator_peak(const VocoderConfig & c, std::int64_t frames) {
+    GeneratorPeak g{c.hidden_channels, frames, 0};
+    std::int64_t t = frames;
+    for (std::size_t i = 0; i < c.stages(); ++i) {
+        t *= c.upsample_factors[i];
+        if (c.stage_channels(i) * t > g.channels * g.samples) g = {c.stage_channels(i), t, 0};
+    }
+    const std::int64_t R = std::int64_t(c.resnet_kernel_sizes.size());
+    const std::int64_t working = !c.snake() ? 2 : c.antialias ? 7 : 3;
+    g.count = std::max(2 * R + 2, R + 1 + working);
+    return g;
+}
+
+void generator_terms(model::StageMemory & s, const std::string & name, const VocoderConfig & c, std::int64_t frames,
+                     at::ScalarType dt) {
+    const auto g = generator_peak(c, frames);
+    s.tensor(name + " working set", {1, g.channels, g.samples}, dt, g.count, MemorySide::device,
+             "its widest stage (" + std::to_string(g.channels) + " channels x " + std::to_string(g.samples) +
+                 " samples): the stage's input, the resblocks' outputs and their stack, or the last resblock's "
+                 "activation");
+}
+
+// What the run holds from its earlier phases while it decodes: the connectors' outputs (kept to the run's end) and,
+// in the video decode, the waveform (kept for the muxer).
+void kept_terms(model::StageMemory & s, const VideoModel & m, const VideoMemoryInputs & in) {
+    const auto & c = m.transformer_config;
+    const std::int64_t B = in.cfg ? 2 : 1, L = std::max<std::int64_t>(1, in.text_tokens);
+    s.tensor("prompt embeddings", {B, L, c.cross_attention_dim}, in.dtype, 1, MemorySide::device,
+             "the connectors' video output, held by the run to its end");
+    s.tensor("audio prompt embeddings", {B, L, c.audio_cross_attention_dim}, in.dtype, 1, MemorySide::device,
+             "the connectors' audio output, held likewise");
+}
+
+// The waveform's channels and samples: the vocoder's output (the band extension's at its rate).
+std::pair<std::int64_t, std::int64_t> waveform_extent(const VideoModel & m, std::int64_t mel_frames) {
+    if (const auto & b = m.vocoder_bwe_config) {
+        const std::int64_t s16 = mel_frames * b->vocoder.upsample_factor();
+        return {b->bwe.out_channels, s16 * b->output_sampling_rate / b->input_sampling_rate};
+    }
+    return {m.vocoder_config->out_channels, mel_frames * m.vocoder_config->upsample_factor()};
+}
+
+// Phase "decode_audio", in two parts: the audio VAE (latents -> mel), unloaded, then the vocoder (mel -> waveform).
+void audio_stages(std::vector<model::StageMemory> & out, const VideoModel & m, const VideoMemoryInputs & in,
+                  const LatentGeometry & g) {
+    const auto dt = in.dtype;
+    const auto & a = m.audio_vae_config;
+    const auto video_latents = [&](model::StageMemory & s) {
+        s.tensor("video latents", {1, g.video_tokens(), m.transformer_config.in_channels}, at::kFloat, 2, MemorySide::device,
+                 "the denoised video latents and their copy for the decode, waiting for it");
+    };
+    const std::int64_t L = std::max<std::int64_t>(1, g.audio_frames), mel_frames = AudioVaeConfig::mel_frames(L);
+    const std::int64_t levels = std::int64_t(a.ch_mult.size());
+    model::StageMemory vae("decode_audio", "audio VAE");
+    vae.weights("audio_vae");
+    kept_terms(vae, m, in);
+    video_latents(vae);
+    vae.tensor("latents", {1, a.latent_channels, L, a.latent_mel_bins()}, dt, 2, MemorySide::device,
+               "the de-normalised latents and their copy on the device");
+    // The finest level's extents: each upsample doubles the mel bins and the frames (less the causal first one).
+    std::int64_t F = L, M = a.latent_mel_bins();
+    for (std::int64_t l = 1; l < levels; ++l) {
+        F = 2 * F - 1;
+        M = 2 * M;
+    }
+    const std::int64_t wide = a.level_channels(std::min<std::size_t>(1, a.ch_mult.size() - 1)), fine = a.level_channels(0);
+    vae.tensor("upsampled input", {1, wide, F + 1, M + 2}, dt, 4, MemorySide::device,
+               "the finest level's first resnet on the last upsample's output: its input, norm, SiLU and causal padding");
+    vae.tensor("resnet output", {1, fine, F, M}, dt, 1, MemorySide::device, "its first convolution's output");
+    vae.tensor("mel", {1, a.output_channels, mel_frames, a.mel_bins}, dt, 1, MemorySide::device, "the decoded mel");
+    out.push_back(vae);
+
+    model::StageMemory voc("decode_audio", "vocoder");
+    voc.weights("vocoder");
+    kept_terms(voc, m, in);
+    video_latents(voc);
+    voc.tensor("mel", {1, a.output_channels, mel_frames, a.mel_bins}, dt, 2, MemorySide::device,
+               "the mel and its [C*M, T] copy");
+    if (m.vocoder_bwe_config) {
+        const auto & b = *m.vocoder_bwe_config;
+        const std::int64_t s16 = mel_frames * b.vocoder.upsample_factor();
+        const std::int64_t stft_frames = (s16 + b.hop_length - 1) / b.hop_length;
+        const std::int64_t s48 = stft_frames * b.bwe.upsample_factor();
+        // The band extension runs after the first generator: its working set is the larger one, beside the
+        // 16 kHz waveform, the residual and the resampled skip path at 48 kHz.
+        const auto g1 = generator_peak(b.vocoder, mel_frames), g2 = generator_peak(b.bwe, stft_frames);
+        if (g1.channels * g1.samples * g1.count > g2.channels * g2.samples * g2.count)
+            generator_terms(voc, "vocoder", b.vocoder, mel_frames, dt);
+        else
+            generator_terms(voc, "band extension", b.bwe, stft_frames, dt);
+        voc.tensor("waveform", {1, b.vocoder.out_channels, s16}, dt, 1, MemorySide::device, "the 16 kHz waveform");
+        voc.tensor("48 kHz waveforms", {1, b.bwe.out_channels, s48}, dt, 5, MemorySide::device,
+                   "the band extension's residual, the skip path's transposed convolution and its scaled copy, their "
+                   "sum and its clamp");
+    } else {
+        const auto & c = *m.vocoder_config;
+        generator_terms(voc, "vocoder", c, mel_frames, dt);
+        voc.tensor("waveform", {1, c.out_channels, mel_frames * c.upsample_factor()}, dt, 1, MemorySide::device,
+                   "the waveform");
+    }
+    out.push_back(voc);
+}
+
 }  // namespace
 
 std::vector<model::StageMemory> video_stage_memory(const VideoModel & m, const VideoMemoryInputs & in,
@@ -81,6 +192,10 @@ std::vector<model::StageMemory> video_stage_memory(const VideoModel & m, const V
                      std::to_string(h) + "x" + std::to_string(w) + " latents)");
     decode.tensor("frames", {1, vc.out_channels, full.frames, shape.height, shape.width}, in.dtype, 1, MemorySide::device,
                   "the decoded frames");
+    audio_stages(out, m, in, full);  // decoded before the video (the muxer has the audio at the first frame)
+    kept_terms(decode, m, in);
+    const auto [channels, samples] = waveform_extent(m, AudioVaeConfig::mel_frames(std::max<std::int64_t>(1, full.audio_frames)));
+    decode.tensor("waveform", {1, channels, samples}, in.dtype, 1, MemorySide::device, "the decoded audio, kept for the muxer");
     out.push_back(decode);
     return out;
 }

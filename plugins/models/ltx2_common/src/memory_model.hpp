@@ -30,8 +30,9 @@ struct VideoMemoryInputs {
     const model::StepCache * step_cache = nullptr;  // cache.* (null: off): what it keeps per pass (branch)
 };
 
-// Phases "denoise" (stage 1: half size in a two-stage run), "denoise_stage2" (two-stage) and "decode" (the video VAE),
-// with the weights of "transformer" and "vae".
+// Phases "denoise" (stage 1: half size in a two-stage run), "denoise_stage2" (two-stage), "decode_audio" (in two
+// parts: the audio VAE, then the vocoder) and "decode" (the video VAE), with the weights of "transformer",
+// "audio_vae", "vocoder" and "vae".
 std::vector<model::StageMemory> video_stage_memory(const VideoModel & m, const VideoMemoryInputs & in,
                                                    const model::ForecastShape & s);
 

@@ -889,6 +889,10 @@ void forecast_run(model::ModelRun & run, const Request & r, const VideoModel & m
     forecast_engine_component(run, p.transformer, "transformer", transformer_groups(m.transformer_config), r.w.dtype);
     forecast_engine_component(run, video_vae_plan(p.vae, p.vae_choice), "vae", video_vae_leaf_groups(m.vae_config),
                               r.w.dtype);
+    forecast_engine_component(run, p.audio_vae, "audio_vae", audio_vae_decoder_groups(m.audio_vae_config), r.w.dtype);
+    forecast_engine_component(run, p.vocoder, "vocoder",
+                              m.vocoder_bwe_config ? vocoder_bwe_groups(*m.vocoder_bwe_config) : vocoder_groups(*m.vocoder_config),
+                              r.w.dtype);
     VideoMemoryInputs in;
     in.cfg = p.passes.cfg;
     in.extra_passes = int(p.passes.stg) + int(p.passes.isolate);

@@ -43,10 +43,12 @@ struct MemoryTerm {
     std::string what;
 };
 
-// What one phase of a run holds at its peak, as the plugin states it.
+// What one phase of a run holds at its peak, as the plugin states it. A phase that opens its components one after
+// another (LTX-2's decode_audio: the audio VAE, unloaded, then the vocoder) is stated as one StageMemory per part,
+// each with the phase's name and its part's (part()), in order: the phase's peak is its largest part's.
 class StageMemory {
 public:
-    explicit StageMemory(std::string phase) : phase_(std::move(phase)) {}
+    explicit StageMemory(std::string phase, std::string part = "") : phase_(std::move(phase)), part_(std::move(part)) {}
     // `count` tensors of `shape` in `dtype`. A non-positive extent is a bug in the plugin's model (std::logic_error).
     StageMemory & tensor(std::string name, const std::vector<std::int64_t> & shape, at::ScalarType dtype,
                          std::int64_t count = 1, MemorySide side = MemorySide::device, std::string what = "");
@@ -56,11 +58,12 @@ public:
     StageMemory & weights(std::string component);
 
     const std::string & phase() const noexcept { return phase_; }
+    const std::string & part() const noexcept { return part_; }
     const std::vector<MemoryTerm> & terms() const noexcept { return terms_; }
     const std::vector<std::string> & components() const noexcept { return components_; }
 
 private:
-    std::string phase_;
+    std::string phase_, part_;
     std::vector<MemoryTerm> terms_;
     std::vector<std::string> components_;
 };
@@ -83,9 +86,11 @@ struct MachineBudget {
 
 struct PhaseForecast {
     std::string phase;
-    Footprint peak;                 // bytes after rounding, weights included
-    Footprint weights;              // of which: the components' weights
-    std::vector<MemoryTerm> terms;  // the stage's terms, as stated
+    Footprint peak;                 // bytes after rounding, weights included (of a phase in parts: each side's largest)
+    Footprint weights;              // of which: the components' weights (of a phase in parts: the largest part's)
+    std::vector<MemoryTerm> terms;  // the stage's terms, as stated (of a phase in parts: the largest part's)
+    std::string part;               // of a phase in parts: the largest part (by device and host together)
+    std::vector<std::string> parts; // of a phase in parts: every part, in order
 };
 
 // Allocation rounding: CUDA's caching allocator hands out blocks in multiples of 512 bytes; the CPU allocator's
@@ -97,7 +102,8 @@ public:
     explicit MemoryForecast(bool cuda) : cuda_(cuda) {}
     void set_weights(const std::string & component, Footprint planned, nlohmann::json detail);
     bool has_weights(const std::string & component) const;
-    // The stages' peaks. std::logic_error for a stage naming weights that were not set (a plugin bug).
+    // The stages' peaks, one per phase (consecutive stages of one phase are its parts). std::logic_error for a stage
+    // naming weights that were not set (a plugin bug).
     std::vector<PhaseForecast> evaluate(const std::vector<StageMemory> & stages) const;
     // The first phase whose peak exceeds the budget: its forecast and the budget bytes it exceeds (nullopt: all fit,
     // or the budget is unknown).
