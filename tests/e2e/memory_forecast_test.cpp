@@ -69,8 +69,9 @@ void expect_within_tolerance(const HostRun & r, const std::string & what,
     }
 }
 
-// LTX-2's decode_audio in its two parts (the audio VAE, then the vocoder) beside the denoise and the video decode.
-const std::set<std::string> kLtx2Phases = {"denoise", "decode_audio", "decode"};
+// LTX-2 from prompt embeddings: the connectors' encode (in parts: the normalisation, the video and the audio
+// connector), the denoise, decode_audio in its two parts (the audio VAE, then the vocoder) and the video decode.
+const std::set<std::string> kLtx2Phases = {"encode", "denoise", "decode_audio", "decode"};
 
 class Forecast : public ::testing::Test {
 protected:

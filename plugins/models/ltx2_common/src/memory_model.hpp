@@ -18,6 +18,10 @@ struct VideoMemoryInputs {
     bool cfg = false;                // the [neg; pos] batch of classifier-free guidance
     int extra_passes = 0;            // batch-1 passes besides it per step (STG, modality isolation)
     std::int64_t text_tokens = 1024; // the connectors' sequence length (max_sequence_length, or the embeddings file's)
+    // The prompt's hidden states come from a file (--prompt-embeds): phase "encode" runs the connectors alone, in
+    // `embeds_dtype` as read. Otherwise Gemma-3 runs in it too, which no model states yet: the phase is left out.
+    bool embeds_given = false;
+    at::ScalarType embeds_dtype = at::kFloat;
     bool per_token_timesteps = false;  // conditioned frames (image-to-video, keyframes): a timestep per video token
     std::int64_t keyframes = 0;      // LTX2ConditionPipeline's appended keyframes (a latent frame of tokens each)
     double fps = 24;
@@ -30,7 +34,8 @@ struct VideoMemoryInputs {
     const model::StepCache * step_cache = nullptr;  // cache.* (null: off): what it keeps per pass (branch)
 };
 
-// Phases "denoise" (stage 1: half size in a two-stage run), "denoise_stage2" (two-stage), "decode_audio" (in two
+// Phases "encode" (the connectors, when the prompt's hidden states were given; in parts: the input's normalisation,
+// the video connector, the audio connector), "denoise" (stage 1: half size in a two-stage run), "denoise_stage2" (two-stage), "decode_audio" (in two
 // parts: the audio VAE, then the vocoder) and "decode" (the video VAE), with the weights of "transformer",
 // "audio_vae", "vocoder" and "vae".
 std::vector<model::StageMemory> video_stage_memory(const VideoModel & m, const VideoMemoryInputs & in,

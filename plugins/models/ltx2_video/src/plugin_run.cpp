@@ -897,6 +897,11 @@ void forecast_run(model::ModelRun & run, const Request & r, const VideoModel & m
     in.cfg = p.passes.cfg;
     in.extra_passes = int(p.passes.stg) + int(p.passes.isolate);
     in.text_tokens = p.embeds.embeds.defined() ? p.embeds.embeds.size(1) : r.max_sequence_length;
+    in.embeds_given = p.embeds.embeds.defined();
+    if (in.embeds_given) {
+        in.embeds_dtype = p.embeds.embeds.scalar_type();
+        forecast_engine_component(run, p.connectors, "connectors", connector_groups(m.connectors_config), r.w.dtype);
+    }
     in.per_token_timesteps = p.conditions.any();
     if (p.conditions.pipeline == ClipConditions::Pipeline::condition)
         for (const auto & i : p.conditions.items) in.keyframes += i.latent_index != 0;
