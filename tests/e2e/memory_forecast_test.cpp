@@ -98,7 +98,7 @@ TEST_F(Forecast, EveryPhaseWithinToleranceOfItsMeasuredPeak) {
                                                     (kText / "checkpoint").string() + "' -p 'a lighthouse at dusk, "
                                                     "watercolor' -n 'blurry, low quality' --cfg-scale 4 --steps 4 "
                                                     "--width 256 --height 256"),
-                            "the demo: 256x256 from a text prompt, guidance, low_ram_safe");
+                            "the demo: 256x256 from a text prompt, guidance, low_ram_safe", {"encode", "denoise", "decode"});
 }
 
 TEST_F(Forecast, DeviceMemoryBelowTheForecastIsRefusedBeforeLoadingAndTheSizeItNamesFits) {

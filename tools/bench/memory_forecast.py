@@ -47,6 +47,9 @@ def configurations(build: Path, only: str):
     qc = build / "fixtures" / "qwen_image_21_cache"
     cache = ["--plugin", "qwen_image", "--model", str(qc / "checkpoint"), "--prompt-embeds",
              str(qc / "prompt_embeds.safetensors")]
+    qt = build / "fixtures" / "qwen_image_21_text"
+    demo = ["--plugin", "qwen_image", "--preset", "low_ram_safe", "--model", str(qt / "checkpoint"), "-p",
+            "a lighthouse at dusk, watercolor", "-n", "blurry, low quality", "--cfg-scale", "4", "--steps", "4"]
     guided = ["--cfg-scale", "3", "--set", "plugin.ltx2_video.stg_blocks=[1]",
               "--set", "plugin.ltx2_video.audio_guidance_scale=7"]
     out = []
@@ -59,6 +62,7 @@ def configurations(build: Path, only: str):
             ("qwen_image_21 fixture 1024x1024 disk", qargs + ["--width", "1024", "--height", "1024", "--set",
                                                               "components.transformer.route=disk"]),
             ("qwen_image_21 fixture 512x512 low_ram_safe", qargs + ["--preset", "low_ram_safe", "--width", "512", "--height", "512"]),
+            ("qwen_image_21 text fixture 256x256, the demo's text prompt, CFG", demo + ["--width", "256", "--height", "256"]),
             ("qwen_image_21 quant fixture 512x512 GGUF Q8_0", quant("gguf_q8_0") + ["--width", "512", "--height", "512"]),
             ("qwen_image_21 quant fixture 512x512 SDNQ int8, disk", quant("sdnq_int8") + ["--width", "512", "--height", "512",
                                                                                           "--set", "components.transformer.route=disk"]),

@@ -7,5 +7,6 @@ BUILD="${1:?usage: $(basename "$0") BUILD_DIR [options]}"; shift || true
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 VENV="${DDO_VENV:-${XDG_CACHE_HOME:-$HOME/.cache}/ddo/venv}"
 cmake --build "$BUILD" --target ddo-host qwen_image_21 ltx2_video ltx2_image linear ddo_manifest_main qwen_image_21_fixtures \
-  ltx2_pipeline_fixtures ltx2_image_fixtures qwen_image_21_quant_fixtures qwen_image_21_cache_fixtures >/dev/null
+  ltx2_pipeline_fixtures ltx2_image_fixtures qwen_image_21_quant_fixtures qwen_image_21_cache_fixtures \
+  qwen_image_21_text_fixtures >/dev/null
 exec "$VENV/bin/python" "$ROOT/tools/bench/memory_forecast.py" "$BUILD" "$@"

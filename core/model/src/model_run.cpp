@@ -48,6 +48,7 @@ struct ModelRun::PhaseState {
     // Note [Memory forecast]: the most the open weights held outside LibTorch in this phase (engine counters).
     Footprint engine_max;
     std::optional<std::uint64_t> torch_at_begin;  // LibTorch's allocated bytes when the phase began (what it inherits)
+    bool embeddings_kept = false;  // the server's embeddings cache held this encode's output: the encoder did not run
     void sample(const std::vector<ComponentWeights *> & open) {
         Footprint now;
         for (const auto * w : open) {
@@ -367,6 +368,7 @@ std::optional<NamedTensors> ModelRun::kept_embeddings(const std::string & encode
     if (t) {
         begin_phase(phase);
         note_phase("embeddings_cache", "hit");
+        phase_->embeddings_kept = true;
         log(2, "prompt embeddings kept by the server (embeddings cache hit): the " + encoder + " is not loaded");
     }
     return t;
@@ -1422,6 +1424,12 @@ void ModelRun::measure_phase(PhaseState & phase) {
         return nlohmann::json(double(*m) / double(f));
     };
     (*entry)["measured"] = measured;
+    if (phase.embeddings_kept) {  // the forecast is of the encoder running: nothing to compare
+        (*entry)["ratio"] = {{"device", nullptr}, {"host", nullptr}};
+        (*entry)["ratio_reason"] = "the server's embeddings cache held the prompt's embeddings: the encoder did not run";
+        if (auto * tr = ctx_.tracker) tr->set_forecast(forecast_json_);
+        return;
+    }
     (*entry)["ratio"] = {{"device", ratio("device", device_bytes)}, {"host", ratio("host", host_bytes)}};
     for (const char * side : {"device", "host"}) {
         const auto & r = (*entry)["ratio"][side];

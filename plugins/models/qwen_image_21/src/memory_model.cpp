@@ -37,6 +37,17 @@ std::vector<model::StageMemory> stage_memory(const ModelFiles & m, const MemoryI
     const std::int64_t S = prefix + T;
     const std::int64_t passes = in.guide ? 2 : 1;
 
+    std::vector<model::StageMemory> out;
+    if (in.text_tower) {
+        // The prompts one after another through the tower (batch 1 each); the first one's embeddings kept meanwhile.
+        model::StageMemory encode("encode");
+        encode.weights("text_encoder");
+        text::qwen3_tower_memory(encode, *in.text_tower, 1, in.tower_tokens, dt);
+        if (in.prompts > 1)
+            encode.tensor("prompt embeddings", {1, L, in.text_tower->hidden_size}, dt, in.prompts - 1, MemorySide::device,
+                          "the prompt's, kept while the negative prompt is encoded");
+        out.push_back(encode);
+    }
     model::StageMemory denoise("denoise");
     denoise.weights("transformer");
     denoise.bytes("transformer globals", spec_bytes(global_tensor_specs(tc), dt), MemorySide::device,
@@ -92,7 +103,9 @@ std::vector<model::StageMemory> stage_memory(const ModelFiles & m, const MemoryI
                  "the largest up stage's input and output with two temporaries (Note [VAE auto]) at " + std::to_string(w) + "x" +
                      std::to_string(h));
     decode.tensor("image", {B, 3, height, width}, dt, 2, MemorySide::device, "the decoded image and its scaled copy");
-    return {denoise, decode};
+    out.push_back(denoise);
+    out.push_back(decode);
+    return out;
 }
 
 }  // namespace ddo::qwen_image_21

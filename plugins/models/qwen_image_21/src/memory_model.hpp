@@ -8,6 +8,7 @@
 #include "ddo/model/memory_forecast.hpp"
 #include "ddo/model/step_cache.hpp"
 #include "pipeline.hpp"
+#include "qwen3_text_model.hpp"
 #include "vae_choice.hpp"
 
 namespace ddo::qwen_image_21 {
@@ -23,9 +24,15 @@ struct MemoryInputs {
     VaeChoice vae;                   // the decode strategy decided up front
     at::ScalarType dtype = at::kFloat;
     const model::StepCache * step_cache = nullptr;  // cache.* (null: off): what it keeps per guidance branch
+    // Phase "encode" (a text prompt without references): the tower's config, the longest template it runs on (the
+    // prompt's or the negative prompt's, system turn included) and how many prompts it encodes, one after another.
+    std::optional<text::Qwen3TextConfig> text_tower;
+    std::int64_t tower_tokens = 0;
+    int prompts = 1;
 };
 
-// Phases "denoise" and "decode" (with the weights of "transformer" in denoise).
+// Phases "encode" (with a text prompt and no reference: the weights of "text_encoder"), "denoise" (with the weights of
+// "transformer") and "decode".
 std::vector<model::StageMemory> stage_memory(const ModelFiles & m, const MemoryInputs & in, const model::ForecastShape & s);
 
 }  // namespace ddo::qwen_image_21

@@ -366,7 +366,8 @@ model::ComponentPlan transformer_plan(const RunPlan & p, const model::StepCache 
 
 // Note [Memory forecast]: what the forecast takes from the workload, not from the settings: computed once, before the
 // fit ladder plans again for each of its rungs (a text prompt is tokenized here, once).
-MemoryInputs memory_inputs(model::ModelRun & run, const Request & r, const ModelFiles & m, const Conditioning & c) {
+// `encoder`: the text prompt's (null: prompt embeddings given, or ddo-host encode).
+MemoryInputs memory_inputs(const Request & r, const ModelFiles & m, const Conditioning & c, const PromptEncoder * encoder) {
     const auto & tc = m.transformer_config;
     MemoryInputs in;
     in.batch = r.w.num_images;
@@ -378,16 +379,19 @@ MemoryInputs memory_inputs(model::ModelRun & run, const Request & r, const Model
         in.reference_tokens += (ref.width / 16) * (ref.height / 16);
         slots.push_back((ref.width / 16) * (ref.height / 16) / 4);
     }
-    if (!in.prompt_tokens_known && r.prompt.from_text && !r.prompt.encode_only) {
+    if (!in.prompt_tokens_known && encoder) {
         // A text prompt's length: its template tokenized now (the tokenizer only; the pipeline drops the system turn),
         // the longer of the prompt and, when guiding, the negative prompt (Note [Memory forecast]).
-        const auto encoder = open_prompt_encoder(run, m);
-        auto length = [&](const std::string & text) {
-            return std::int64_t(encoder.template_ids(text, slots).size()) - encoder.drop_index();
-        };
-        in.prompt_tokens = length(*r.w.prompt);
-        if (c.guide && r.w.negative_prompt) in.prompt_tokens = std::max(in.prompt_tokens, length(*r.w.negative_prompt));
+        auto length = [&](const std::string & text) { return std::int64_t(encoder->template_ids(text, slots).size()); };
+        in.tower_tokens = length(*r.w.prompt);
+        if (c.guide && r.w.negative_prompt) in.tower_tokens = std::max(in.tower_tokens, length(*r.w.negative_prompt));
+        in.prompt_tokens = in.tower_tokens - encoder->drop_index();
         in.prompt_tokens_known = true;
+        // The tower's own phase is stated without references (with them the vision features join it: not yet).
+        if (!r.refs.any()) {
+            in.text_tower = encoder->config();
+            in.prompts = c.guide ? 2 : 1;
+        }
     } else if (r.refs.any() && !in.prompt_tokens_known) {
         for (const auto n : slots) in.prompt_tokens += n;  // the vision slots
     }
@@ -400,8 +404,10 @@ MemoryInputs memory_inputs(model::ModelRun & run, const Request & r, const Model
 
 // Note [Memory forecast]: every phase's peak under the plans of `p`, known before anything loads (ModelRun::fit decides
 // what happens when one does not fit).
-void forecast_run(model::ModelRun & run, const Request & r, const ModelFiles & m, const RunPlan & p, MemoryInputs in) {
+void forecast_run(model::ModelRun & run, const Request & r, const ModelFiles & m, const RunPlan & p, MemoryInputs in,
+                  PromptEncoder * encoder) {
     if (r.prompt.encode_only) return;
+    if (in.text_tower) run.forecast_weights(run.plan("text_encoder"), encoder->weights(), encoder->groups(), r.o.dtype);
     run.forecast_weights(transformer_plan(p, r.o.step_cache), run.component("transformer"),
                          transformer_groups(m.transformer_config), r.o.dtype);
     in.vae = p.vae_choice;
@@ -424,7 +430,7 @@ LoadedTransformer open_transformer(model::ModelRun & run, const ModelFiles & m, 
 at::Tensor denoise_latents(model::ModelRun & run, const ModelFiles & m, LoadedTransformer & t,
                            const PromptEmbeds & embeds, const PipelineOptions & o, bool last,
                            const ReferenceLatents * refs, const KvCachePlacement & kv) {
-    run.begin_phase("denoise");
+    if (run.phase() != "denoise") run.begin_phase("denoise");  // generation 1's began as the transformer opened
     PipelineCallbacks cb;
     cb.check_interrupted = [&](int step) { run.check_interrupted("at step " + std::to_string(step)); };
     cb.on_step = [&](int step, int total) { run.step(step, total); };
@@ -480,8 +486,11 @@ void run_qwen_image_21(model::ModelRun & run) {
     record_workload(run, r, m, p, c.guide, text_state);
     if (!r.refs.any())
         run.not_used("vision_tower", "no reference image (--image) was given; the vision tower encodes references only");
-    const auto in = memory_inputs(run, r, m, c);
-    if (run.fit([&] { plan_components(run, r, m, p); forecast_run(run, r, m, p, in); }))
+    // Note [Memory forecast]: a text prompt's tokens and its tower's shapes and plan (the tokenizer and headers only).
+    std::optional<PromptEncoder> encoder;
+    if (r.prompt.from_text && !r.prompt.encode_only) encoder.emplace(open_prompt_encoder(run, m));
+    const auto in = memory_inputs(r, m, c, encoder ? &*encoder : nullptr);
+    if (run.fit([&] { plan_components(run, r, m, p); forecast_run(run, r, m, p, in, encoder ? &*encoder : nullptr); }))
         record_workload(run, r, m, p, c.guide, text_state);  // with the settings fit.policy = auto applied
     if (!encode_prompt(run, r, m, p, c)) {
         run.not_used_except({"text_encoder", "vision_tower"}, "ddo-host encode writes the prompt embeddings only");
@@ -492,6 +501,9 @@ void run_qwen_image_21(model::ModelRun & run) {
     std::optional<ReferenceLatents> ref_latents;
     if (r.refs.any() && !run.dry_run())
         ref_latents = encode_reference_latents(run, m, p.vae, r.refs, r.o.dtype, r.o.device);
+    // The transformer's globals are read as it opens: in phase denoise, whose forecast holds them (Note [Memory
+    // forecast]: a phase's measured peak is what was allocated within it).
+    if (!run.dry_run()) run.begin_phase("denoise");
     auto transformer = open_transformer(run, m, p, r.o.dtype, r.o.step_cache);
     if (run.dry_run()) {
         run.log(2, r.prompt.dry_run_summary());

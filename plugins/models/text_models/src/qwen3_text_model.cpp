@@ -292,4 +292,20 @@ at::Tensor qwen3_last_hidden_before_norm(model::ComponentWeights & weights, cons
     return h;
 }
 
+void qwen3_tower_memory(model::StageMemory & s, const Qwen3TextConfig & c, std::int64_t batch, std::int64_t tokens,
+                        at::ScalarType dtype) {
+    const std::int64_t B = batch, L = std::max<std::int64_t>(1, tokens), H = c.hidden_size;
+    const std::int64_t Q = c.num_heads * c.head_dim, KV = c.num_kv_heads * c.head_dim;
+    s.tensor("text stream", {B, L, H}, dtype, 3, model::MemorySide::device,
+             "the layer's input, its post-attention norm and the MLP's output");
+    s.tensor("text attention", {B, L, Q}, dtype, 2, model::MemorySide::device, "the layer's normed q and attention output");
+    s.tensor("text keys and values", {B, L, KV}, dtype, 2, model::MemorySide::device, "the layer's k and v");
+    s.tensor("text MLP", {B, L, c.intermediate_size}, dtype, 4, model::MemorySide::device,
+             "gate, SiLU, up and their product, live together in one statement");
+    s.tensor("text RoPE tables", {B, 1, L, c.head_dim}, dtype, 2, model::MemorySide::device, "cos and sin");
+    if (B > 1)
+        s.tensor("text attention mask", {B, 1, L, L}, at::kBool, 1, model::MemorySide::device,
+                 "causal and key padding (a batch whose rows differ in length)");
+}
+
 }  // namespace ddo::text

@@ -27,6 +27,7 @@
 #include <ATen/core/Tensor.h>
 
 #include "ddo/model/component_weights.hpp"
+#include "ddo/model/memory_forecast.hpp"
 
 namespace ddo::text {
 
@@ -89,5 +90,12 @@ at::Tensor qwen3_last_hidden_before_norm(model::ComponentWeights & weights, cons
 at::Tensor qwen3_last_hidden_before_norm(model::ComponentWeights & weights, const Qwen3TextConfig & c,
                                          const at::Tensor & ids, const at::Tensor & mask, const VisionTokens * vision,
                                          at::ScalarType dtype, at::Device device, const TextTowerCallbacks & cb = {});
+
+// Note [Memory forecast]: what qwen3_last_hidden_before_norm holds at its peak on `tokens` tokens of batch `batch`,
+// added to `s`: a decoder layer's MLP statement (proj(silu(proj(x)) * proj(x)): gate, SiLU, up and their product live
+// together) beside the stream, its norm, the layer's q, k, v and attention output (named in the layer, alive to its
+// end) and the RoPE tables. Its weights are the caller's to name (component text_encoder).
+void qwen3_tower_memory(model::StageMemory & s, const Qwen3TextConfig & c, std::int64_t batch, std::int64_t tokens,
+                        at::ScalarType dtype);
 
 }  // namespace ddo::text
