@@ -1,5 +1,7 @@
 #include "image_memory_model.hpp"
 
+#include "memory_model.hpp"
+
 #include <algorithm>
 
 namespace ddo::ltx2 {
@@ -12,6 +14,18 @@ std::vector<model::StageMemory> image_stage_memory(const ImageModel & m, const I
     const auto g = image_geometry(vc, s.height, s.width);
     const auto dt = in.dtype;
     const std::int64_t B = in.batch, T = std::max<std::int64_t>(1, g.tokens()), D = c.inner_dim(), C = c.in_channels;
+    std::vector<model::StageMemory> out;
+    if (in.embeds_given) {  // image_text_batch: the guidance batch concatenated, whatever its rows
+        ConnectorEncode e;
+        e.batch = in.batch;
+        e.tokens = in.text_tokens;
+        e.prompts = in.prompts;
+        e.batch_copy = true;
+        e.embeds_dtype = in.embeds_dtype;
+        e.dtype = dt;
+        e.audio = false;
+        connector_encode_stages(out, m.connectors_config, e);
+    }
     model::StageMemory denoise("denoise");
     denoise.weights("transformer");
     denoise.tensor("latents", {1, T, C}, at::kFloat, 2, MemorySide::device, "the latents and the step's update (float32)");
@@ -41,7 +55,9 @@ std::vector<model::StageMemory> image_stage_memory(const ImageModel & m, const I
                  MemorySide::device, "Note [Video VAE auto]'s estimate of one frame (" + std::to_string(h) + "x" +
                                          std::to_string(w) + " latents at once)");
     decode.tensor("image", {1, vc.out_channels, s.height, s.width}, dt, 2, MemorySide::device, "the decoded frame and its copy");
-    return {denoise, decode};
+    out.push_back(denoise);
+    out.push_back(decode);
+    return out;
 }
 
 }  // namespace ddo::ltx2

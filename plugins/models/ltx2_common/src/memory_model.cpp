@@ -78,39 +78,33 @@ void generator_terms(model::StageMemory & s, const std::string & name, const Voc
                  "activation");
 }
 
-// Phase "encode" with the prompt's hidden states given (connectors_forward), in three parts, one after another, each
-// beside the connectors' weights and the run's inputs: the normalisation of the stacked hidden states [B, L, C x F]
-// (LTX-2.3's per-modality RMS norm: the normalised states, zeros_like and the masked result, then the two scalings;
-// LTX-2.0's masked mean norm: the masked copy and the scaling's temporaries), then each connector on its projection
-// (the learnable registers' gather and select, a block's feed-forward: its input, norm, the 4 D projection and its
-// GELU, then the final norm), the video connector's output kept while the audio one runs.
-void encode_stages(std::vector<model::StageMemory> & out, const VideoModel & m, const VideoMemoryInputs & in) {
-    const auto & c = m.connectors_config;
-    const auto dt = in.dtype;
-    const std::int64_t B = in.cfg ? 2 : 1, L = std::max<std::int64_t>(1, in.text_tokens);
+}  // namespace
+
+void connector_encode_stages(std::vector<model::StageMemory> & out, const ConnectorsConfig & c, const ConnectorEncode & e) {
+    const auto dt = e.dtype;
+    const std::int64_t B = e.batch, L = std::max<std::int64_t>(1, e.tokens);
     const std::int64_t CF = c.caption_channels * c.text_proj_in_factor;
     const std::int64_t Dv = c.video.inner_dim(), Da = c.per_modality_projections ? c.audio.inner_dim() : Dv;
-    const auto input_copy = in.embeds_dtype != dt;
     const auto base = [&](const std::string & part) {
         model::StageMemory s("encode", part);
         s.weights("connectors");
-        s.tensor("text hidden states", {1, L, CF}, in.embeds_dtype, B, MemorySide::device,
+        s.tensor("text hidden states", {1, L, CF}, e.embeds_dtype, e.prompts, MemorySide::device,
                  "the prompt's (and the negative prompt's) stacked hidden states, as read");
-        if (B > 1) s.tensor("guidance batch", {B, L, CF}, in.embeds_dtype, 1, MemorySide::device, "[negative; positive]");
-        if (input_copy) s.tensor("input", {B, L, CF}, dt, 1, MemorySide::device, "the batch in the compute dtype");
+        if (e.batch_copy) s.tensor("guidance batch", {B, L, CF}, e.embeds_dtype, 1, MemorySide::device, "their concatenation");
+        if (e.embeds_dtype != dt) s.tensor("input", {B, L, CF}, dt, 1, MemorySide::device, "the batch in the compute dtype");
         return s;
     };
     model::StageMemory norm = base("normalisation");
     norm.tensor("normalised hidden states", {B, L, CF}, dt, c.per_modality_projections ? 3 : 4, MemorySide::device,
-                c.per_modality_projections ? "the RMS-normalised states, zeros_like and the masked result (then the video "
-                                             "and audio scalings)"
+                c.per_modality_projections ? "the RMS-normalised states, zeros_like and the masked result (then the "
+                                             "scalings)"
                                            : "the masked copy, the centred and divided temporaries and the scaled result");
     out.push_back(norm);
+    const bool two_projections = e.audio && c.per_modality_projections;
     const auto connector = [&](const std::string & part, const ConnectorSpec & k, std::int64_t D, bool video_kept) {
         model::StageMemory s = base(part);
-        s.tensor("projections", {B, L, Dv}, dt, 1, MemorySide::device, "the video connector's input (kept to the end)");
-        if (c.per_modality_projections)
-            s.tensor("audio projection", {B, L, Da}, dt, 1, MemorySide::device, "the audio connector's input (kept)");
+        s.tensor("projection", {B, L, Dv}, dt, 1, MemorySide::device, "the video connector's input (kept to the end)");
+        if (two_projections) s.tensor("audio projection", {B, L, Da}, dt, 1, MemorySide::device, "the audio connector's input");
         if (video_kept) s.tensor("video output", {B, L, Dv}, dt, 1, MemorySide::device, "the video connector's output");
         // The stream starts as the projection itself; the registers' select and each block's residual make new ones.
         const std::int64_t regs = k.registers ? 1 : 0, stream = (k.registers || k.layers > 0) ? 1 : 0;
@@ -122,8 +116,10 @@ void encode_stages(std::vector<model::StageMemory> & out, const VideoModel & m, 
         return s;
     };
     out.push_back(connector("video connector", c.video, Dv, false));
-    out.push_back(connector("audio connector", c.audio, Da, true));
+    if (e.audio) out.push_back(connector("audio connector", c.audio, Da, true));
 }
+
+namespace {
 
 // What the run holds from its earlier phases while it decodes: the connectors' outputs (kept to the run's end) and,
 // in the video decode, the waveform (kept for the muxer).
@@ -212,7 +208,17 @@ std::vector<model::StageMemory> video_stage_memory(const VideoModel & m, const V
                                                    const model::ForecastShape & shape) {
     const auto r = m.ratios();
     std::vector<model::StageMemory> out;
-    if (in.embeds_given) encode_stages(out, m, in);
+    if (in.embeds_given) {
+        ConnectorEncode e;
+        e.batch = in.cfg ? 2 : 1;
+        e.tokens = in.text_tokens;
+        e.prompts = int(e.batch);
+        e.batch_copy = in.cfg;
+        e.embeds_dtype = in.embeds_dtype;
+        e.dtype = in.dtype;
+        e.audio = true;
+        connector_encode_stages(out, m.connectors_config, e);
+    }
     const auto full = latent_geometry(r, shape.frames, shape.height, shape.width, in.fps);
     if (in.two_stage) {
         const auto half = latent_geometry(r, shape.frames, shape.height / 2, shape.width / 2, in.fps);

@@ -8,6 +8,7 @@
 
 #include "ddo/model/memory_forecast.hpp"
 #include "ddo/model/step_cache.hpp"
+#include "connectors.hpp"
 #include "latents.hpp"
 #include "video_model.hpp"
 #include "video_vae_choice.hpp"
@@ -33,6 +34,22 @@ struct VideoMemoryInputs {
     bool cuda = false;
     const model::StepCache * step_cache = nullptr;  // cache.* (null: off): what it keeps per pass (branch)
 };
+
+// Phase "encode" of the text connectors on given prompt hidden states (connectors_forward, and with `audio` false
+// image_connectors_forward), in parts, one after another, each beside the connectors' weights and the inputs: the
+// normalisation of the stacked hidden states [B, L, C x F] (LTX-2.3's per-modality RMS norm: the normalised states,
+// zeros_like and the masked result; LTX-2.0's masked mean norm: the masked copy and the scaling's temporaries), then
+// each connector on its projection (the learnable registers' gather and select, a block's feed-forward: its input,
+// norm, the 4 D projection and its GELU, then the final norm), the video connector's output kept while the audio one
+// runs.
+struct ConnectorEncode {
+    std::int64_t batch = 1, tokens = 1024;  // the connectors' batch (guidance rows) and sequence length
+    int prompts = 1;                        // stacked hidden states held as read (the prompt, the negative prompt)
+    bool batch_copy = false;                // the batch is their concatenation (a copy)
+    at::ScalarType embeds_dtype = at::kFloat, dtype = at::kFloat;
+    bool audio = true;                      // the audio connector too (LTX2TextConnectors)
+};
+void connector_encode_stages(std::vector<model::StageMemory> & out, const ConnectorsConfig & c, const ConnectorEncode & e);
 
 // Phases "encode" (the connectors, when the prompt's hidden states were given; in parts: the input's normalisation,
 // the video connector, the audio connector), "denoise" (stage 1: half size in a two-stage run), "denoise_stage2" (two-stage), "decode_audio" (in two

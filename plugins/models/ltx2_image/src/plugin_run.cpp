@@ -373,6 +373,12 @@ void forecast_run(model::ModelRun & run, const Request & r, const ImageModel & m
     ImageMemoryInputs in;
     in.batch = 1 + (p.guidance.cfg > 1.0 ? 1 : 0) + (p.guidance.pag > 0.0 ? 1 : 0);
     in.text_tokens = p.embeds.embeds.defined() ? p.embeds.embeds.size(1) : r.max_sequence_length;
+    in.embeds_given = p.embeds.embeds.defined();
+    if (in.embeds_given) {
+        in.prompts = 1 + int(p.embeds.neg_embeds.has_value());
+        in.embeds_dtype = p.embeds.embeds.scalar_type();
+        forecast_engine_component(run, p.connectors, "connectors", image_connector_groups(m.connectors_config), r.w.dtype);
+    }
     in.vae = p.vae_choice;
     in.dtype = r.w.dtype;
     in.cuda = p.transformer.placement.cuda;
