@@ -419,9 +419,12 @@ LoadedTransformer open_transformer(model::ModelRun & run, const ModelFiles & m, 
                                    const model::StepCache * step_cache) {
     const auto & tc = m.transformer_config;
     const auto plan = transformer_plan(p, step_cache);
-    LoadedTransformer t{Transformer(tc, load_transformer_globals(m.transformer, tc, dtype, run.lora("transformer", dtype).get(), run.device().device())),
-                        run.open_weights(plan, run.component("transformer"), transformer_groups(tc), dtype),
-                        nullptr};
+    LoadedTransformer t;
+    t.weights = run.open_weights(plan, run.component("transformer"), transformer_groups(tc), dtype);  // nothing allocated yet
+    // Phase denoise begins before the globals are read: they are its (Note [Memory forecast]: a phase's measured peak
+    // is what was allocated within it); the engine's weights begin their phase with it.
+    if (!run.dry_run()) run.begin_phase("denoise");
+    t.transformer.emplace(tc, load_transformer_globals(m.transformer, tc, dtype, run.lora("transformer", dtype).get(), run.device().device()));
     t.blocks = engine_blocks(*t.weights, tc);
     return t;
 }
@@ -430,7 +433,7 @@ LoadedTransformer open_transformer(model::ModelRun & run, const ModelFiles & m, 
 at::Tensor denoise_latents(model::ModelRun & run, const ModelFiles & m, LoadedTransformer & t,
                            const PromptEmbeds & embeds, const PipelineOptions & o, bool last,
                            const ReferenceLatents * refs, const KvCachePlacement & kv) {
-    if (run.phase() != "denoise") run.begin_phase("denoise");  // generation 1's began as the transformer opened
+    if (run.phase() != "denoise") run.begin_phase("denoise");  // generation 1's began as the transformer's globals were read
     PipelineCallbacks cb;
     cb.check_interrupted = [&](int step) { run.check_interrupted("at step " + std::to_string(step)); };
     cb.on_step = [&](int step, int total) { run.step(step, total); };
@@ -501,10 +504,7 @@ void run_qwen_image_21(model::ModelRun & run) {
     std::optional<ReferenceLatents> ref_latents;
     if (r.refs.any() && !run.dry_run())
         ref_latents = encode_reference_latents(run, m, p.vae, r.refs, r.o.dtype, r.o.device);
-    // The transformer's globals are read as it opens: in phase denoise, whose forecast holds them (Note [Memory
-    // forecast]: a phase's measured peak is what was allocated within it).
-    if (!run.dry_run()) run.begin_phase("denoise");
-    auto transformer = open_transformer(run, m, p, r.o.dtype, r.o.step_cache);
+    auto transformer = open_transformer(run, m, p, r.o.dtype, r.o.step_cache);  // begins phase denoise
     if (run.dry_run()) {
         run.log(2, r.prompt.dry_run_summary());
         return;
