@@ -1380,6 +1380,33 @@ void ModelRun::refuse_forecast(const nlohmann::json & tried) {
     throw UsageError(msg);
 }
 
+namespace {
+
+// A forecast phase's `ratio` (measured / forecast per side; 1 when both are 0) set on its report entry, and the
+// warnings: a ratio beyond the tolerance, or bytes measured where nothing was forecast.
+std::vector<std::string> compare_with_forecast(nlohmann::json & entry, const std::string & phase,
+                                               std::optional<std::uint64_t> device_bytes,
+                                               std::optional<std::uint64_t> host_bytes) {
+    std::vector<std::string> warnings;
+    for (const char * side : {"device", "host"}) {
+        const std::uint64_t f = entry[side]["forecast_bytes"].get<std::uint64_t>();
+        const auto m = std::string(side) == "device" ? device_bytes : host_bytes;
+        nlohmann::json r = nullptr;
+        if (m && f > 0) r = double(*m) / double(f);
+        else if (m && *m == 0) r = 1.0;
+        entry["ratio"][side] = r;
+        if (r.is_number() && std::abs(r.get<double>() - 1.0) > kForecastTolerance)
+            warnings.push_back("phase '" + phase + "' " + side + ": measured " + format_mib(*m) + ", forecast " +
+                               format_mib(f) + " (ratio " + r.dump() + ", beyond the tolerance " +
+                               nlohmann::json(kForecastTolerance).dump() + ")");
+        else if (r.is_null() && m && f == 0 && *m > 0)
+            warnings.push_back("phase '" + phase + "' " + side + ": measured " + format_mib(*m) + " where nothing was forecast");
+    }
+    return warnings;
+}
+
+}  // namespace
+
 void ModelRun::measure_phase(PhaseState & phase) {
     if (forecast_json_.is_null() || ctx_.dry_run || !device_) return;
     phase.sample(open_);
@@ -1414,35 +1441,13 @@ void ModelRun::measure_phase(PhaseState & phase) {
         // 0), so that the report shows what the forecast leaves out (Note [Memory forecast]).
         forecast_json_["unstated"].push_back({{"phase", base}, {"measured", measured},
                                               {"reason", "the plugin states no memory model for this phase"}});
-        if (auto * tr = ctx_.tracker) tr->set_forecast(forecast_json_);
-        return;
-    }
-    auto ratio = [&](const char * side, std::optional<std::uint64_t> m) {
-        const std::uint64_t f = (*entry)[side]["forecast_bytes"].get<std::uint64_t>();
-        if (!m) return nlohmann::json(nullptr);
-        if (f == 0) return *m == 0 ? nlohmann::json(1.0) : nlohmann::json(nullptr);
-        return nlohmann::json(double(*m) / double(f));
-    };
-    (*entry)["measured"] = measured;
-    if (phase.embeddings_kept) {  // the forecast is of the encoder running: nothing to compare
+    } else if (phase.embeddings_kept) {  // the forecast is of the encoder running: nothing to compare
+        (*entry)["measured"] = measured;
         (*entry)["ratio"] = {{"device", nullptr}, {"host", nullptr}};
         (*entry)["ratio_reason"] = "the server's embeddings cache held the prompt's embeddings: the encoder did not run";
-        if (auto * tr = ctx_.tracker) tr->set_forecast(forecast_json_);
-        return;
-    }
-    (*entry)["ratio"] = {{"device", ratio("device", device_bytes)}, {"host", ratio("host", host_bytes)}};
-    for (const char * side : {"device", "host"}) {
-        const auto & r = (*entry)["ratio"][side];
-        const std::uint64_t f = (*entry)[side]["forecast_bytes"].get<std::uint64_t>();
-        const auto m = std::string(side) == "device" ? device_bytes : host_bytes;
-        if (r.is_number() && std::abs(r.get<double>() - 1.0) > kForecastTolerance) {
-            const std::string w = "phase '" + base + "' " + side + ": measured " + format_mib(*m) + ", forecast " +
-                                  format_mib(f) + " (ratio " + nlohmann::json(r.get<double>()).dump() +
-                                  ", beyond the tolerance " + nlohmann::json(kForecastTolerance).dump() + ")";
-            forecast_json_["warnings"].push_back(w);
-            log(3, "memory forecast missed: " + w);
-        } else if (r.is_null() && m && f == 0 && *m > 0) {
-            const std::string w = "phase '" + base + "' " + side + ": measured " + format_mib(*m) + " where nothing was forecast";
+    } else {
+        (*entry)["measured"] = measured;
+        for (const auto & w : compare_with_forecast(*entry, base, device_bytes, host_bytes)) {
             forecast_json_["warnings"].push_back(w);
             log(3, "memory forecast missed: " + w);
         }

@@ -69,9 +69,7 @@ GeneratorPeak generator_peak(const VocoderConfig & c, std::int64_t frames) {
     return g;
 }
 
-void generator_terms(model::StageMemory & s, const std::string & name, const VocoderConfig & c, std::int64_t frames,
-                     at::ScalarType dt) {
-    const auto g = generator_peak(c, frames);
+void generator_terms(model::StageMemory & s, const std::string & name, const GeneratorPeak & g, at::ScalarType dt) {
     s.tensor(name + " working set", {1, g.channels, g.samples}, dt, g.count, MemorySide::device,
              "its widest stage (" + std::to_string(g.channels) + " channels x " + std::to_string(g.samples) +
                  " samples): the stage's input, the resblocks' outputs and their stack, or the last resblock's "
@@ -186,16 +184,16 @@ void audio_stages(std::vector<model::StageMemory> & out, const VideoModel & m, c
         // 16 kHz waveform, the residual and the resampled skip path at 48 kHz.
         const auto g1 = generator_peak(b.vocoder, mel_frames), g2 = generator_peak(b.bwe, stft_frames);
         if (g1.channels * g1.samples * g1.count > g2.channels * g2.samples * g2.count)
-            generator_terms(voc, "vocoder", b.vocoder, mel_frames, dt);
+            generator_terms(voc, "vocoder", g1, dt);
         else
-            generator_terms(voc, "band extension", b.bwe, stft_frames, dt);
+            generator_terms(voc, "band extension", g2, dt);
         voc.tensor("waveform", {1, b.vocoder.out_channels, s16}, dt, 1, MemorySide::device, "the 16 kHz waveform");
         voc.tensor("48 kHz waveforms", {1, b.bwe.out_channels, s48}, dt, 5, MemorySide::device,
                    "the band extension's residual, the skip path's transposed convolution and its scaled copy, their "
                    "sum and its clamp");
     } else {
         const auto & c = *m.vocoder_config;
-        generator_terms(voc, "vocoder", c, mel_frames, dt);
+        generator_terms(voc, "vocoder", generator_peak(c, mel_frames), dt);
         voc.tensor("waveform", {1, c.out_channels, mel_frames * c.upsample_factor()}, dt, 1, MemorySide::device,
                    "the waveform");
     }

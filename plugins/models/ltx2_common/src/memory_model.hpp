@@ -51,10 +51,10 @@ struct ConnectorEncode {
 };
 void connector_encode_stages(std::vector<model::StageMemory> & out, const ConnectorsConfig & c, const ConnectorEncode & e);
 
-// Phases "encode" (the connectors, when the prompt's hidden states were given; in parts: the input's normalisation,
-// the video connector, the audio connector), "denoise" (stage 1: half size in a two-stage run), "denoise_stage2" (two-stage), "decode_audio" (in two
-// parts: the audio VAE, then the vocoder) and "decode" (the video VAE), with the weights of "transformer",
-// "audio_vae", "vocoder" and "vae".
+// Phases "encode" (the connectors, when the prompt's hidden states were given: connector_encode_stages), "denoise"
+// (stage 1: half size in a two-stage run), "denoise_stage2" (two-stage), "decode_audio" (in two parts: the audio VAE,
+// then the vocoder) and "decode" (the video VAE), with the weights of "connectors", "transformer", "audio_vae",
+// "vocoder" and "vae".
 std::vector<model::StageMemory> video_stage_memory(const VideoModel & m, const VideoMemoryInputs & in,
                                                    const model::ForecastShape & s);
 

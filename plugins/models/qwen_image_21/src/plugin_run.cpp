@@ -314,8 +314,9 @@ PromptEmbeds embeddings_from(const model::NamedTensors & tensors, const c10::Dev
 // The text stage (with -p): the encoder on run.plan("text_encoder"), unloaded (owners checked zero) before the
 // transformer phase. False when the run ends here: `ddo-host encode` (written, or validated in a dry run). Under a
 // server the embeddings of a prompt it encoded before are taken from its cache: phase "encode" with no step, the
-// text encoder not opened.
-bool encode_prompt(model::ModelRun & run, const Request & r, const ModelFiles & m, const RunPlan & p, Conditioning & c) {
+// text encoder not opened. `opened`: the prompt encoder the forecast opened (empty: opened here).
+bool encode_prompt(model::ModelRun & run, const Request & r, const ModelFiles & m, const RunPlan & p, Conditioning & c,
+                   std::optional<PromptEncoder> & opened) {
     if (!r.prompt.from_text) return true;
     const auto key = run.dry_run() ? std::nullopt : embeddings_key(r, c.guide);
     if (key)
@@ -325,7 +326,8 @@ bool encode_prompt(model::ModelRun & run, const Request & r, const ModelFiles & 
             record_workload(run, r, m, p, c.guide, "not loaded: the server kept these prompt embeddings (embeddings cache hit)");
             return true;
         }
-    auto encoder = open_prompt_encoder(run, m);
+    if (!opened) opened.emplace(open_prompt_encoder(run, m));
+    auto & encoder = *opened;
     // The references through the vision tower first (its own phase and plan, unloaded before the text tower).
     std::optional<PromptImages> images;
     if (r.refs.any()) images = encode_vision(run, p.vision, encoder, r.refs, r.o.dtype, r.o.device);
@@ -495,7 +497,9 @@ void run_qwen_image_21(model::ModelRun & run) {
     const auto in = memory_inputs(r, m, c, encoder ? &*encoder : nullptr);
     if (run.fit([&] { plan_components(run, r, m, p); forecast_run(run, r, m, p, in, encoder ? &*encoder : nullptr); }))
         record_workload(run, r, m, p, c.guide, text_state);  // with the settings fit.policy = auto applied
-    if (!encode_prompt(run, r, m, p, c)) {
+    const bool go_on = encode_prompt(run, r, m, p, c, encoder);
+    encoder.reset();  // its tokenizer is not needed past the text stage
+    if (!go_on) {
         run.not_used_except({"text_encoder", "vision_tower"}, "ddo-host encode writes the prompt embeddings only");
         return;
     }
